@@ -1,0 +1,140 @@
+"""The Runner seam: the one interface between the engine and a framework.
+
+A runner owns the weights and a preallocated KV cache of ``slots x max_ctx`` cells. The engine
+hands it a ragged batch of :class:`SlotWork` (each slot at its own position) and gets back float32
+logits as numpy arrays, so nothing above this seam ever imports torch, mlx or llama_cpp.
+
+Invariants every runner enforces (and the engine relies on):
+
+* a slot's cache is contiguous: ``SlotWork.start_pos`` must equal the slot's cached length
+  (:meth:`Runner.slot_length`); to rewrite history call :meth:`Runner.truncate` first;
+* ``start_pos + len(tokens) <= max_ctx``, otherwise :class:`localinfer.errors.ContextOverflowError`
+  is raised before any compute;
+* one slot appears at most once per batch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol, Sequence, runtime_checkable
+
+import numpy as np
+
+LogitsWanted = Literal["last", "all"]
+
+
+@dataclass(slots=True, frozen=True)
+class SlotWork:
+    """Tokens to append to one slot's cache in this forward pass."""
+
+    slot: int
+    tokens: tuple[int, ...]
+    start_pos: int
+    logits: LogitsWanted = "last"
+
+    def __post_init__(self) -> None:
+        if not self.tokens:
+            raise ValueError("SlotWork needs at least one token")
+        if self.start_pos < 0:
+            raise ValueError(f"start_pos must be >= 0, got {self.start_pos}")
+
+
+@dataclass(slots=True, frozen=True)
+class RunnerConfig:
+    """How to build a runner: sizes and numerics, chosen by the engine/CLI from the budget."""
+
+    slots: int = 1
+    max_ctx: int = 2048  # per slot
+    dtype: str = "float32"  # float32 | bfloat16 | float16 (torch, mlx); ignored by llamacpp
+    device: str = "cpu"  # cpu | cuda | cuda:N | metal
+    threads: int | None = None  # None: the backend's default (physical cores)
+    quant: str | None = None  # none | int8 | int4 | a GGUF type; None keeps the file's own
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise ValueError(f"slots must be >= 1, got {self.slots}")
+        if self.max_ctx < 1:
+            raise ValueError(f"max_ctx must be >= 1, got {self.max_ctx}")
+
+
+@dataclass(slots=True, frozen=True)
+class RunnerInfo:
+    """What a built runner is, for display and for the engine's bookkeeping."""
+
+    backend: str  # torch | llamacpp | mlx
+    device: str
+    dtype: str
+    slots: int
+    max_ctx: int
+    vocab_size: int
+    quant: str  # e.g. "Q4_1", "fp32", "int8"
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryReport:
+    """Measured memory of a runner, in bytes (measured, not estimated)."""
+
+    weights: int
+    kv_cache: int
+    overhead: int  # compute buffers and runtime allocations beyond weights + KV
+    device: str
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.overhead
+
+
+@runtime_checkable
+class Runner(Protocol):
+    """A model runner. Not thread-safe: one engine thread owns it."""
+
+    info: RunnerInfo
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        """Run one forward pass over a ragged batch.
+
+        Returns one float32 array per item, in batch order: shape ``[1, vocab]`` for
+        ``logits="last"`` and ``[len(tokens), vocab]`` for ``logits="all"``.
+        """
+        ...
+
+    def slot_length(self, slot: int) -> int:
+        """Number of tokens currently cached in ``slot``."""
+        ...
+
+    def truncate(self, slot: int, length: int) -> None:
+        """Drop cached tokens of ``slot`` past ``length`` (speculative rollback, prefix reuse)."""
+        ...
+
+    def release(self, slot: int) -> None:
+        """Forget everything cached in ``slot`` (same as ``truncate(slot, 0)``)."""
+        ...
+
+    def memory(self) -> MemoryReport:
+        """Measured memory in use by weights, KV cache and overhead."""
+        ...
+
+    def close(self) -> None:
+        """Free the weights and cache; the runner is unusable afterwards."""
+        ...
+
+
+def check_batch(batch: Sequence[SlotWork], lengths: Sequence[int], max_ctx: int) -> None:
+    """Validate a batch against the invariants in the module docstring (shared by all runners)."""
+    from localinfer.errors import ContextOverflowError
+
+    seen: set[int] = set()
+    for work in batch:
+        if not 0 <= work.slot < len(lengths):
+            raise ValueError(f"slot {work.slot} out of range (runner has {len(lengths)} slots)")
+        if work.slot in seen:
+            raise ValueError(f"slot {work.slot} appears twice in one batch")
+        seen.add(work.slot)
+        if work.start_pos != lengths[work.slot]:
+            raise ValueError(
+                f"slot {work.slot}: start_pos {work.start_pos} != cached length "
+                f"{lengths[work.slot]}; truncate first"
+            )
+        end = work.start_pos + len(work.tokens)
+        if end > max_ctx:
+            raise ContextOverflowError(requested=end, limit=max_ctx)

@@ -1,0 +1,5 @@
+import sys
+
+from localinfer.cli import main
+
+sys.exit(main())

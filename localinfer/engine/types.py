@@ -1,0 +1,120 @@
+"""Value objects that cross the engine's public seam (TUI, server, CLI, benchmarks read these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+FinishReason = Literal["stop", "length", "abort", "error"]
+
+
+class SamplingParams(BaseModel):
+    """Per-request sampling; validated at the edge so the engine never sees a bad value."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    max_tokens: int = Field(default=256, ge=1)
+    temperature: float = Field(default=0.0, ge=0.0, le=5.0)  # 0 means greedy
+    top_p: float = Field(default=1.0, gt=0.0, le=1.0)
+    top_k: int = Field(default=0, ge=0)  # 0 means off
+    min_p: float = Field(default=0.0, ge=0.0, le=1.0)
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    ignore_eos: bool = False
+    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
+    logprobs: int | None = Field(default=None, ge=0, le=20)  # top-N alternatives per token
+
+    @field_validator("stop", mode="before")
+    @classmethod
+    def _stop_as_tuple(cls, value: object) -> object:
+        if value is None:
+            return ()
+        if isinstance(value, str):
+            return (value,)
+        return value
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_not_empty(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        if any(s == "" for s in value):
+            raise ValueError("stop strings must not be empty")
+        return value
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0
+
+
+@dataclass(slots=True)
+class Request:
+    """A tokenized request. ``request_id`` is assigned by the engine when empty."""
+
+    prompt_ids: list[int]
+    params: SamplingParams = field(default_factory=SamplingParams)
+    request_id: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class TokenLogprob:
+    token_id: int
+    text: str
+    logprob: float
+    top: tuple[tuple[int, str, float], ...] = ()  # (token_id, text, logprob) alternatives
+
+
+@dataclass(slots=True, frozen=True)
+class RequestMetrics:
+    """Timings of one request, in seconds (None until known)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+    cached_tokens: int = 0
+    queued_s: float | None = None
+    ttft_s: float | None = None  # submit -> first token
+    tpot_s: float | None = None  # mean time per output token after the first
+    decode_tps: float | None = None
+    prefill_tps: float | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class StreamEvent:
+    """One increment of a streamed answer. The last event has ``finish_reason`` set."""
+
+    request_id: str
+    text: str  # new text since the previous event (UTF-8 safe, never a partial stop string)
+    token_ids: tuple[int, ...]
+    finish_reason: FinishReason | None = None
+    error: str | None = None
+    logprobs: tuple[TokenLogprob, ...] = ()
+    metrics: RequestMetrics | None = None
+
+
+@dataclass(slots=True, frozen=True)
+class EngineMetrics:
+    """Engine-wide snapshot (one place computes these; TUI, server and bench read them)."""
+
+    slots_total: int
+    slots_busy: int
+    queue_depth: int
+    kv_cells_used: int
+    kv_cells_total: int
+    requests_finished: int
+    prompt_tokens_total: int
+    completion_tokens_total: int
+    ttft_p50_s: float | None = None
+    ttft_p95_s: float | None = None
+    ttft_p99_s: float | None = None
+    tpot_p50_s: float | None = None
+    tpot_p95_s: float | None = None
+    tpot_p99_s: float | None = None
+    finish_reasons: dict[str, int] = field(default_factory=dict)
+    steps: int = 0
+    # Speculative decoding and prefix reuse fill these when enabled.
+    spec_proposed: int = 0
+    spec_accepted: int = 0
+    cached_prompt_tokens_total: int = 0
