@@ -54,8 +54,8 @@ class LoadedModel:
     path: Path  # the GGUF file, or the Hugging Face directory
     format: Literal["gguf", "safetensors"]
     config: ModelConfig
-    tokenizer: "Tokenizer"
-    chat_template: "ChatTemplate | None"
+    tokenizer: Tokenizer
+    chat_template: ChatTemplate | None
     weights: WeightSource
     file_quant: str  # dominant storage type, e.g. "Q4_1", "BF16"
 

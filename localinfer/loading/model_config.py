@@ -9,7 +9,7 @@ SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
 
 @dataclass(slots=True, frozen=True)
 class RopeScaling:
-    """Llama-3 style frequency scaling ("llama3"), or linear; None on ModelConfig means plain RoPE."""
+    """Llama-3 style frequency scaling ("llama3"), or linear. None on ModelConfig: plain RoPE."""
 
     kind: str  # "llama3" | "linear"
     factor: float

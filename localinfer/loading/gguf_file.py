@@ -1,0 +1,377 @@
+"""Reading and validating a GGUF file: metadata, tensor directory, memory-mapped tensor data.
+
+The header is parsed here (not with ``gguf.GGUFReader``) so every way a file can be broken -- an
+empty file, a wrong magic, a cut-off header, tensor data past the end, an unknown tensor type --
+becomes one ``ModelFileError(path, reason)`` with a one-line reason. Tensor bytes stay in the
+memory map until a tensor is asked for; ``gguf.quants`` does the dequantization.
+
+GGUF layout (v2/v3, little-endian): magic "GGUF", u32 version, u64 tensor count, u64 kv count,
+the key/value pairs, the tensor infos (name, n_dims, dims innermost-first, u32 type, u64 offset),
+padding to ``general.alignment``, then the tensor data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import mmap
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
+from gguf import quants as gguf_quants
+
+from localinfer.errors import ModelFileError
+
+GGUF_MAGIC = b"GGUF"
+SUPPORTED_VERSIONS = (2, 3)
+DEFAULT_ALIGNMENT = 32
+MAX_DIMS = 4
+
+# GGUF metadata value types -> (struct format, numpy dtype) for the fixed-size ones.
+_SCALAR_TYPES: dict[int, tuple[str, str]] = {
+    0: ("<B", "<u1"),
+    1: ("<b", "<i1"),
+    2: ("<H", "<u2"),
+    3: ("<h", "<i2"),
+    4: ("<I", "<u4"),
+    5: ("<i", "<i4"),
+    6: ("<f", "<f4"),
+    7: ("<?", "<u1"),  # bool
+    10: ("<Q", "<u8"),
+    11: ("<q", "<i8"),
+    12: ("<d", "<f8"),
+}
+_STRING = 8
+_ARRAY = 9
+_BOOL = 7
+_U64 = struct.Struct("<Q")
+_FLOAT32 = 6
+
+
+class _Truncated(Exception):
+    """Internal: a read ran past the end of the file."""
+
+
+class _Corrupt(Exception):
+    """Internal: a structurally impossible value; message is the one-line reason."""
+
+
+@dataclass(slots=True, frozen=True)
+class GGUFTensorInfo:
+    name: str  # GGUF name, e.g. "blk.0.attn_q.weight"
+    shape: tuple[int, ...]  # numpy order: outermost first (GGUF stores innermost first)
+    qtype: int  # GGMLQuantizationType value
+    offset: int  # absolute byte offset of the data in the file
+    nbytes: int
+
+    @property
+    def type_name(self) -> str:
+        return GGMLQuantizationType(self.qtype).name
+
+    @property
+    def n_elements(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+class _Cursor:
+    """Sequential little-endian reads over the mapped file, raising _Truncated at the end."""
+
+    def __init__(self, buf: memoryview, pos: int = 0) -> None:
+        self.buf = buf
+        self.pos = pos
+        self.size = len(buf)
+
+    def need(self, n: int) -> None:
+        if n < 0 or self.pos + n > self.size:
+            raise _Truncated()
+
+    def unpack(self, fmt: str) -> Any:
+        n = struct.calcsize(fmt)
+        self.need(n)
+        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
+        self.pos += n
+        return value
+
+    def string(self) -> str:
+        n = self.unpack("<Q")
+        self.need(n)
+        raw = bytes(self.buf[self.pos : self.pos + n])
+        self.pos += n
+        try:
+            return raw.decode("utf-8")
+        except UnicodeDecodeError:
+            # Some vocabularies hold invalid UTF-8 pieces; keep them readable, never fail on them.
+            return raw.decode("utf-8", errors="replace")
+
+    def strings(self, count: int) -> list[str]:
+        """An array of strings (vocabularies: 50k-260k entries), in one tight loop."""
+        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
+        out: list[str] = []
+        append = out.append
+        for _ in range(count):
+            if pos + 8 > size:
+                raise _Truncated()
+            (n,) = unpack(buf, pos)
+            pos += 8
+            end = pos + n
+            if end > size:
+                raise _Truncated()
+            # Some vocabularies hold invalid UTF-8 pieces: keep them readable, never fail.
+            append(str(buf[pos:end], "utf-8", "replace"))
+            pos = end
+        self.pos = pos
+        return out
+
+    def value(self, vtype: int, key: str) -> Any:
+        if vtype in _SCALAR_TYPES:
+            v = self.unpack(_SCALAR_TYPES[vtype][0])
+            if vtype == _FLOAT32:
+                # Shortest decimal that round-trips in float32: 1e-5, not 9.999999747e-06.
+                return float(str(np.float32(v)))
+            return bool(v) if vtype == _BOOL else v
+        if vtype == _STRING:
+            return self.string()
+        if vtype == _ARRAY:
+            itype = self.unpack("<I")
+            count = self.unpack("<Q")
+            if itype in _SCALAR_TYPES:
+                dtype = np.dtype(_SCALAR_TYPES[itype][1])
+                self.need(count * dtype.itemsize)
+                arr = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos).copy()
+                self.pos += count * dtype.itemsize
+                return arr.astype(bool) if itype == _BOOL else arr
+            if itype == _STRING:
+                # Each string needs at least its 8-byte length: rejects absurd counts early.
+                self.need(count * 8)
+                return self.strings(count)
+            if itype == _ARRAY:
+                self.need(count * 12)
+                return [self.value(_ARRAY, key) for _ in range(count)]
+            raise _Corrupt(f"metadata key '{key}' has an array of unknown type {itype}")
+        raise _Corrupt(f"metadata key '{key}' has unknown value type {vtype}")
+
+
+class GGUFFile:
+    """An open, validated GGUF file. Tensor data stays memory-mapped."""
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._mmap: mmap.mmap | None = None
+        try:
+            self._open()
+        except _Truncated:
+            self.close()
+            raise ModelFileError(self.path, "truncated GGUF file (the header ends early)") from None
+        except _Corrupt as exc:
+            self.close()
+            raise ModelFileError(self.path, f"malformed GGUF file: {exc}") from None
+        except ModelFileError:
+            self.close()
+            raise
+
+    # -- parsing ---------------------------------------------------------------------------
+
+    def _open(self) -> None:
+        if not self.path.exists():
+            raise ModelFileError(self.path, "no such file")
+        if not self.path.is_file():
+            raise ModelFileError(self.path, "not a regular file")
+        size = self.path.stat().st_size
+        if size == 0:
+            raise ModelFileError(self.path, "empty file (0 bytes), not a GGUF model")
+        try:
+            with open(self.path, "rb") as f:
+                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        except OSError as exc:
+            raise ModelFileError(self.path, f"cannot read file: {exc.strerror or exc}") from None
+        self.size = size
+        buf = memoryview(self._mmap)
+        if size < 4 or bytes(buf[:4]) != GGUF_MAGIC:
+            head = bytes(buf[:4])
+            raise ModelFileError(
+                self.path, f"not a GGUF file (starts with {head!r}, expected {GGUF_MAGIC!r})"
+            )
+        cur = _Cursor(buf, 4)
+        self.version = cur.unpack("<I")
+        if struct.unpack("<I", struct.pack(">I", self.version))[0] in SUPPORTED_VERSIONS:
+            raise ModelFileError(self.path, "big-endian GGUF files are not supported")
+        if self.version not in SUPPORTED_VERSIONS:
+            raise ModelFileError(
+                self.path,
+                f"unsupported GGUF version {self.version} (supported: "
+                f"{', '.join(map(str, SUPPORTED_VERSIONS))})",
+            )
+        n_tensors = cur.unpack("<Q")
+        n_kv = cur.unpack("<Q")
+        # Every kv pair and tensor info takes well over 8 bytes: bounds absurd counts by size.
+        if n_tensors * 8 > size or n_kv * 8 > size:
+            raise ModelFileError(
+                self.path,
+                f"truncated or corrupt GGUF file: the header declares {n_tensors} tensors and "
+                f"{n_kv} metadata keys, the file has {size} bytes",
+            )
+
+        self.metadata: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = cur.string()
+            vtype = cur.unpack("<I")
+            self.metadata[key] = cur.value(vtype, key)
+        self.header_kv_end = cur.pos
+        _ = self.architecture  # every model GGUF names one; fail here, not deep in a loader
+
+        raw_infos: list[tuple[str, tuple[int, ...], int, int]] = []
+        for _ in range(n_tensors):
+            name = cur.string()
+            n_dims = cur.unpack("<I")
+            if not 1 <= n_dims <= MAX_DIMS:
+                raise _Corrupt(f"tensor '{name}' has {n_dims} dimensions")
+            dims = tuple(cur.unpack("<Q") for _ in range(n_dims))
+            qtype = cur.unpack("<I")
+            offset = cur.unpack("<Q")
+            raw_infos.append((name, dims, qtype, offset))
+
+        alignment = int(self.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+        if alignment <= 0 or alignment & (alignment - 1):
+            raise _Corrupt(f"general.alignment {alignment} is not a power of two")
+        self.alignment = alignment
+        self.data_offset = (cur.pos + alignment - 1) // alignment * alignment
+        self.tensors: dict[str, GGUFTensorInfo] = {}
+        for name, dims, qtype, rel_offset in raw_infos:
+            info = self._tensor_info(name, dims, qtype, rel_offset)
+            if name in self.tensors:
+                raise _Corrupt(f"tensor '{name}' appears twice")
+            self.tensors[name] = info
+
+    def _tensor_info(
+        self, name: str, dims: tuple[int, ...], qtype: int, rel_offset: int
+    ) -> GGUFTensorInfo:
+        try:
+            ggml_type = GGMLQuantizationType(qtype)
+        except ValueError:
+            raise ModelFileError(
+                self.path, f"tensor '{name}' has unknown tensor type id {qtype}"
+            ) from None
+        if ggml_type not in GGML_QUANT_SIZES:
+            raise ModelFileError(
+                self.path, f"tensor '{name}' has unsupported type {ggml_type.name}"
+            )
+        if any(d == 0 for d in dims):
+            raise _Corrupt(f"tensor '{name}' has a zero dimension {dims}")
+        block_size, type_size = GGML_QUANT_SIZES[ggml_type]
+        if dims[0] % block_size:
+            raise _Corrupt(
+                f"tensor '{name}' row length {dims[0]} is not a multiple of the "
+                f"{ggml_type.name} block size {block_size}"
+            )
+        n_rows = int(np.prod(dims[1:], dtype=np.int64)) if len(dims) > 1 else 1
+        nbytes = n_rows * (dims[0] // block_size) * type_size
+        if rel_offset % self.alignment:
+            raise _Corrupt(f"tensor '{name}' data offset {rel_offset} is not aligned")
+        offset = self.data_offset + rel_offset
+        if offset + nbytes > self.size:
+            raise ModelFileError(
+                self.path,
+                f"truncated GGUF file: tensor '{name}' needs bytes up to {offset + nbytes} "
+                f"but the file has {self.size}",
+            )
+        return GGUFTensorInfo(name, tuple(reversed(dims)), int(ggml_type), offset, nbytes)
+
+    # -- access ------------------------------------------------------------------------------
+
+    @property
+    def architecture(self) -> str:
+        arch = self.metadata.get("general.architecture")
+        if not isinstance(arch, str) or not arch:
+            raise ModelFileError(self.path, "missing metadata key 'general.architecture'")
+        return arch
+
+    def get(self, key: str, default: Any = None) -> Any:
+        return self.metadata.get(key, default)
+
+    def require(self, key: str) -> Any:
+        if key not in self.metadata:
+            raise ModelFileError(self.path, f"missing metadata key '{key}'")
+        return self.metadata[key]
+
+    def raw(self, name: str) -> np.ndarray:
+        """The stored bytes of a tensor, zero-copy: float types as their dtype, quantized types as
+        uint8 rows ``[*outer, bytes_per_row]``."""
+        info = self.tensors[name]
+        if self._mmap is None:
+            raise ModelFileError(self.path, "file is closed")
+        qtype = GGMLQuantizationType(info.qtype)
+        dtype = {
+            GGMLQuantizationType.F32: np.float32,
+            GGMLQuantizationType.F16: np.float16,
+            GGMLQuantizationType.F64: np.float64,
+        }.get(qtype)
+        if dtype is not None:
+            count = info.n_elements
+            return np.frombuffer(self._mmap, dtype=dtype, count=count, offset=info.offset).reshape(
+                info.shape
+            )
+        block_size, type_size = GGML_QUANT_SIZES[qtype]
+        row_bytes = info.shape[-1] // block_size * type_size
+        arr = np.frombuffer(self._mmap, dtype=np.uint8, count=info.nbytes, offset=info.offset)
+        return arr.reshape((*info.shape[:-1], row_bytes))
+
+    def dequantize(self, name: str) -> np.ndarray:
+        """A tensor as float32, numpy shape (outermost first). New memory; the map is untouched."""
+        info = self.tensors[name]
+        qtype = GGMLQuantizationType(info.qtype)
+        raw = self.raw(name)
+        if qtype in (GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.F64):
+            return raw.astype(np.float32)  # always a copy
+        try:
+            out = gguf_quants.dequantize(raw, qtype)
+        except NotImplementedError:
+            raise ModelFileError(
+                self.path, f"tensor '{name}' has type {qtype.name}, which cannot be dequantized"
+            ) from None
+        return np.ascontiguousarray(out, dtype=np.float32).reshape(info.shape)
+
+    def file_type(self) -> str:
+        """The dominant storage type: general.file_type when present ("Q4_1", "Q4_K_M"), else the
+        type holding the most bytes among matrices."""
+        ftype = self.metadata.get("general.file_type")
+        if ftype is not None:
+            try:
+                name = LlamaFileType(int(ftype)).name
+                for prefix in ("MOSTLY_", "ALL_"):
+                    name = name.removeprefix(prefix)
+                return name
+            except ValueError:
+                pass
+        totals: dict[str, int] = {}
+        for info in self.tensors.values():
+            if len(info.shape) >= 2:
+                totals[info.type_name] = totals.get(info.type_name, 0) + info.nbytes
+        return max(totals, key=totals.__getitem__) if totals else "F32"
+
+    def tensor_nbytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+    def header_digest(self) -> str:
+        """SHA-256 of the metadata section: changes whenever the vocabulary or config does."""
+        assert self._mmap is not None
+        return hashlib.sha256(self._mmap[: self.header_kv_end]).hexdigest()
+
+    def close(self) -> None:
+        if self._mmap is not None:
+            # arrays still view the map; it closes when they are gone
+            with contextlib.suppress(BufferError):
+                self._mmap.close()
+            self._mmap = None
+
+    def __enter__(self) -> GGUFFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.tensors)} tensors)"

@@ -1,0 +1,194 @@
+"""A Hugging Face model directory: config.json, *.safetensors (maybe sharded), tokenizer files.
+
+Weights keep their Hugging Face names; multimodal Gemma 3 checkpoints have their text model's
+names brought to the plain ``model.*`` form and their vision tensors left out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from localinfer.errors import ModelFileError, UnsupportedModelError
+from localinfer.loading.chat_template import ChatTemplate
+from localinfer.loading.hf_config import config_from_hf
+from localinfer.loading.model import LoadedModel
+from localinfer.loading.safetensors_file import SafetensorsFile
+from localinfer.loading.tokenizer import Tokenizer
+
+INDEX_FILE = "model.safetensors.index.json"
+# Checkpoint name prefixes -> the plain causal-LM names; None drops the tensor.
+_PREFIXES: tuple[tuple[str, str | None], ...] = (
+    ("language_model.model.", "model."),
+    ("language_model.lm_head.", "lm_head."),
+    ("model.language_model.", "model."),
+    ("vision_tower.", None),
+    ("model.vision_tower.", None),
+    ("multi_modal_projector.", None),
+    ("model.multi_modal_projector.", None),
+)
+
+
+def _hf_name(name: str) -> str | None:
+    for prefix, replacement in _PREFIXES:
+        if name.startswith(prefix):
+            return None if replacement is None else replacement + name[len(prefix) :]
+    return name
+
+
+def read_json(path: Path, required: bool = True) -> dict[str, Any]:
+    if not path.is_file():
+        if required:
+            raise ModelFileError(path, f"missing {path.name}")
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ModelFileError(path, f"malformed JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelFileError(path, "malformed JSON: expected an object")
+    return data
+
+
+class SafetensorsWeights:
+    """WeightSource over the .safetensors files of one directory."""
+
+    def __init__(self, files: list[SafetensorsFile], drop_lm_head: bool = False) -> None:
+        self.files = files
+        self._where: dict[str, tuple[SafetensorsFile, str]] = {}
+        for f in files:
+            for stored in f.tensors:
+                name = _hf_name(stored)
+                if name is None or (drop_lm_head and name == "lm_head.weight"):
+                    continue
+                if name in self._where:
+                    raise ModelFileError(f.path, f"tensor '{name}' appears in two files")
+                self._where[name] = (f, stored)
+
+    def names(self) -> list[str]:
+        return list(self._where)
+
+    def get(self, name: str) -> np.ndarray:
+        f, stored = self._where[name]
+        return f.get(stored)
+
+    def quant_type(self, name: str) -> str:
+        f, stored = self._where[name]
+        return f.tensors[stored].dtype
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        f, stored = self._where[name]
+        return f.tensors[stored].shape
+
+    def nbytes(self) -> int:
+        return sum(f.tensors[s].nbytes for f, s in self._where.values())
+
+    def dominant_type(self) -> str:
+        totals: dict[str, int] = {}
+        for f, s in self._where.values():
+            info = f.tensors[s]
+            totals[info.dtype] = totals.get(info.dtype, 0) + info.nbytes
+        return max(totals, key=totals.__getitem__) if totals else "F32"
+
+
+def _weight_files(root: Path) -> list[Path]:
+    index = root / INDEX_FILE
+    if index.is_file():
+        weight_map = read_json(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map:
+            raise ModelFileError(index, "malformed index: no weight_map")
+        names = sorted(set(weight_map.values()))
+        missing = [n for n in names if not (root / n).is_file()]
+        if missing:
+            raise ModelFileError(root, f"missing weight shard(s): {', '.join(missing[:3])}")
+        return [root / n for n in names]
+    files = sorted(root.glob("*.safetensors"))
+    if not files:
+        found = (
+            "only PyTorch .bin weights, which are not supported"
+            if any(root.glob("*.bin"))
+            else "no .safetensors weights"
+        )
+        raise ModelFileError(root, found)
+    return files
+
+
+def _token_text(value: Any) -> str | None:
+    """tokenizer_config.json writes special tokens as strings or AddedToken dicts."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    return value if isinstance(value, str) else None
+
+
+def _chat_template_source(root: Path, tok_cfg: dict[str, Any]) -> str | None:
+    jinja = root / "chat_template.jinja"
+    if jinja.is_file():
+        return jinja.read_text(encoding="utf-8")
+    src = tok_cfg.get("chat_template")
+    if isinstance(src, list):  # named templates: take "default"
+        named = {t.get("name"): t.get("template") for t in src if isinstance(t, dict)}
+        src = named.get("default") or next(iter(named.values()), None)
+    if src is None:
+        chat_json = read_json(root / "chat_template.json", required=False)
+        src = chat_json.get("chat_template")
+    return src if isinstance(src, str) else None
+
+
+def load_safetensors_dir(root: Path, name: str | None = None) -> LoadedModel:
+    root = Path(root)
+    if not root.is_dir():
+        raise ModelFileError(root, "not a directory")
+    cfg = read_json(root / "config.json")
+    generation = read_json(root / "generation_config.json", required=False)
+    files = [SafetensorsFile(p) for p in _weight_files(root)]
+    names = {n for f in files for n in (_hf_name(s) for s in f.tensors) if n is not None}
+    config = config_from_hf(cfg, root, weight_names=names, generation=generation)
+    weights = SafetensorsWeights(files, drop_lm_head=config.tied_embeddings)
+
+    tok_cfg = read_json(root / "tokenizer_config.json", required=False)
+    tok_json = root / "tokenizer.json"
+    if not tok_json.is_file():
+        hint = (
+            " (only a SentencePiece tokenizer.model, which needs conversion)"
+            if (root / "tokenizer.model").is_file()
+            else ""
+        )
+        raise UnsupportedModelError(f"{root}: missing tokenizer.json{hint}")
+    bos_text = _token_text(tok_cfg.get("bos_token"))
+    eos_text = _token_text(tok_cfg.get("eos_token"))
+    tokenizer = Tokenizer.from_json_file(
+        tok_json,
+        bos_token=bos_text,
+        eos_tokens=[eos_text] if eos_text else [],
+        eos_ids=config.eos_token_ids,
+        add_bos=bool(tok_cfg["add_bos_token"]) if "add_bos_token" in tok_cfg else None,
+        add_eos=bool(tok_cfg.get("add_eos_token", False)),
+    )
+    if tokenizer.bos_id is None and config.bos_token_id is not None:
+        tokenizer.bos_id = config.bos_token_id
+    if not config.eos_token_ids and tokenizer.eos_ids:
+        config = dataclasses.replace(config, eos_token_ids=tokenizer.eos_ids)
+    source = _chat_template_source(root, tok_cfg)
+    template = (
+        ChatTemplate(source, bos_token=bos_text, eos_token=eos_text)
+        if source
+        else ChatTemplate.fallback(
+            lambda t: tokenizer.token_to_id(t) is not None,
+            bos_token=bos_text or "",
+            eos_token=eos_text or "",
+        )
+    )
+    return LoadedModel(
+        name=name or root.name,
+        path=root,
+        format="safetensors",
+        config=config,
+        tokenizer=tokenizer,
+        chat_template=template,
+        weights=weights,
+        file_quant=weights.dominant_type(),
+    )
