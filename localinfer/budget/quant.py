@@ -1,0 +1,118 @@
+"""Bits per weight of each weight quantization, and bytes per element of each KV-cache dtype.
+
+Weight figures are used only when no file header gives exact tensor bytes. Pure GGML block types
+are exact (block bytes / block elements). Mixed GGUF file types (Q4_K_M keeps some tensors at
+Q6_K, ...) are effective averages derived from llama.cpp's `llama-quantize` size table for
+Llama-3-8B (file GiB x 2^30 x 8 / 8.03e9 params).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fractions import Fraction
+
+from localinfer.errors import InvalidParameterError
+
+# Weight quantizations a user may ask for, by canonical name -> bits per weight.
+WEIGHT_BITS: dict[str, Fraction] = {
+    "f32": Fraction(32),
+    "f16": Fraction(16),
+    "bf16": Fraction(16),
+    # Pure GGML block types: (block bytes x 8) / block elements.
+    "Q4_0": Fraction(18 * 8, 32),  # 4.5
+    "Q4_1": Fraction(20 * 8, 32),  # 5.0
+    "Q5_0": Fraction(22 * 8, 32),  # 5.5
+    "Q5_1": Fraction(24 * 8, 32),  # 6.0
+    "Q8_0": Fraction(34 * 8, 32),  # 8.5
+    "Q6_K": Fraction(210 * 8, 256),  # 6.5625
+    "IQ4_XS": Fraction(136 * 8, 256),  # 4.25
+    # Mixed GGUF file types: effective averages (see module docstring).
+    "Q2_K": Fraction("3.17"),
+    "Q3_K_S": Fraction("3.65"),
+    "Q3_K_M": Fraction("4.00"),
+    "Q3_K_L": Fraction("4.31"),
+    "Q4_K_S": Fraction("4.67"),
+    "Q4_K_M": Fraction("4.89"),
+    "Q5_K_S": Fraction("5.57"),
+    "Q5_K_M": Fraction("5.70"),
+    # torch weight-only quantization: int8 per output channel (one fp16 scale per row, <0.1%
+    # extra, not counted); int4 in groups of 128 with an fp16 scale and zero point per group.
+    "int8": Fraction(8),
+    "int4": Fraction(4) + Fraction(32, 128),  # 4.25
+    # MLX affine quantization: an fp16 scale and bias per group.
+    "mlx-4bit": Fraction(4) + Fraction(32, 64),  # 4.5 (group 64)
+    "mlx-4bit-g32": Fraction(4) + Fraction(32, 32),  # 5.0
+    "mlx-8bit": Fraction(8) + Fraction(32, 64),  # 8.5 (group 64)
+}
+
+# Spellings people use -> canonical name. "none" is handled by the caller (keep the native dtype).
+_ALIASES = {
+    "fp32": "f32",
+    "float32": "f32",
+    "fp16": "f16",
+    "float16": "f16",
+    "bfloat16": "bf16",
+    "mlx-4bit-g64": "mlx-4bit",
+    "mlx-8bit-g64": "mlx-8bit",
+    "q4": "int4",
+    "q8": "int8",
+}
+
+# Ordered from large to small: the budget walks this list when it looks for a quantization that
+# fits. Only the ones a runner can actually produce or load are offered as suggestions.
+SUGGESTION_ORDER = ("bf16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")
+
+
+def normalize_quant(name: str) -> str:
+    """Canonical name of a weight quantization; raises InvalidParameterError if unknown."""
+    key = name.strip()
+    low = key.lower()
+    if low in _ALIASES:
+        return _ALIASES[low]
+    for canonical in WEIGHT_BITS:
+        if canonical.lower() == low:
+            return canonical
+    known = ", ".join(["none", *WEIGHT_BITS])
+    raise InvalidParameterError(f"unknown quantization '{name}' (known: {known})")
+
+
+def weight_bits(quant: str) -> Fraction:
+    return WEIGHT_BITS[normalize_quant(quant)]
+
+
+def bytes_for_params(params: int, quant: str) -> int:
+    """params x bits-per-weight / 8, rounded up to a whole byte."""
+    bits = weight_bits(quant)
+    total = Fraction(params) * bits / 8
+    return -(-total.numerator // total.denominator)
+
+
+@dataclass(frozen=True, slots=True)
+class KVDtype:
+    """A KV-cache element type stored in blocks of `block` elements taking `block_bytes` bytes."""
+
+    name: str
+    block: int
+    block_bytes: int
+
+    def row_bytes(self, elements: int) -> int:
+        """Bytes of one cache row (llama.cpp rounds each row up to whole blocks)."""
+        return -(-elements // self.block) * self.block_bytes
+
+
+KV_DTYPES: dict[str, KVDtype] = {
+    "f32": KVDtype("f32", 1, 4),
+    "f16": KVDtype("f16", 1, 2),
+    "bf16": KVDtype("bf16", 1, 2),
+    "q8_0": KVDtype("q8_0", 32, 34),  # 8.5 bits
+    "q4_0": KVDtype("q4_0", 32, 18),  # 4.5 bits
+}
+
+
+def kv_dtype(name: str) -> KVDtype:
+    key = _ALIASES.get(name.strip().lower(), name.strip().lower())
+    if key not in KV_DTYPES:
+        raise InvalidParameterError(
+            f"unknown KV cache dtype '{name}' (known: {', '.join(KV_DTYPES)})"
+        )
+    return KV_DTYPES[key]

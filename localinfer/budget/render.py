@@ -1,0 +1,128 @@
+"""Show a BudgetReport in the terminal: a breakdown table, a stacked bar and a verdict."""
+
+from __future__ import annotations
+
+from rich.console import Console, Group
+from rich.table import Table
+from rich.text import Text
+
+from localinfer.budget.compute import BudgetReport
+from localinfer.budget.memory import human_bytes
+from localinfer.budget.verify import MemoryCheck
+
+BAR_WIDTH = 60
+_COLORS = {"weights": "blue", "kv": "magenta", "overhead": "yellow", "free": "green", "over": "red"}
+
+
+def breakdown_table(report: BudgetReport) -> Table:
+    table = Table(
+        title=f"{report.model} on {report.device} ({report.backend})", title_justify="left"
+    )
+    table.add_column("part")
+    table.add_column("bytes", justify="right")
+    table.add_column("how")
+    kv_how = f"{report.ctx:,} ctx x {report.concurrency} seq, {report.kv_dtype}"
+    rows = [
+        ("weights", report.weights_bytes, _weights_how(report)),
+        ("KV cache", report.kv_cache_bytes, kv_how),
+        ("compute buffers", report.compute_bytes, f"prefill chunk {report.prefill_chunk} + logits"),
+        ("runtime", report.runtime_bytes, f"{report.backend} constant"),
+    ]
+    for name, value, how in rows:
+        table.add_row(name, human_bytes(value), how)
+    table.add_section()
+    share = 100 * report.total_bytes / max(report.available_bytes, 1)
+    table.add_row("total", human_bytes(report.total_bytes), f"{share:.0f}% of available")
+    table.add_row("available", human_bytes(report.available_bytes), report.device)
+    return table
+
+
+def _weights_how(report: BudgetReport) -> str:
+    if report.quant in report.weights_source:
+        return report.weights_source
+    return f"{report.quant}: {report.weights_source}"
+
+
+def stacked_bar(report: BudgetReport, width: int = BAR_WIDTH) -> Text:
+    """weights | KV | overhead | free, scaled to the larger of available and needed memory."""
+    scale = max(report.available_bytes, report.total_bytes, 1)
+    parts = [
+        ("weights", report.weights_bytes),
+        ("kv", report.kv_cache_bytes),
+        ("overhead", report.overhead_bytes),
+    ]
+    free = report.available_bytes - report.total_bytes
+    parts.append(("free", free) if free >= 0 else ("over", 0))
+    bar = Text()
+    used = 0
+    for name, value in parts:
+        cells = round(width * value / scale)
+        cells = min(cells, width - used)
+        bar.append("█" * cells, style=_COLORS[name])
+        used += cells
+    if free < 0:
+        # Past the device's end: mark where available memory stops.
+        edge = round(width * report.available_bytes / scale)
+        bar = Text.assemble(bar[:edge], Text("│", style="bold red"), bar[edge:])
+    legend = Text.assemble(
+        ("■ weights ", _COLORS["weights"]),
+        ("■ KV ", _COLORS["kv"]),
+        ("■ overhead ", _COLORS["overhead"]),
+        ("■ free", _COLORS["free"]),
+    )
+    return Text.assemble(bar, "\n", legend)
+
+
+def verdict(report: BudgetReport) -> Text:
+    if report.fits:
+        return Text.assemble(
+            ("fits", "bold green"),
+            f": {human_bytes(report.total_bytes)} of {human_bytes(report.available_bytes)}, "
+            f"{human_bytes(report.free_bytes)} free. Longest context at {report.concurrency} "
+            f"seq: {report.max_context:,}; most sequences at {report.ctx:,} ctx: "
+            f"{report.max_concurrency}.",
+        )
+    lines = Text.assemble(
+        ("does not fit", "bold red"),
+        f": needs {human_bytes(report.total_bytes)}, {human_bytes(-report.free_bytes)} more "
+        f"than the {human_bytes(report.available_bytes)} available.",
+    )
+    for s in report.suggestions:
+        lines.append(
+            f"\n  try {s.change}: {human_bytes(s.total_bytes)} "
+            f"({s.quant}, {s.ctx:,} ctx, {s.concurrency} seq, KV {s.kv_dtype})"
+        )
+    if report.vllm is not None:
+        gpus = "1 x 80 GiB GPU" if report.vllm.gpus == 1 else f"{report.vllm.gpus} x 80 GiB GPUs"
+        lines.append(
+            f"\n  nothing nearby fits; with vLLM, {gpus} would "
+            f"({human_bytes(report.vllm.per_gpu_bytes)} each):"
+        )
+    elif not report.suggestions:
+        lines.append("\n  nothing nearby fits, and no multi-GPU plan up to 64 GPUs either")
+    return lines
+
+
+def print_report(report: BudgetReport, console: Console | None = None) -> None:
+    console = console or Console()
+    console.print(Group(breakdown_table(report), stacked_bar(report), verdict(report)))
+    if report.vllm is not None:  # unwrapped, so it pastes as one command
+        console.print("  " + report.vllm.command, soft_wrap=True, highlight=False, markup=False)
+
+
+def check_table(check: MemoryCheck) -> Table:
+    """Predicted vs measured, part by part, from `--verify`."""
+    table = Table(title=f"--verify: {check.backend} on {check.device}", title_justify="left")
+    for column in ("part", "predicted", "measured", "measured / predicted"):
+        table.add_column(column, justify="left" if column == "part" else "right")
+    rows = [
+        ("weights", check.predicted_weights, check.measured_weights),
+        ("KV cache", check.predicted_kv_cache, check.measured_kv_cache),
+        ("compute buffers", check.predicted_compute, check.measured_overhead),
+    ]
+    if check.rss_growth is not None:  # everything, library code and tokenizer included
+        rows.append(("total vs process RSS growth", check.predicted_total, check.rss_growth))
+    for name, predicted, measured in rows:
+        ratio = f"{measured / predicted:.3f}" if predicted else "-"
+        table.add_row(name, human_bytes(predicted), human_bytes(measured), ratio)
+    return table

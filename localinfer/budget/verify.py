@@ -1,0 +1,87 @@
+"""`localinfer budget --verify`: load the model with the real runner at the budgeted settings, run
+one prefill chunk, and put the runner's measured memory next to the prediction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from localinfer.budget.compute import BudgetReport
+from localinfer.errors import InvalidParameterError, ModelFileError
+
+
+class MemoryCheck(BaseModel):
+    """Predicted vs measured bytes, part by part."""
+
+    backend: str
+    device: str
+    predicted_weights: int
+    measured_weights: int
+    predicted_kv_cache: int
+    measured_kv_cache: int
+    predicted_compute: int  # compute buffers
+    measured_overhead: int  # what the runner reports beyond weights and KV (no library code)
+    predicted_total: int  # weights + KV + compute + the backend's runtime constant
+    rss_growth: int | None  # CPU: process RSS after load + prefill minus before (all-inclusive)
+
+
+def _rss() -> int | None:
+    """Resident set size of this process (Linux /proc; None elsewhere)."""
+    status = Path("/proc/self/status")
+    if not status.is_file():
+        return None
+    for line in status.read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024  # kB
+    return None
+
+
+def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck:
+    """Build the runner the report budgets for and measure it. Needs the model on disk."""
+    if report.model_path is None:
+        raise ModelFileError(
+            report.model, f"--verify needs the model on disk; run `localinfer pull {report.model}`"
+        )
+    device = report.device
+    if device not in ("cpu", "metal") and not device.startswith("cuda"):
+        raise InvalidParameterError("--verify measures this machine; drop --device SIZE")
+    from localinfer.backends.base import RunnerConfig, SlotWork
+    from localinfer.backends.select import create_runner
+    from localinfer.loading.loader import load_model
+
+    before = _rss()
+    model = load_model(Path(report.model_path), report.model)
+    # The dtype the budget assumed (torch: float32 on CPU, bfloat16 on a GPU, as the session).
+    config = RunnerConfig(
+        slots=report.concurrency,
+        max_ctx=report.ctx,
+        device=device,
+        dtype=dtype or ("float32" if device == "cpu" else "bfloat16"),
+    )
+    runner, _notice = create_runner(model, config, backend=report.backend)
+    try:
+        # One full prefill chunk, so compute buffers reach the size the budget counts.
+        n = min(report.prefill_chunk, report.ctx)
+        vocab = runner.info.vocab_size
+        tokens = tuple(1 + i % (vocab - 1) for i in range(n))
+        runner.forward([SlotWork(slot=0, tokens=tokens, start_pos=0, logits="last")])
+        measured = runner.memory()
+        after = _rss()
+    finally:
+        runner.close()
+    growth = (
+        after - before if device == "cpu" and after is not None and before is not None else None
+    )
+    return MemoryCheck(
+        backend=report.backend,
+        device=device,
+        predicted_weights=report.weights_bytes,
+        measured_weights=measured.weights,
+        predicted_kv_cache=report.kv_cache_bytes,
+        measured_kv_cache=measured.kv_cache,
+        predicted_compute=report.compute_bytes,
+        measured_overhead=measured.overhead,
+        predicted_total=report.total_bytes,
+        rss_growth=growth,
+    )

@@ -1,0 +1,111 @@
+"""`localinfer budget MODEL`: will it fit, and what fits if not."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+
+from localinfer.errors import InvalidParameterError
+
+_COUNT = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
+
+
+def parse_count(text: str, flag: str) -> int:
+    """'4096' -> 4096, '8k' -> 8192 (a k is 1024 tokens, as model cards count context)."""
+    match = _COUNT.match(text)
+    if not match:
+        raise InvalidParameterError(f"{flag} wants a whole number like 4096 or 8k, got '{text}'")
+    value = int(match.group(1)) * (1024 if match.group(2) else 1)
+    if value < 1:
+        raise InvalidParameterError(f"{flag} must be at least 1, got '{text}'")
+    return value
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "budget",
+        help="memory needed by a model (weights + KV cache + overhead) and whether it fits",
+        description="Work out the memory a model needs at a context length and concurrency, "
+        "whether it fits this machine (or --device SIZE), and what fits when it doesn't.",
+        epilog="exit status: 0 fits, 3 does not fit, 1 bad input",
+    )
+    parser.add_argument("model", help="catalog name, GGUF file, model folder or cached HF repo")
+    parser.add_argument(
+        "--ctx",
+        default=None,
+        help="tokens per sequence, e.g. 4096 or 8k "
+        "(default: 2048, what chat and serve allocate, or the model's maximum if smaller)",
+    )
+    parser.add_argument("--concurrency", default="1", help="sequences at once (default: 1)")
+    parser.add_argument(
+        "--quant",
+        default=None,
+        help="none (16-bit), int8, int4, a GGUF type (Q4_K_M, Q8_0, ...), mlx-4bit; "
+        "default: the file's own or the catalog's default",
+    )
+    parser.add_argument(
+        "--kv-dtype",
+        default=None,
+        help="f16 | bf16 | f32 | q8_0 | q4_0 (default: f16; torch: its compute dtype)",
+    )
+    parser.add_argument(
+        "--device", default="auto", help="auto | cpu | cuda | cuda:N | metal | a size like 24GiB"
+    )
+    parser.add_argument("--backend", default=None, help="torch | llamacpp | mlx (default: auto)")
+    parser.add_argument(
+        "--dtype",
+        choices=("float32", "bfloat16", "float16"),
+        help="torch's compute dtype, which GGUF weights are dequantized to "
+        "(default: float32 on CPU, bfloat16 on CUDA)",
+    )
+    parser.add_argument(
+        "--online",
+        action="store_true",
+        help="ask the Hugging Face Hub for exact safetensors sizes of models not on disk",
+    )
+    parser.add_argument(
+        "--verify",
+        action="store_true",
+        help="load the model with the real runner, run one prefill chunk, and compare its "
+        "measured memory with the prediction",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from localinfer.budget import BudgetRequest, compute_budget
+
+    request = BudgetRequest(
+        model=args.model,
+        ctx=parse_count(args.ctx, "--ctx") if args.ctx is not None else None,
+        concurrency=parse_count(args.concurrency, "--concurrency"),
+        quant=args.quant,
+        kv_dtype=args.kv_dtype,
+        device=args.device,
+        backend=args.backend,
+        online=args.online,
+        dtype=args.dtype,
+    )
+    report = compute_budget(request)
+    check = None
+    if args.verify:
+        from localinfer.budget.verify import verify_budget
+
+        check = verify_budget(report, args.dtype)
+    if args.json:
+        data = report.model_dump()
+        if check is not None:
+            data["verify"] = check.model_dump()
+        print(json.dumps(data))
+    else:
+        from rich.console import Console
+
+        from localinfer.budget.render import check_table, print_report
+
+        console = Console()
+        print_report(report, console)
+        if check is not None:
+            console.print(check_table(check))
+    return 0 if report.fits else 3
