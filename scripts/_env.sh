@@ -1,6 +1,7 @@
-# Shared set-up for scripts/run and scripts/test: create .venv if missing and install what this
-# machine needs. Idempotent: a stamp keyed on pyproject.toml + extras skips pip when nothing changed.
-# Usage: source scripts/_env.sh EXTRA[,EXTRA...]
+# Shared set-up for scripts/run, scripts/test and the bench scripts: create .venv if missing and
+# install what this machine needs. Idempotent and quick: a stamp records the pyproject.toml hash
+# and the extras installed; pip runs only when pyproject changed or an extra is missing.
+# Usage: LOCALINFER_EXTRAS=torch,test source scripts/_env.sh   (unset: this machine's backends)
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
@@ -15,18 +16,23 @@ machine_extras() {
   fi
 }
 
-EXTRAS="${1:-$(machine_extras)}"
+want_extras="${LOCALINFER_EXTRAS:-$(machine_extras)}"
 PY="${LOCALINFER_PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   echo "creating .venv" >&2
   "$PY" -m venv .venv
 fi
 STAMP=".venv/.install-stamp"
-WANT="$(cat pyproject.toml | sha256sum | cut -c1-16)-$EXTRAS"
-if [ "$(cat "$STAMP" 2>/dev/null)" != "$WANT" ] || ! .venv/bin/python -c "import localinfer" 2>/dev/null; then
-  echo "installing localinfer[$EXTRAS] into .venv (llama-cpp-python builds once, ~5 min, then pip caches it)" >&2
+hash="$(sha256sum pyproject.toml | cut -c1-16)"
+stamp_hash="" stamp_extras=""
+if [ -f "$STAMP" ]; then read -r stamp_hash stamp_extras < "$STAMP" || true; fi
+[ "$stamp_hash" = "$hash" ] || stamp_extras=""
+# Keep extras installed earlier (same pyproject) so running scripts in turn never flip-flops.
+all_extras="$(printf '%s\n' ${want_extras//,/ } ${stamp_extras//,/ } | sort -u | paste -sd, -)"
+if [ "$all_extras" != "$stamp_extras" ] || ! .venv/bin/python -c "import localinfer" 2>/dev/null; then
+  echo "installing localinfer[$all_extras] into .venv (llama-cpp-python builds once, ~5 min; pip caches it)" >&2
   .venv/bin/python -m pip install -q --upgrade pip >&2
-  .venv/bin/python -m pip install -q -e ".[$EXTRAS]" >&2
-  echo "$WANT" > "$STAMP"
+  .venv/bin/python -m pip install -q -e ".[$all_extras]" >&2
+  echo "$hash $all_extras" > "$STAMP"
 fi
 export PATH="$ROOT/.venv/bin:$PATH"

@@ -1,0 +1,29 @@
+"""The engine: continuous batching over a Runner, sampling, streaming and metrics."""
+
+from localinfer.engine.engine import Engine, TokenizerLike
+from localinfer.engine.handle import GenerationResult, RequestHandle
+from localinfer.engine.scheduler import StepReport
+from localinfer.engine.types import (
+    EngineMetrics,
+    FinishReason,
+    Request,
+    RequestMetrics,
+    SamplingParams,
+    StreamEvent,
+    TokenLogprob,
+)
+
+__all__ = [
+    "Engine",
+    "EngineMetrics",
+    "FinishReason",
+    "GenerationResult",
+    "Request",
+    "RequestHandle",
+    "RequestMetrics",
+    "SamplingParams",
+    "StepReport",
+    "StreamEvent",
+    "TokenLogprob",
+    "TokenizerLike",
+]

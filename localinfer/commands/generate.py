@@ -1,0 +1,152 @@
+"""`localinfer generate [MODEL] PROMPT`: one answer, streamed to stdout; metrics on stderr."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from localinfer.errors import InvalidParameterError, LocalinferError
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "generate",
+        help="generate one answer to a prompt (streams to stdout)",
+        description="Generate one answer. MODEL defaults to the embedded smollm2-135m. The prompt "
+        "goes through the model's chat template unless --raw is given.",
+    )
+    p.add_argument("model", nargs="?", metavar="MODEL", help="default: smollm2-135m (embedded)")
+    p.add_argument("prompt", metavar="PROMPT")
+    p.add_argument("--system", help="system message (chat template only)")
+    p.add_argument("--raw", action="store_true", help="send PROMPT as is, no chat template")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of a stream")
+    p.add_argument("--max-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--top-k", type=int, default=0)
+    p.add_argument("--min-p", type=float, default=0.0)
+    p.add_argument("--repetition-penalty", type=float, default=1.0)
+    p.add_argument("--seed", type=int)
+    p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument("--backend", choices=("torch", "llamacpp", "mlx"))
+    p.add_argument("--ctx", type=int, help="context tokens per slot (default: 2048)")
+    p.add_argument("--slots", type=int, default=1)
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--quant", help="which quantization of a catalog model to use")
+    p.set_defaults(func=run)
+
+
+def _sampling(args: argparse.Namespace) -> Any:
+    from pydantic import ValidationError
+
+    from localinfer.engine import SamplingParams
+
+    try:
+        return SamplingParams(
+            max_tokens=args.max_tokens,
+            temperature=args.temperature,
+            top_p=args.top_p,
+            top_k=args.top_k,
+            min_p=args.min_p,
+            repetition_penalty=args.repetition_penalty,
+            seed=args.seed,
+            stop=tuple(args.stop),
+        )
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        name = "--" + str(err["loc"][0]).replace("_", "-") if err["loc"] else "parameter"
+        raise InvalidParameterError(f"{name}: {err['msg']}") from None
+
+
+def run(args: argparse.Namespace) -> int:
+    model_spec, prompt = args.model, args.prompt
+    if args.system and args.raw:
+        raise InvalidParameterError("--system needs the chat template; drop --raw")
+    params = _sampling(args)
+
+    from localinfer.engine import Request
+    from localinfer.session import open_session
+
+    session = open_session(
+        model_spec,
+        backend=args.backend,
+        ctx=args.ctx,
+        slots=args.slots,
+        dtype=args.dtype,
+        quant=args.quant,
+    )
+    try:
+        if args.raw:
+            ids = session.raw_prompt_ids(prompt)
+        else:
+            messages = [{"role": "user", "content": prompt}]
+            if args.system:
+                messages.insert(0, {"role": "system", "content": args.system})
+            ids = session.chat_prompt_ids(messages)
+        handle = session.engine.submit(Request(ids, params))
+        try:
+            if args.json:
+                result = handle.result()
+            else:
+                for event in handle:
+                    if event.text:
+                        sys.stdout.write(event.text)
+                        sys.stdout.flush()
+                result = handle.result()
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            handle.abort()
+            raise
+        if args.json:
+            print(json.dumps(_as_json(session, result), ensure_ascii=False))
+        else:
+            print(_metrics_line(session, result), file=sys.stderr)
+        if result.finish_reason == "error":
+            raise LocalinferError(f"generation failed: {result.error}")
+        return 0
+    finally:
+        session.close()
+
+
+def _metrics_line(session: Any, result: Any) -> str:
+    m = result.metrics
+    parts = [session.runner_notice.split(" (")[0]]
+    if m is not None:
+        if m.ttft_s is not None:
+            parts.append(f"TTFT {m.ttft_s * 1000:.0f} ms")
+        if m.decode_tps is not None:
+            parts.append(f"{m.decode_tps:.1f} tok/s")
+        parts.append(f"{m.prompt_tokens} prompt + {m.completion_tokens} completion tokens")
+    parts.append(f"finish: {result.finish_reason}")
+    return " · ".join(parts)
+
+
+def _as_json(session: Any, result: Any) -> dict[str, Any]:
+    m = result.metrics
+    usage = {
+        "prompt_tokens": m.prompt_tokens if m else None,
+        "completion_tokens": m.completion_tokens if m else len(result.token_ids),
+        "total_tokens": (m.prompt_tokens + m.completion_tokens) if m else None,
+    }
+    metrics = {}
+    if m is not None:
+        metrics = {
+            "ttft_s": m.ttft_s,
+            "tpot_s": m.tpot_s,
+            "decode_tps": m.decode_tps,
+            "prefill_tps": m.prefill_tps,
+            "queued_s": m.queued_s,
+        }
+    return {
+        "model": session.model.name,
+        "backend": session.backend,
+        "text": result.text,
+        "finish_reason": result.finish_reason,
+        "error": result.error,
+        "token_ids": list(result.token_ids),
+        "usage": usage,
+        "metrics": metrics,
+    }

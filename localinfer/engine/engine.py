@@ -1,0 +1,289 @@
+"""The Engine: one thread owns the runner; callers submit requests and read event streams.
+
+    engine = Engine(runner, tokenizer)
+    for event in engine.submit(Request(prompt_ids)):      # synchronous stream
+        print(event.text, end="")
+    result = engine.generate(Request(prompt_ids))          # whole answer
+    async for event in engine.stream(Request(ids)): ...    # asyncio
+
+``Engine(..., background=False)`` starts no thread: ``engine.step()`` then runs exactly one
+scheduler step in the caller's thread, so tests can assert admission and interleaving by step
+counts. Iterating a handle in that mode steps the engine itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import logging
+import threading
+import time
+from collections.abc import AsyncIterator, Iterable
+from typing import Protocol
+
+from localinfer.backends.base import Runner
+from localinfer.engine.detokenizer import Detokenizer
+from localinfer.engine.handle import GenerationResult, RequestHandle
+from localinfer.engine.metrics import Clock, MetricsRecorder, RequestTiming
+from localinfer.engine.sampler import TokenSampler
+from localinfer.engine.scheduler import Scheduler, StepReport
+from localinfer.engine.sequence import EventSink, Sequence
+from localinfer.engine.types import EngineMetrics, Request, StreamEvent
+from localinfer.errors import ContextOverflowError, InvalidParameterError, QueueFullError
+
+log = logging.getLogger(__name__)
+
+
+class TokenizerLike(Protocol):
+    """What the engine needs from a tokenizer (localinfer.loading.tokenizer.Tokenizer fits)."""
+
+    @property
+    def eos_ids(self) -> Iterable[int]: ...
+
+    def token_bytes(self, token_id: int) -> bytes: ...
+
+
+class Engine:
+    """Continuous batching over one Runner, owned by one thread (or by ``step()`` callers).
+
+    ``max_queue`` bounds the requests waiting for a slot (QueueFullError beyond it);
+    ``prefill_chunk`` is the prompt-token budget of one step, shared by prefilling slots;
+    ``prefix_reuse`` keeps finished slots' caches and starts a new request in the idle slot whose
+    cache shares the longest prefix with its prompt.
+    """
+
+    def __init__(
+        self,
+        runner: Runner,
+        tokenizer: TokenizerLike,
+        *,
+        max_queue: int = 64,
+        prefill_chunk: int = 256,
+        prefix_reuse: bool = False,
+        background: bool = True,
+        eos_ids: Iterable[int] | None = None,
+        metrics_window: int = 256,
+        clock: Clock | None = None,
+    ) -> None:
+        self.runner = runner
+        self.tokenizer = tokenizer
+        # Sample only ids the tokenizer knows: some models pad the embedding past the vocab.
+        self.vocab_size = min(runner.info.vocab_size, getattr(tokenizer, "vocab_size", 1 << 62))
+        self.max_ctx = runner.info.max_ctx
+        self.eos_ids = frozenset(tokenizer.eos_ids if eos_ids is None else eos_ids)
+        self._recorder = MetricsRecorder(metrics_window, clock or time.perf_counter)
+        self._live: dict[str, Sequence] = {}
+        self._live_lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._scheduler = Scheduler(
+            runner,
+            token_text=self._token_text,
+            metrics=self._recorder,
+            max_queue=max_queue,
+            prefill_chunk=prefill_chunk,
+            prefix_reuse=prefix_reuse,
+            on_finish=self._forget,
+        )
+        self._wake = threading.Condition()
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        if background:
+            self._thread = threading.Thread(
+                target=self._loop, name="localinfer-engine", daemon=True
+            )
+            self._thread.start()
+
+    # -- public API ------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> RequestHandle:
+        """Queue a request; raises QueueFullError, ContextOverflowError or InvalidParameterError
+        before any compute. Iterate the handle for its events."""
+        return self.submit_all([request])[0]
+
+    def submit_all(self, requests: Iterable[Request]) -> list[RequestHandle]:
+        """Queue several requests at once, all or none: they are admitted at the same step when
+        slots allow (benchmarks, n > 1 choices)."""
+        pump = None if self._thread is not None else self._pump
+        handles: list[RequestHandle] = []
+        items: list[tuple[Request, EventSink]] = []
+        for request in requests:
+            handle = RequestHandle("", abort=self.abort, pump=pump)
+            handles.append(handle)
+            items.append((request, handle.put))
+        for handle, seq in zip(handles, self._enqueue_all(items), strict=True):
+            handle.request_id = seq.request_id
+        return handles
+
+    def generate(self, request: Request) -> GenerationResult:
+        """Run a request to the end and return the whole answer."""
+        return self.submit(request).result()
+
+    def stream(self, request: Request) -> AsyncIterator[StreamEvent]:
+        """Async stream of a request's events; call it inside a running event loop.
+
+        The request is validated and queued at once (errors raise here, before a server starts
+        its response). Leaving the loop early (a client went away) aborts the request, which
+        frees its slot at the next step."""
+        loop = asyncio.get_running_loop()
+        events: asyncio.Queue[StreamEvent] = asyncio.Queue()
+
+        def sink(event: StreamEvent) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
+        seq = self._enqueue(request, sink)
+        return self._drain(seq, events)
+
+    async def _drain(
+        self, seq: Sequence, events: asyncio.Queue[StreamEvent]
+    ) -> AsyncIterator[StreamEvent]:
+        finished = False
+        try:
+            while not finished:
+                if self._thread is None:
+                    while events.empty():
+                        self._pump()
+                        await asyncio.sleep(0)  # let call_soon_threadsafe callbacks run
+                event = await events.get()
+                finished = event.finish_reason is not None
+                yield event
+        finally:
+            if not finished:
+                self.abort(seq.request_id)
+
+    def abort(self, request_id: str) -> bool:
+        """Ask for a request to stop; it finishes with "abort" at the next step. False if the
+        request is unknown or already finished."""
+        with self._live_lock:
+            seq = self._live.get(request_id)
+        if seq is None or seq.finished:
+            return False
+        seq.abort_requested = True
+        with self._wake:
+            self._wake.notify()
+        return True
+
+    def step(self) -> StepReport:
+        """Run one scheduler step in this thread (only for engines built with background=False)."""
+        if self._thread is not None:
+            raise RuntimeError("step() is for engines without a background thread")
+        if self._closed:
+            raise RuntimeError("engine is closed")
+        return self._scheduler.step()
+
+    def has_work(self) -> bool:
+        return self._scheduler.has_work()
+
+    def metrics(self) -> EngineMetrics:
+        return self._scheduler.snapshot()
+
+    def close(self) -> None:
+        """Stop the loop; requests still queued or running finish with "abort"."""
+        with self._wake:
+            if self._closed:
+                return
+            self._closed = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+        self._scheduler.fail_all("abort", "engine closed")
+
+    def __enter__(self) -> Engine:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _enqueue(self, request: Request, sink: EventSink) -> Sequence:
+        return self._enqueue_all([(request, sink)])[0]
+
+    def _enqueue_all(self, items: list[tuple[Request, EventSink]]) -> list[Sequence]:
+        """Validate and queue requests all-or-nothing, in one go (they can share a first step)."""
+        if self._closed:
+            raise QueueFullError("engine is shutting down")
+        seqs: list[Sequence] = []
+        try:
+            for request, sink in items:
+                seqs.append(self._make_sequence(request, sink))
+            self._scheduler.add_all(seqs)
+        except BaseException:
+            for seq in seqs:
+                self._forget(seq)
+            raise
+        with self._wake:
+            self._wake.notify()
+        return seqs
+
+    def _make_sequence(self, request: Request, sink: EventSink) -> Sequence:
+        self._validate(request)
+        params = request.params
+        with self._live_lock:
+            # The caller's Request is left untouched (it may be submitted again).
+            rid = request.request_id or f"req-{next(self._ids)}"
+            if rid in self._live:
+                raise InvalidParameterError(f"request id {rid!r} is in use")
+            request = dataclasses.replace(
+                request, prompt_ids=[int(t) for t in request.prompt_ids], request_id=rid
+            )
+            stop_ids = frozenset(params.stop_token_ids)
+            if not params.ignore_eos:
+                stop_ids |= self.eos_ids
+            seq = Sequence(
+                request,
+                sampler=TokenSampler(params, self.vocab_size, request.prompt_ids),
+                detokenizer=Detokenizer(self.tokenizer.token_bytes, params.stop),
+                timing=RequestTiming(submitted=self._recorder.clock()),
+                sink=sink,
+                stop_ids=stop_ids,
+            )
+            self._live[seq.request_id] = seq
+        return seq
+
+    def _validate(self, request: Request) -> None:
+        ids = request.prompt_ids
+        if not ids:
+            raise InvalidParameterError("the prompt has no tokens")
+        bad = next((t for t in ids if not (0 <= int(t) < self.vocab_size)), None)
+        if bad is not None:
+            raise InvalidParameterError(
+                f"prompt token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})"
+            )
+        # The prompt plus one generated token must fit; nothing is ever truncated.
+        if len(ids) + 1 > self.max_ctx:
+            raise ContextOverflowError(
+                requested=len(ids) + 1,
+                limit=self.max_ctx,
+                what=f"the prompt ({len(ids)} tokens) plus one new token",
+            )
+        p = request.params
+        bad = next((t for t in p.stop_token_ids if not (0 <= t < self.vocab_size)), None)
+        if bad is not None:
+            raise InvalidParameterError(f"stop token id {bad} is outside the vocabulary")
+
+    def _token_text(self, token_id: int) -> str:
+        return self.tokenizer.token_bytes(token_id).decode("utf-8", errors="replace")
+
+    def _forget(self, seq: Sequence) -> None:
+        with self._live_lock:
+            if self._live.get(seq.request_id) is seq:
+                del self._live[seq.request_id]
+
+    def _pump(self) -> None:
+        if not self._scheduler.has_work():
+            raise RuntimeError("engine has no work but a request is still open")
+        self.step()
+
+    def _loop(self) -> None:
+        while True:
+            with self._wake:
+                while not self._closed and not self._scheduler.has_work():
+                    self._wake.wait()
+                if self._closed:
+                    return
+            try:
+                self._scheduler.step()
+            except Exception as exc:  # noqa: BLE001 - an engine bug must not hang every client
+                log.exception("engine step failed; failing the requests in flight")
+                self._scheduler.fail_all("error", f"engine error: {type(exc).__name__}: {exc}")

@@ -1,0 +1,123 @@
+"""The one place that turns timestamps and counters into RequestMetrics and EngineMetrics.
+
+Times come from an injectable monotonic clock so tests can drive it. Percentiles cover a recent
+window of finished requests (a chat session cares about now, not about an hour ago).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import Counter, deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from localinfer.engine.types import EngineMetrics, RequestMetrics
+
+Clock = Callable[[], float]
+
+
+@dataclass(slots=True)
+class RequestTiming:
+    """Timestamps of one request (clock seconds); filled in by the scheduler as it goes."""
+
+    submitted: float
+    admitted: float | None = None  # got a slot
+    first_token: float | None = None
+    last_token: float | None = None
+    finished: float | None = None
+
+    def metrics(
+        self, prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0
+    ) -> RequestMetrics:
+        queued = None if self.admitted is None else self.admitted - self.submitted
+        ttft = None if self.first_token is None else self.first_token - self.submitted
+        tpot = decode_tps = prefill_tps = None
+        if self.first_token is not None and self.last_token is not None and completion_tokens > 1:
+            span = self.last_token - self.first_token
+            tpot = span / (completion_tokens - 1)
+            decode_tps = (completion_tokens - 1) / span if span > 0 else None
+        if self.first_token is not None and self.admitted is not None:
+            span = self.first_token - self.admitted
+            computed = prompt_tokens - cached_tokens
+            prefill_tps = computed / span if span > 0 else None
+        return RequestMetrics(
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cached_tokens=cached_tokens,
+            queued_s=queued,
+            ttft_s=ttft,
+            tpot_s=tpot,
+            decode_tps=decode_tps,
+            prefill_tps=prefill_tps,
+        )
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """Linear-interpolated percentile (numpy's default method); None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    pos = (len(ordered) - 1) * q / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+class MetricsRecorder:
+    """Engine-wide totals and a window of recent per-request latencies."""
+
+    def __init__(self, window: int = 256, clock: Clock = time.perf_counter) -> None:
+        self.clock = clock
+        self._ttft: deque[float] = deque(maxlen=window)
+        self._tpot: deque[float] = deque(maxlen=window)
+        self.finish_reasons: Counter[str] = Counter()
+        self.requests_finished = 0
+        self.prompt_tokens_total = 0
+        self.completion_tokens_total = 0
+        self.cached_prompt_tokens_total = 0
+        self.steps = 0
+        self.spec_proposed = 0
+        self.spec_accepted = 0
+
+    def record_finished(self, metrics: RequestMetrics, finish_reason: str) -> None:
+        self.requests_finished += 1
+        self.finish_reasons[finish_reason] += 1
+        self.prompt_tokens_total += metrics.prompt_tokens
+        self.completion_tokens_total += metrics.completion_tokens
+        self.cached_prompt_tokens_total += metrics.cached_tokens
+        if metrics.ttft_s is not None:
+            self._ttft.append(metrics.ttft_s)
+        if metrics.tpot_s is not None:
+            self._tpot.append(metrics.tpot_s)
+
+    def snapshot(
+        self,
+        *,
+        slots_total: int,
+        slots_busy: int,
+        queue_depth: int,
+        kv_cells_used: int,
+        kv_cells_total: int,
+    ) -> EngineMetrics:
+        ttft, tpot = list(self._ttft), list(self._tpot)
+        return EngineMetrics(
+            slots_total=slots_total,
+            slots_busy=slots_busy,
+            queue_depth=queue_depth,
+            kv_cells_used=kv_cells_used,
+            kv_cells_total=kv_cells_total,
+            requests_finished=self.requests_finished,
+            prompt_tokens_total=self.prompt_tokens_total,
+            completion_tokens_total=self.completion_tokens_total,
+            ttft_p50_s=percentile(ttft, 50),
+            ttft_p95_s=percentile(ttft, 95),
+            ttft_p99_s=percentile(ttft, 99),
+            tpot_p50_s=percentile(tpot, 50),
+            tpot_p95_s=percentile(tpot, 95),
+            tpot_p99_s=percentile(tpot, 99),
+            finish_reasons=dict(self.finish_reasons),
+            steps=self.steps,
+            spec_proposed=self.spec_proposed,
+            spec_accepted=self.spec_accepted,
+            cached_prompt_tokens_total=self.cached_prompt_tokens_total,
+        )

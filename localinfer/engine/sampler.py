@@ -1,0 +1,124 @@
+"""Per-request token sampling in numpy on float32 logits.
+
+Each request owns a :class:`TokenSampler` with its own ``numpy.random.Generator`` seeded from
+``SamplingParams.seed``, so a seeded request draws the same tokens whatever else shares its batch.
+
+Order of operations (the same as vLLM / Hugging Face):
+
+1. penalties on the raw logits: repetition (over prompt + output, divides positive logits and
+   multiplies negative ones), presence and frequency (over the output only, OpenAI semantics);
+2. greedy (temperature 0): argmax, first index on ties;
+3. otherwise temperature, then top-k, then softmax, min-p, top-p, and one uniform draw.
+
+Reported log-probabilities are those of the model's own distribution (log-softmax of the raw
+logits, before penalties and temperature), which is what OpenAI's ``logprobs`` means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from localinfer.engine.types import SamplingParams
+
+
+@dataclass(slots=True, frozen=True)
+class SampledToken:
+    token_id: int
+    logprob: float | None = None  # of the chosen token; None unless logprobs were asked for
+    top: tuple[tuple[int, float], ...] = ()  # (token_id, logprob) best alternatives, best first
+
+
+class TokenSampler:
+    """Sampling state of one request: its generator and the token counts penalties need."""
+
+    def __init__(self, params: SamplingParams, vocab_size: int, prompt_ids: Sequence[int]) -> None:
+        self.params = params
+        self.vocab_size = vocab_size
+        # A fresh OS-seeded generator when no seed is given; never a shared global one.
+        self._rng = np.random.default_rng(params.seed)
+        self._uses_repetition = params.repetition_penalty != 1.0
+        self._uses_counts = params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
+        self._seen = np.zeros(vocab_size, dtype=bool)  # prompt + output, for repetition
+        self._counts = np.zeros(vocab_size, dtype=np.int32)  # output only
+        if self._uses_repetition and len(prompt_ids):
+            self._seen[np.asarray(prompt_ids, dtype=np.int64)] = True
+
+    def observe(self, token_id: int) -> None:
+        """Record a generated token (called for every emitted token, sampled or not)."""
+        self._seen[token_id] = True
+        self._counts[token_id] += 1
+
+    def sample(self, logits: np.ndarray) -> SampledToken:
+        """Pick the next token from ``logits`` (``[vocab]`` or ``[1, vocab]``) and observe it."""
+        raw = np.asarray(logits, dtype=np.float32).reshape(-1)  # [vocab]
+        if raw.shape[0] < self.vocab_size:
+            raise ValueError(f"logits have {raw.shape[0]} entries, vocab is {self.vocab_size}")
+        raw = raw[: self.vocab_size]
+        if not np.isfinite(raw).any():
+            raise ValueError("model produced no finite logits")
+        x = self._penalised(raw)
+        token = int(np.argmax(x)) if self.params.greedy else self._draw(x)
+        chosen_lp, top = self._logprobs(raw, token)
+        self.observe(token)
+        return SampledToken(token_id=token, logprob=chosen_lp, top=top)
+
+    def _penalised(self, raw: np.ndarray) -> np.ndarray:
+        p = self.params
+        if not (self._uses_repetition or self._uses_counts):
+            return raw
+        x = raw.copy()
+        if self._uses_repetition:
+            idx = np.flatnonzero(self._seen)
+            vals = x[idx]
+            x[idx] = np.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+        if self._uses_counts:
+            idx = np.flatnonzero(self._counts)
+            x[idx] -= p.presence_penalty + p.frequency_penalty * self._counts[idx]
+        return x
+
+    def _draw(self, x: np.ndarray) -> int:
+        p = self.params
+        x = x / np.float32(p.temperature)
+        if 0 < p.top_k < x.shape[0]:
+            kth = np.partition(x, -p.top_k)[-p.top_k]
+            x = np.where(x >= kth, x, -np.inf)
+        x = x - np.max(x)
+        probs = np.exp(x, dtype=np.float64)  # float64: cumulative sums over 50k+ entries
+        probs /= probs.sum()
+        if p.min_p > 0.0:
+            probs[probs < p.min_p * probs.max()] = 0.0
+        if p.top_p < 1.0:
+            order = np.argsort(-probs, kind="stable")
+            cum = np.cumsum(probs[order])
+            # Keep the smallest head whose mass reaches top_p (always at least one token).
+            keep = int(np.searchsorted(cum, p.top_p * cum[-1])) + 1
+            mask = np.zeros_like(probs, dtype=bool)
+            mask[order[:keep]] = True
+            probs = np.where(mask, probs, 0.0)
+        cum = np.cumsum(probs)
+        u = self._rng.random() * cum[-1]
+        token = int(np.searchsorted(cum, u, side="right"))
+        # Guard the float edge where u lands on the very end of the cumulative sum.
+        if token >= x.shape[0] or probs[token] == 0.0:
+            token = int(np.flatnonzero(probs)[-1])
+        return token
+
+    def _logprobs(
+        self, raw: np.ndarray, token: int
+    ) -> tuple[float | None, tuple[tuple[int, float], ...]]:
+        n = self.params.logprobs
+        if n is None:
+            return None, ()
+        shifted = raw.astype(np.float64) - np.max(raw)
+        logz = np.log(np.exp(shifted).sum())
+        lp = shifted - logz  # [vocab]
+        top: tuple[tuple[int, float], ...] = ()
+        if n > 0:
+            n = min(n, lp.shape[0])
+            idx = np.argpartition(-lp, n - 1)[:n]
+            idx = idx[np.argsort(-lp[idx], kind="stable")]
+            top = tuple((int(i), float(lp[i])) for i in idx)
+        return float(lp[token]), top

@@ -1,0 +1,69 @@
+"""The engine's view of the runner's KV slots: which request owns each, and what it caches.
+
+A slot remembers the exact tokens whose KV the runner holds for it (``cached``). That list is the
+hook for prefix reuse (a new request goes to the idle slot sharing the longest prefix and only
+the rest is prefilled) and for speculative decoding (roll ``cached`` and the runner back together
+with ``Runner.truncate``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from localinfer.engine.sequence import Sequence as Seq
+
+
+@dataclass(slots=True)
+class Slot:
+    index: int
+    cached: list[int] = field(default_factory=list)  # tokens in the runner's KV, in order
+    seq: Seq | None = None
+    released_at_step: int = -1  # for least-recently-used choice among idle slots
+
+    @property
+    def busy(self) -> bool:
+        return self.seq is not None
+
+
+def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    n = min(len(a), len(b))
+    i = 0
+    while i < n and a[i] == b[i]:
+        i += 1
+    return i
+
+
+class SlotTable:
+    def __init__(self, n: int) -> None:
+        self.slots = [Slot(i) for i in range(n)]
+
+    def __len__(self) -> int:
+        return len(self.slots)
+
+    def free(self) -> list[Slot]:
+        return [s for s in self.slots if s.seq is None]
+
+    def busy(self) -> list[Slot]:
+        return [s for s in self.slots if s.seq is not None]
+
+    def cells_used(self) -> int:
+        return sum(len(s.cached) for s in self.slots)
+
+    def choose(self, prompt_ids: Sequence[int], match_prefix: bool) -> tuple[Slot, int]:
+        """An idle slot for a new request and how many of its cached tokens the prompt shares.
+
+        With ``match_prefix`` the longest shared prefix wins; ties (and the plain case) go to the
+        least recently released slot, then the lowest index. Raises if no slot is idle.
+        """
+        free = self.free()
+        if not free:
+            raise RuntimeError("no idle slot")
+        if not match_prefix:
+            slot = min(free, key=lambda s: (s.released_at_step, s.index))
+            return slot, 0
+        scored = [(shared_prefix(s.cached, prompt_ids), s) for s in free]
+        best, slot = max(scored, key=lambda p: (p[0], -p[1].released_at_step, -p[1].index))
+        return slot, best

@@ -1,0 +1,168 @@
+"""Small deterministic numpy models that implement the Runner protocol exactly, for engine tests.
+
+- HashRunner: next-token logits are a pure function of the slot's *whole* cached context (a rolling
+  hash seeds the logits), so any mistake in what the engine feeds, where, or in which slot changes
+  the generated tokens. It enforces the protocol with ``check_batch`` and keeps its per-slot
+  "KV cache" (the hash chain) exactly like a real runner.
+- ScriptRunner: greedy decoding reproduces a scripted continuation after the prompt (for stop
+  strings and UTF-8 through the engine with a real tokenizer).
+- ByteTokenizer: token i is the byte i.
+
+This module also tests these helpers themselves, so the engine tests stand on checked ground.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+from localinfer.backends.base import MemoryReport, RunnerInfo, SlotWork, check_batch
+
+from localinfer.errors import ContextOverflowError
+
+_MOD = (1 << 61) - 1
+
+
+class HashRunner:
+    def __init__(
+        self,
+        vocab_size: int = 256,
+        slots: int = 4,
+        max_ctx: int = 256,
+        *,
+        discourage: Sequence[int] = (0,),
+        fail_on_token: int | None = None,
+    ) -> None:
+        self.info = RunnerInfo("numpy-hash", "cpu", "float32", slots, max_ctx, vocab_size, "fp32")
+        self._hashes: list[list[int]] = [[] for _ in range(slots)]  # hash after each position
+        self._discourage = list(discourage)  # e.g. eos: keep generations long
+        self.fail_on_token = fail_on_token
+        self.batches: list[list[SlotWork]] = []  # every forward's batch, for assertions
+        self.closed = False
+
+    def _logits(self, h: int) -> np.ndarray:
+        x = np.random.default_rng(h).standard_normal(self.info.vocab_size).astype(np.float32)
+        x *= 3.0
+        x[self._discourage] -= 8.0
+        return x  # [vocab]
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        assert not self.closed
+        check_batch(batch, [len(h) for h in self._hashes], self.info.max_ctx)
+        for work in batch:  # validate everything before touching any state
+            for t in work.tokens:
+                if not 0 <= t < self.info.vocab_size:
+                    raise ValueError(f"token {t} out of range")
+                if t == self.fail_on_token:
+                    raise RuntimeError(f"poisoned token {t}")
+        self.batches.append(list(batch))
+        out: list[np.ndarray] = []
+        for work in batch:
+            chain = self._hashes[work.slot]
+            rows = []
+            for t in work.tokens:
+                prev = chain[-1] if chain else 7
+                chain.append((prev * 1_000_003 + t + 1) % _MOD)
+                rows.append(self._logits(chain[-1]))
+            out.append(np.stack(rows) if work.logits == "all" else rows[-1][None, :])
+        return out
+
+    def slot_length(self, slot: int) -> int:
+        return len(self._hashes[slot])
+
+    def truncate(self, slot: int, length: int) -> None:
+        del self._hashes[slot][length:]
+
+    def release(self, slot: int) -> None:
+        self._hashes[slot].clear()
+
+    def memory(self) -> MemoryReport:
+        cells = sum(len(h) for h in self._hashes)
+        return MemoryReport(weights=0, kv_cache=cells * 8, overhead=0, device="cpu")
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class ScriptRunner(HashRunner):
+    """Greedy output after the prompt follows ``script`` (then ``end`` forever).
+
+    The script position is the slot's length past the prompt, so it depends on the cache being
+    fed correctly; the prompt length is told per slot via ``prompt_len``.
+    """
+
+    def __init__(self, script: Sequence[int], end: int, vocab_size: int = 256, **kw: object):
+        super().__init__(vocab_size, **kw)  # type: ignore[arg-type]
+        self.script = list(script)
+        self.end = end
+        self.prompt_len: dict[int, int] = {}
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        for work in batch:
+            if work.start_pos == 0:
+                self.prompt_len[work.slot] = len(work.tokens)  # one-chunk prompts only
+        out = super().forward(batch)
+        result = []
+        for work, _ in zip(batch, out, strict=True):
+            pos = self.slot_length(work.slot) - self.prompt_len[work.slot]
+            target = self.script[pos] if pos < len(self.script) else self.end
+            x = np.full((1, self.info.vocab_size), -10.0, dtype=np.float32)
+            x[0, target] = 10.0
+            result.append(x)
+        return result
+
+
+class ByteTokenizer:
+    """Token i is byte i (vocab 256); eos ids configurable."""
+
+    def __init__(self, eos_ids: Sequence[int] = (0,)) -> None:
+        self.eos_ids = tuple(eos_ids)
+        self.vocab_size = 256
+
+    def token_bytes(self, token_id: int) -> bytes:
+        return bytes([token_id])
+
+    def encode(self, text: str) -> list[int]:
+        return list(text.encode("utf-8"))
+
+
+# -- tests of the helpers -----------------------------------------------------------------------
+
+
+def test_hash_runner_depends_on_whole_context_and_is_batch_independent() -> None:
+    r = HashRunner(slots=2)
+    a = r.forward([SlotWork(0, (5, 6, 7), 0)])[0]
+    b = r.forward([SlotWork(1, (9, 6, 7), 0)])[0]
+    assert not np.allclose(a, b)  # same last tokens, different history
+    # Chunked feeding gives the same logits as one chunk, and batching does not matter.
+    r2 = HashRunner(slots=2)
+    r2.forward([SlotWork(0, (5,), 0), SlotWork(1, (9, 6), 0)])
+    a2, b2 = r2.forward([SlotWork(0, (6, 7), 1), SlotWork(1, (7,), 2)])
+    np.testing.assert_array_equal(a, a2)
+    np.testing.assert_array_equal(b, b2)
+
+
+def test_hash_runner_enforces_the_protocol() -> None:
+    r = HashRunner(slots=1, max_ctx=4)
+    r.forward([SlotWork(0, (1, 2), 0)])
+    with pytest.raises(ValueError, match="start_pos"):
+        r.forward([SlotWork(0, (3,), 0)])
+    with pytest.raises(ContextOverflowError):
+        r.forward([SlotWork(0, (3, 4, 5), 2)])
+    assert r.slot_length(0) == 2  # nothing written by failed calls
+    r.truncate(0, 1)
+    again = r.forward([SlotWork(0, (2,), 1)])[0]
+    r.release(0)
+    fresh = r.forward([SlotWork(0, (1, 2), 0)])[0]
+    np.testing.assert_array_equal(again, fresh)
+
+
+def test_script_runner_follows_its_script() -> None:
+    r = ScriptRunner([10, 11, 12], end=3, slots=1)
+    out = r.forward([SlotWork(0, (1, 2, 3, 4), 0)])[0]
+    got = [int(np.argmax(out))]
+    for _ in range(3):
+        out = r.forward([SlotWork(0, (got[-1],), r.slot_length(0))])[0]
+        got.append(int(np.argmax(out)))
+    assert got == [10, 11, 12, 3]
