@@ -1,0 +1,158 @@
+"""`localinfer serve [MODEL]`: the local OpenAI-compatible endpoint.
+
+The socket is bound first (a busy port is a one-line error, not a traceback), uvicorn starts at
+once so ``/health`` answers "loading", and the model loads in the background. If loading fails the
+server stops and the command exits with the loader's one-line error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import os
+import socket
+import sys
+from typing import Any
+
+from localinfer.errors import InvalidParameterError, LocalinferError
+
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+API_KEY_ENV = "LOCALINFER_API_KEY"
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "serve",
+        help="serve a model over an OpenAI-compatible HTTP API",
+        description="Serve MODEL (default: the embedded smollm2-135m) at "
+        "http://HOST:PORT/v1 for the openai client, Continue, Zed, aider and the like.",
+    )
+    p.add_argument("model", nargs="?", help="catalog name, GGUF file or model folder")
+    p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
+    p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
+    p.add_argument(
+        "--api-key",
+        default=os.environ.get(API_KEY_ENV),
+        help=f"require 'Authorization: Bearer KEY' on /v1 (or set ${API_KEY_ENV})",
+    )
+    p.add_argument("--slots", type=int, default=4, help="requests run at once (default 4)")
+    p.add_argument(
+        "--cors-origin",
+        action="append",
+        default=[],
+        metavar="ORIGIN",
+        help="allow browser requests from ORIGIN (repeatable; '*' for any)",
+    )
+    p.add_argument("--served-name", help="model id clients see (default: the model's name)")
+    p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503")
+    p.add_argument("--backend", choices=("torch", "llamacpp", "mlx"))
+    p.add_argument("--ctx", type=int, help="context tokens per slot (default: 2048)")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    p.add_argument("--quant", help="which quantization of a catalog model to use")
+    p.add_argument("--threads", type=int, help="CPU threads for the backend")
+    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.set_defaults(func=run)
+
+
+def _bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise InvalidParameterError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+    return sock
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.slots < 1:
+        raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
+    if args.max_queue < 0:
+        raise InvalidParameterError(f"--max-queue must be >= 0, got {args.max_queue}")
+    if not 0 <= args.port <= 65535:
+        raise InvalidParameterError(f"--port must be 0..65535, got {args.port}")
+
+    import uvicorn
+
+    from localinfer.resolve import ALIASES, resolve_model
+    from localinfer.server import create_app
+    from localinfer.server.host import uvicorn_config
+    from localinfer.session import DEFAULT_MODEL, open_session
+
+    # Resolving is cheap and catches the common mistakes (a typo in MODEL, a model that is not
+    # downloaded) before anything starts listening.
+    spec = args.model or DEFAULT_MODEL
+    resolve_model(spec, args.quant).require_path()
+    aliases = {spec, *(alias for alias, target in ALIASES.items() if target == spec)}
+    sock = _bind(args.host, args.port)
+    port = sock.getsockname()[1]
+    server: uvicorn.Server | None = None
+
+    def load() -> Any:
+        try:
+            session = open_session(
+                args.model,
+                backend=args.backend,
+                ctx=args.ctx,
+                slots=args.slots,
+                dtype=args.dtype,
+                quant=args.quant,
+                threads=args.threads,
+                max_queue=args.max_queue,
+            )
+        except BaseException:
+            if server is not None:
+                server.should_exit = True  # nothing to serve: stop and report
+            raise
+        name = args.served_name or session.model.name
+        print(
+            f"localinfer: serving {name} at http://{args.host}:{port}/v1 "
+            f"({session.runner_notice}; {args.slots} slots x {session.engine.max_ctx} tokens)",
+            file=sys.stderr,
+            flush=True,
+        )
+        return session
+
+    app = create_app(
+        loader=load,
+        api_key=args.api_key or None,
+        cors_origins=args.cors_origin,
+        served_name=args.served_name,
+        aliases=aliases,
+    )
+    if not args.api_key and not _is_loopback(args.host):
+        print(
+            f"localinfer: warning: listening on {args.host} without --api-key; anyone who can "
+            "reach this address can use the model",
+            file=sys.stderr,
+        )
+    print(
+        f"localinfer: loading the model; /health says 'ok' when ready (port {port})",
+        file=sys.stderr,
+        flush=True,
+    )
+    server = uvicorn.Server(uvicorn_config(app, args.host, port, log_level=args.log_level))
+    try:
+        server.run(sockets=[sock])
+    except KeyboardInterrupt:
+        pass  # uvicorn re-raises Ctrl-C after its graceful shutdown: a normal stop
+    finally:
+        sock.close()
+    failure = app.state.localinfer.load_exception
+    if failure is not None:
+        if isinstance(failure, LocalinferError):
+            raise failure
+        raise LocalinferError(f"loading the model failed: {type(failure).__name__}: {failure}")
+    return 0

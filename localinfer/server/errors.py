@@ -1,0 +1,164 @@
+"""Every failure leaves the server as OpenAI's error JSON with the right status.
+
+    {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": "..."}}
+
+FastAPI answers schema violations with 422 and its own shape; OpenAI clients expect 400 and the
+shape above, so the handlers here replace FastAPI's. A bug in this server becomes a 500 in the same
+shape (and a log line), never a dropped connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from localinfer.errors import LocalinferError, QueueFullError
+
+log = logging.getLogger(__name__)
+
+# Seconds a client should wait before retrying when every slot and queue place is taken.
+RETRY_AFTER_S = 1
+
+_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    405: "invalid_request_error",
+    413: "invalid_request_error",
+    429: "rate_limit_error",
+    503: "server_busy_error",
+}
+
+
+class APIError(Exception):
+    """An error raised by the server's own request handling (not by the engine)."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.code = code
+        self.param = param
+        self.headers = headers or {}
+
+
+def error_body(
+    status: int, message: str, *, code: str | None = None, param: str | None = None
+) -> dict[str, Any]:
+    return {
+        "error": {
+            "message": message,
+            "type": _TYPES.get(
+                status, "server_error" if status >= 500 else "invalid_request_error"
+            ),
+            "param": param,
+            "code": code,
+        }
+    }
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    code: str | None = None,
+    param: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> JSONResponse:
+    return JSONResponse(
+        error_body(status, message, code=code, param=param), status_code=status, headers=headers
+    )
+
+
+def from_localinfer_error(exc: LocalinferError, param: str | None = None) -> APIError:
+    headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, QueueFullError) else None
+    return APIError(exc.http_status, str(exc), code=exc.code, param=param, headers=headers)
+
+
+def _clean_loc(loc: tuple[Any, ...]) -> list[str]:
+    """pydantic's location without "body" and without union-member tags ("str",
+    "list[TextPart]", "function-after[...]")."""
+    out = []
+    for part in loc:
+        text = str(part)
+        if text == "body" or text in _TAGS or "[" in text:
+            continue
+        out.append(text)
+    return out
+
+
+_TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "lax-or-strict"}
+
+
+def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
+    """A readable line from pydantic's error list, and the offending top-level field. A value
+    that matches none of a union's forms yields one error per form; the first two are shown."""
+    errors = exc.errors()
+    if not errors:
+        return "invalid request body", None
+    if any(e.get("type") == "json_invalid" for e in errors):
+        return "the request body is not valid JSON", None
+    seen: list[str] = []
+    param = None
+    for err in errors:
+        loc = _clean_loc(tuple(err.get("loc", ())))
+        param = param or (loc[0] if loc else None)
+        line = f"{'.'.join(loc) or 'body'}: {err.get('msg', 'invalid value')}"
+        if line not in seen:
+            seen.append(line)
+    more = f" (and {len(seen) - 2} more)" if len(seen) > 2 else ""
+    return "; or ".join(seen[:2]) + more, param
+
+
+def install_error_handlers(
+    app: FastAPI, on_error: Callable[[int, str | None], None] | None = None
+) -> None:
+    """Replace FastAPI's error responses; ``on_error(status, code)`` counts each one."""
+
+    def respond(err: APIError) -> JSONResponse:
+        if on_error is not None:
+            on_error(err.status, err.code)
+        return error_response(
+            err.status, err.message, code=err.code, param=err.param, headers=err.headers
+        )
+
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return respond(exc)
+
+    @app.exception_handler(LocalinferError)
+    async def _localinfer_error(_: Request, exc: LocalinferError) -> JSONResponse:
+        return respond(from_localinfer_error(exc))
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+        message, param = _validation_message(exc)
+        return respond(APIError(400, message, code="invalid_request", param=param))
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+        headers = getattr(exc, "headers", None)
+        return respond(APIError(exc.status_code, str(exc.detail), code=code, headers=headers))
+
+    @app.exception_handler(Exception)
+    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error while serving a request")
+        return respond(
+            APIError(500, f"internal server error: {type(exc).__name__}: {exc}", code="internal")
+        )

@@ -1,0 +1,218 @@
+"""Engine results -> OpenAI response JSON: whole responses, stream chunks, usage, logprobs, timings.
+
+``ResponseBuilder`` holds what every object of one response shares (id, created, model, kind) so
+the non-streaming body and each streamed chunk come from one place and stay consistent.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from localinfer.engine.types import RequestMetrics, TokenLogprob
+
+Kind = Literal["chat", "completion"]
+TokenBytes = Callable[[int], bytes]
+
+# JSON has no -inf; OpenAI reports impossible tokens with this floor.
+LOGPROB_FLOOR = -9999.0
+SYSTEM_FINGERPRINT = "localinfer"
+
+
+def new_id(kind: Kind) -> str:
+    return ("chatcmpl-" if kind == "chat" else "cmpl-") + uuid.uuid4().hex[:24]
+
+
+def _lp(value: float) -> float:
+    return value if math.isfinite(value) else LOGPROB_FLOOR
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000.0, 3)
+
+
+def _rate(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, 3)
+
+
+def usage(metrics: RequestMetrics | None, prompt_tokens: int, completion_tokens: int) -> dict:
+    if metrics is not None:
+        prompt_tokens, completion_tokens = metrics.prompt_tokens, metrics.completion_tokens
+    cached = metrics.cached_tokens if metrics is not None else 0
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached},
+    }
+
+
+def timings(metrics: RequestMetrics | None) -> dict[str, Any] | None:
+    """Per-request speed figures (an extension: OpenAI clients ignore unknown keys)."""
+    if metrics is None:
+        return None
+    return {
+        "prompt_tokens": metrics.prompt_tokens,
+        "cached_tokens": metrics.cached_tokens,
+        "completion_tokens": metrics.completion_tokens,
+        "queued_ms": _ms(metrics.queued_s),
+        "ttft_ms": _ms(metrics.ttft_s),
+        "tpot_ms": _ms(metrics.tpot_s),
+        "prompt_tokens_per_second": _rate(metrics.prefill_tps),
+        "decode_tokens_per_second": _rate(metrics.decode_tps),
+    }
+
+
+def chat_logprobs(items: Sequence[TokenLogprob], token_bytes: TokenBytes) -> dict[str, Any]:
+    def entry(token_id: int, text: str, logprob: float) -> dict[str, Any]:
+        return {"token": text, "logprob": _lp(logprob), "bytes": list(token_bytes(token_id))}
+
+    content = []
+    for item in items:
+        e = entry(item.token_id, item.text, item.logprob)
+        e["top_logprobs"] = [entry(tid, text, lp) for tid, text, lp in item.top]
+        content.append(e)
+    return {"content": content, "refusal": None}
+
+
+def completion_logprobs(items: Sequence[TokenLogprob], text_offset: int = 0) -> dict[str, Any]:
+    tokens, token_logprobs, top, offsets = [], [], [], []
+    pos = text_offset
+    for item in items:
+        tokens.append(item.text)
+        token_logprobs.append(_lp(item.logprob))
+        alternatives: dict[str, float] = {}
+        for _, text, lp in item.top:
+            alternatives.setdefault(text, _lp(lp))  # two ids may share a text; keep the best
+        top.append(alternatives)
+        offsets.append(pos)
+        pos += len(item.text)
+    return {
+        "tokens": tokens,
+        "token_logprobs": token_logprobs,
+        "top_logprobs": top,
+        "text_offset": offsets,
+    }
+
+
+@dataclass(slots=True)
+class ResponseBuilder:
+    kind: Kind
+    model: str
+    token_bytes: TokenBytes
+    want_logprobs: bool = False
+    include_usage: bool = False  # streaming: stream_options.include_usage
+    id: str = ""
+    created: int = field(default_factory=lambda: int(time.time()))
+    _text_pos: int = 0  # characters streamed so far (completion logprobs text_offset)
+
+    def __post_init__(self) -> None:
+        if not self.id:
+            self.id = new_id(self.kind)
+
+    # -- whole responses ---------------------------------------------------------------------
+
+    def response(
+        self,
+        text: str,
+        finish_reason: str,
+        logprobs: Sequence[TokenLogprob],
+        metrics: RequestMetrics | None,
+        prompt_tokens: int,
+        completion_tokens: int,
+        echo_prefix: str = "",
+    ) -> dict[str, Any]:
+        if self.kind == "chat":
+            choice: dict[str, Any] = {
+                "index": 0,
+                "message": {"role": "assistant", "content": text, "refusal": None},
+                "logprobs": chat_logprobs(logprobs, self.token_bytes)
+                if self.want_logprobs
+                else None,
+                "finish_reason": finish_reason,
+            }
+        else:
+            choice = {
+                "index": 0,
+                "text": echo_prefix + text,
+                "logprobs": completion_logprobs(logprobs, len(echo_prefix))
+                if self.want_logprobs
+                else None,
+                "finish_reason": finish_reason,
+            }
+        return {
+            **self._head(whole=True),
+            "choices": [choice],
+            "usage": usage(metrics, prompt_tokens, completion_tokens),
+            "timings": timings(metrics),
+        }
+
+    # -- stream chunks -------------------------------------------------------------------------
+
+    def first_chunk(self, echo_prefix: str = "") -> dict[str, Any] | None:
+        """Chat streams open with the assistant role; completion streams with the echo, if any."""
+        if self.kind == "chat":
+            return self._chunk({"role": "assistant", "content": ""}, None, None)
+        if echo_prefix:
+            self._text_pos += len(echo_prefix)
+            return self._chunk(echo_prefix, None, None)
+        return None
+
+    def delta_chunk(self, text: str, logprobs: Sequence[TokenLogprob]) -> dict[str, Any] | None:
+        """One content delta; None when there is nothing to send (text held back by the
+        detokenizer for a possible stop string or an unfinished UTF-8 character)."""
+        if not text and not (self.want_logprobs and logprobs):
+            return None
+        lp = None
+        if self.want_logprobs:
+            if self.kind == "chat":
+                lp = chat_logprobs(logprobs, self.token_bytes)
+            else:
+                lp = completion_logprobs(logprobs, self._text_pos)
+        self._text_pos += len(text)
+        delta: Any = {"content": text} if self.kind == "chat" else text
+        return self._chunk(delta, None, lp)
+
+    def finish_chunk(self, finish_reason: str, metrics: RequestMetrics | None) -> dict[str, Any]:
+        chunk = self._chunk({} if self.kind == "chat" else "", finish_reason, None)
+        chunk["timings"] = timings(metrics)
+        return chunk
+
+    def usage_chunk(
+        self, metrics: RequestMetrics | None, prompt_tokens: int, completion_tokens: int
+    ) -> dict[str, Any]:
+        return {
+            **self._head(whole=False),
+            "choices": [],
+            "usage": usage(metrics, prompt_tokens, completion_tokens),
+        }
+
+    # -- shared parts ----------------------------------------------------------------------------
+
+    def _head(self, *, whole: bool) -> dict[str, Any]:
+        if self.kind == "chat":
+            obj = "chat.completion" if whole else "chat.completion.chunk"
+        else:
+            obj = "text_completion"
+        return {
+            "id": self.id,
+            "object": obj,
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+        }
+
+    def _chunk(self, delta: Any, finish_reason: str | None, logprobs: Any) -> dict[str, Any]:
+        if self.kind == "chat":
+            choice = {"index": 0, "delta": delta, "logprobs": logprobs}
+        else:
+            choice = {"index": 0, "text": delta, "logprobs": logprobs}
+        choice["finish_reason"] = finish_reason
+        chunk = {**self._head(whole=False), "choices": [choice]}
+        if self.include_usage:
+            chunk["usage"] = None  # OpenAI: null on every chunk but the last
+        return chunk

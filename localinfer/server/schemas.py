@@ -1,0 +1,102 @@
+"""Request bodies of the OpenAI-compatible endpoints, validated with pydantic at the HTTP edge.
+
+Unknown fields are ignored (editors send many: ``user``, ``metadata``, ``parallel_tool_calls``),
+but every field this server acts on is type-checked, so a bad body is a 400 before any compute.
+Responses are plain dicts built in ``responses.py``: they follow OpenAI's JSON exactly and carry
+a few extras (``timings``) that a response model would only get in the way of.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+
+# OpenAI's own bounds; the engine's SamplingParams checks its own again.
+Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
+Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+
+
+class TextPart(BaseModel):
+    """One element of an array ``content``; only text parts are supported."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    # "developer" is OpenAI's newer name for the system role (o1 and later clients send it).
+    role: Literal["system", "developer", "user", "assistant"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+    def as_template_message(self) -> dict[str, str]:
+        role = "system" if self.role == "developer" else self.role
+        return {"role": role, "content": self.text()}
+
+
+class StreamOptions(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    include_usage: StrictBool = False
+
+
+class SamplingFields(BaseModel):
+    """Fields shared by chat and text completions."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    temperature: Temperature | None = None
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: StrictInt | None = Field(default=None, ge=0)  # llama.cpp / vLLM extension
+    min_p: float | None = Field(default=None, ge=0.0, le=1.0)  # llama.cpp / vLLM extension
+    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
+    seed: StrictInt | None = Field(default=None, ge=-(2**63), lt=2**64)
+    stop: str | list[str] | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    n: StrictInt | None = Field(default=None, ge=1)
+    stream: StrictBool = False
+    stream_options: StreamOptions | None = None
+    ignore_eos: StrictBool = False  # vLLM extension, handy for benchmarks
+    logit_bias: dict[str, float] | None = None  # accepted only empty (see translate.py)
+
+    @field_validator("stop")
+    @classmethod
+    def _stop_list(cls, value: str | list[str] | None) -> str | list[str] | None:
+        # OpenAI allows up to 4; a few more do no harm, but an unbounded list is a DoS vector.
+        if isinstance(value, list) and len(value) > 16:
+            raise ValueError("at most 16 stop sequences")
+        return value
+
+
+class ChatCompletionRequest(SamplingFields):
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+    logprobs: StrictBool = False
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class CompletionRequest(SamplingFields):
+    # A string, a list of one string, or token ids (a list of ints / a list of one such list).
+    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    logprobs: StrictInt | None = Field(default=None, ge=0, le=5)
+    echo: StrictBool = False
+    suffix: str | None = None
+    best_of: StrictInt | None = Field(default=None, ge=1)

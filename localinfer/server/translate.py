@@ -1,0 +1,146 @@
+"""OpenAI request bodies -> engine Requests: prompt token ids and SamplingParams.
+
+Everything a client can get wrong is caught here or by the engine's own checks, before any
+compute, and becomes an APIError (400) that names the parameter.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from pydantic import ValidationError
+
+from localinfer.engine.types import SamplingParams
+from localinfer.errors import ContextOverflowError
+from localinfer.server.errors import APIError
+from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+
+# OpenAI's default when a request leaves temperature out.
+DEFAULT_TEMPERATURE = 1.0
+
+
+class PromptSource(Protocol):
+    """What translation needs from a session (localinfer.session.Session fits)."""
+
+    def chat_prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]: ...
+
+    def raw_prompt_ids(self, text: str) -> list[int]: ...
+
+
+def bad_param(param: str, message: str, code: str = "invalid_parameter") -> APIError:
+    return APIError(400, message, code=code, param=param)
+
+
+def _check_common(body: SamplingFields) -> None:
+    if body.n not in (None, 1):
+        raise bad_param("n", f"n={body.n} is not supported: this server returns one choice (n=1)")
+    if body.logit_bias:
+        # Refused rather than ignored: a client relying on a ban would silently get other text.
+        raise bad_param("logit_bias", "logit_bias is not supported by this server")
+
+
+def check_chat(body: ChatCompletionRequest) -> int | None:
+    """Reject what chat completions cannot do; returns the top-N logprobs wanted (None: off)."""
+    _check_common(body)
+    if body.top_logprobs is not None and not body.logprobs:
+        raise bad_param("top_logprobs", "top_logprobs needs logprobs=true")
+    fmt = (body.response_format or {}).get("type", "text")
+    if fmt != "text":
+        raise bad_param(
+            "response_format", f"response_format type {fmt!r} is not supported (only 'text')"
+        )
+    # Tools are offered by some editors on every request; without a tool-calling template they
+    # are ignored, but a request that *demands* a tool call cannot be honoured.
+    if body.tools and (body.tool_choice == "required" or isinstance(body.tool_choice, dict)):
+        raise bad_param("tool_choice", "tool calling is not supported by this server")
+    for i, message in enumerate(body.messages):
+        if message.role != "assistant" and message.content is None:
+            raise bad_param(f"messages[{i}].content", f"a {message.role} message needs content")
+    if not body.logprobs:
+        return None
+    return body.top_logprobs or 0
+
+
+def check_completion(body: CompletionRequest) -> int | None:
+    _check_common(body)
+    if body.best_of not in (None, 1):
+        raise bad_param("best_of", "best_of > 1 is not supported")
+    if body.suffix:
+        raise bad_param("suffix", "suffix (fill-in-the-middle) is not supported")
+    if body.echo and body.logprobs is not None:
+        raise bad_param("echo", "echo with logprobs is not supported")
+    return body.logprobs
+
+
+def chat_prompt_ids(source: PromptSource, body: ChatCompletionRequest) -> list[int]:
+    return source.chat_prompt_ids([m.as_template_message() for m in body.messages])
+
+
+def completion_prompt(source: PromptSource, body: CompletionRequest) -> tuple[list[int], str]:
+    """Token ids of the prompt, and its text (for ``echo``; empty for token-id prompts)."""
+    prompt = body.prompt
+    if isinstance(prompt, list):
+        if not prompt:
+            raise bad_param("prompt", "the prompt is empty")
+        if all(isinstance(t, int) for t in prompt):
+            return [int(t) for t in prompt], ""  # type: ignore[arg-type]
+        if len(prompt) != 1:
+            raise bad_param(
+                "prompt", "send one prompt per request (a list of prompts is not supported)"
+            )
+        first = prompt[0]
+        if isinstance(first, list):
+            return [int(t) for t in first], ""
+        prompt = first
+    if not prompt:
+        raise bad_param("prompt", "the prompt is empty")
+    return source.raw_prompt_ids(prompt), prompt
+
+
+def sampling_params(
+    body: SamplingFields,
+    *,
+    prompt_tokens: int,
+    max_ctx: int,
+    logprobs: int | None,
+    max_tokens: int | None,
+) -> SamplingParams:
+    """SamplingParams for the engine. The prompt must leave room for at least one token; a
+    ``max_tokens`` beyond the room left is capped at it, and the answer then ends with
+    finish_reason "length" (the prompt itself is never truncated)."""
+    room = max_ctx - prompt_tokens
+    if room < 1:
+        raise ContextOverflowError(requested=prompt_tokens + 1, limit=max_ctx)
+    wanted = room if max_tokens is None else min(max_tokens, room)
+    stop = body.stop
+    if isinstance(stop, str):
+        stop = [stop]
+    fields: dict[str, Any] = {
+        "max_tokens": wanted,
+        "temperature": DEFAULT_TEMPERATURE if body.temperature is None else body.temperature,
+        "top_p": body.top_p,
+        "top_k": body.top_k,
+        "min_p": body.min_p,
+        "repetition_penalty": body.repetition_penalty,
+        # OpenAI takes any int64; the sampler's generators want a non-negative seed.
+        "seed": None if body.seed is None else body.seed % 2**64,
+        "stop": tuple(s for s in (stop or ()) if s),  # OpenAI ignores empty stop strings
+        "presence_penalty": body.presence_penalty,
+        "frequency_penalty": body.frequency_penalty,
+        "logprobs": logprobs,
+        "ignore_eos": body.ignore_eos,
+    }
+    fields = {k: v for k, v in fields.items() if v is not None}
+    for key in ("temperature", "top_p", "min_p", "presence_penalty", "frequency_penalty"):
+        if key in fields and not math.isfinite(float(fields[key])):
+            raise bad_param(key, f"{key} must be a finite number")
+    try:
+        return SamplingParams(**fields)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        param = str(err["loc"][0]) if err.get("loc") else None
+        raise APIError(
+            400, f"{param or 'parameter'}: {err['msg']}", code="invalid_parameter", param=param
+        ) from None

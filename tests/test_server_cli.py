@@ -1,0 +1,101 @@
+"""`localinfer serve` as a real process: loading -> ok, answers the openai client, stops on
+Ctrl-C; mistakes are one line and exit 1."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import httpx
+import openai
+
+from tests.test_server_support import wait_until
+
+SERVE = [sys.executable, "-m", "localinfer", "serve"]
+
+
+def read_port(proc: subprocess.Popen[str]) -> int:
+    assert proc.stderr is not None
+    for line in proc.stderr:
+        found = re.search(r"port (\d+)", line)
+        if found:
+            return int(found.group(1))
+    raise AssertionError(f"serve exited ({proc.wait()}) without saying its port")
+
+
+def test_serve_loads_answers_and_stops_on_ctrl_c() -> None:
+    proc = subprocess.Popen(
+        [
+            *SERVE,
+            "--port",
+            "0",
+            "--slots",
+            "2",
+            "--ctx",
+            "256",
+            "--threads",
+            "1",
+            "--api-key",
+            "k1",
+            "--log-level",
+            "warning",
+        ],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        url = f"http://127.0.0.1:{read_port(proc)}"
+        statuses: list[str] = []
+
+        def healthy() -> bool:
+            try:
+                statuses.append(httpx.get(url + "/health").json()["status"])
+            except httpx.TransportError:
+                return False
+            return statuses[-1] == "ok"
+
+        wait_until(healthy, timeout=120, what="/health to say ok")
+        assert set(statuses) <= {"loading", "ok"}
+        client = openai.OpenAI(base_url=url + "/v1", api_key="k1", max_retries=0)
+        (model,) = client.models.list().data
+        for name in (model.id, "smollm2-135m", "default"):
+            reply = client.chat.completions.create(
+                model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
+            )
+            assert reply.usage.completion_tokens <= 2
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_unknown_model_is_one_line_and_exit_1() -> None:
+    done = subprocess.run(
+        [*SERVE, "no-such-model-anywhere", "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1
+    assert done.stderr.strip().splitlines() == [
+        line for line in done.stderr.strip().splitlines() if line.startswith("localinfer: error:")
+    ]
+    assert "no-such-model-anywhere" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_busy_port_is_one_line_and_exit_1() -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [*SERVE, "--port", str(port)], capture_output=True, text=True, timeout=120
+        )
+    assert done.returncode == 1, done.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr

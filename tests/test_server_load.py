@@ -1,0 +1,191 @@
+# ruff: noqa: F811 - pytest fixtures imported from tests.test_server_support
+"""Many clients at once, clients that go away, and a full queue, on the real embedded model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+
+import httpx
+import openai
+import pytest
+
+from localinfer.engine import Request, SamplingParams
+from localinfer.server import ServerThread
+from localinfer.session import Session
+from tests.test_server_support import (  # noqa: F401 - fixtures
+    client,
+    make_session,
+    model_name,
+    server,
+    serving,
+    session,
+    sse_lines,
+    wait_idle,
+    wait_until,
+)
+
+TOPICS = ["cats", "rain", "chess", "bread", "rivers", "maths", "music", "trains"]
+
+
+def prompts(n: int) -> list[list[dict]]:
+    # A short system message keeps the template's long default one out (less prefill).
+    return [
+        [
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": f"Say something about {TOPICS[i % 8]}, idea {i // 8}."},
+        ]
+        for i in range(n)
+    ]
+
+
+def send_raw(server: ServerThread, path: str, body: dict) -> socket.socket:
+    """Send a request and return the open socket without reading the answer (a client that
+    will hang up)."""
+    payload = json.dumps(body).encode()
+    sock = socket.create_connection((server.host, server.port))
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: {server.host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(payload)}\r\n\r\n"
+    ).encode()
+    sock.sendall(head + payload)
+    return sock
+
+
+def scrape(server: ServerThread, sample: str) -> float:
+    """One sample's value from GET /metrics."""
+    for line in httpx.get(server.url + "/metrics").text.splitlines():
+        name, _, value = line.rpartition(" ")
+        if name == sample:
+            return float(value)
+    raise AssertionError(f"{sample} not in /metrics")
+
+
+LONG = {"max_tokens": 400, "ignore_eos": True, "temperature": 0}
+
+
+async def test_32_streams_on_4_slots_match_solo_runs(
+    server: ServerThread, session: Session, model_name: str
+) -> None:
+    conversations = prompts(32)
+    max_tokens = 5
+    # The same prompts run alone, one at a time, straight through the engine.
+    solo = []
+    for messages in conversations:
+        ids = session.chat_prompt_ids(messages)
+        solo.append(
+            session.engine.generate(Request(ids, SamplingParams(max_tokens=max_tokens))).text
+        )
+    assert len(set(solo)) > 8, "prompts too alike to show cross-talk"
+    before = session.engine.metrics()
+
+    aclient = openai.AsyncOpenAI(
+        base_url=server.url + "/v1", api_key="unused", max_retries=0, timeout=300
+    )
+
+    async def one(messages: list[dict]) -> tuple[str, str | None]:
+        stream = await aclient.chat.completions.create(
+            model=model_name,
+            messages=messages,
+            max_tokens=max_tokens,
+            temperature=0,
+            stream=True,
+        )
+        text, finish = [], None
+        async for chunk in stream:
+            text.append(chunk.choices[0].delta.content or "")
+            finish = chunk.choices[0].finish_reason or finish
+        return "".join(text), finish
+
+    results = await asyncio.gather(*(one(m) for m in conversations))
+    await aclient.close()
+
+    assert [text for text, _ in results] == solo
+    assert all(finish in ("stop", "length") for _, finish in results)
+    wait_idle(session)
+    after = session.engine.metrics()
+    assert after.slots_busy == 0 and after.queue_depth == 0
+    assert after.requests_finished - before.requests_finished == 32
+    assert after.finish_reasons.get("abort", 0) == before.finish_reasons.get("abort", 0)
+
+
+def test_disconnect_mid_stream_frees_the_slot(
+    server: ServerThread, session: Session, client: openai.OpenAI, model_name: str
+) -> None:
+    wait_idle(session)
+    before = session.engine.metrics()
+    disconnects = scrape(server, "localinfer_client_disconnects_total")
+    body = {"model": model_name, "messages": prompts(1)[0], "stream": True, **LONG}
+    with httpx.stream("POST", server.url + "/v1/chat/completions", json=body, timeout=60) as r:
+        assert r.status_code == 200
+        seen = 0
+        for line in r.iter_lines():
+            seen += line.startswith("data: ")
+            if seen >= 3:  # role chunk + two content chunks: the request holds a slot
+                break
+        assert session.engine.metrics().slots_busy == 1
+    # The connection is closed here, mid-answer.
+    wait_idle(session)
+    after = session.engine.metrics()
+    assert after.finish_reasons.get("abort", 0) == before.finish_reasons.get("abort", 0) + 1
+    generated = after.completion_tokens_total - before.completion_tokens_total
+    assert generated < LONG["max_tokens"]  # stopped early, not run to the end
+    assert scrape(server, "localinfer_client_disconnects_total") == disconnects + 1
+    # And the server keeps serving.
+    reply = client.chat.completions.create(
+        model=model_name, messages=prompts(1)[0], max_tokens=2, temperature=0
+    )
+    assert reply.choices[0].finish_reason in ("stop", "length")
+
+
+def test_disconnect_before_a_non_streaming_answer_frees_the_slot(
+    server: ServerThread, session: Session, model_name: str
+) -> None:
+    wait_idle(session)
+    before = session.engine.metrics()
+    body = {"model": model_name, "prompt": "Once upon a time", **LONG}
+    sock = send_raw(server, "/v1/completions", body)
+    wait_until(lambda: session.engine.metrics().slots_busy == 1, what="the request to start")
+    sock.close()
+    wait_idle(session)
+    after = session.engine.metrics()
+    assert after.finish_reasons.get("abort", 0) == before.finish_reasons.get("abort", 0) + 1
+    assert after.completion_tokens_total - before.completion_tokens_total < LONG["max_tokens"]
+
+
+@pytest.fixture(scope="module")
+def tiny_server() -> tuple[Session, ServerThread]:
+    """One slot and one queue place, so a third request finds the queue full."""
+    s = make_session(slots=1, ctx=256, max_queue=1)
+    with serving(s) as srv:
+        yield s, srv
+    s.close()
+
+
+def test_full_queue_answers_503_with_retry_after(tiny_server: tuple[Session, ServerThread]) -> None:
+    session, server = tiny_server
+    name = session.model.name
+    running = send_raw(server, "/v1/completions", {"model": name, "prompt": "One", **LONG})
+    wait_until(lambda: session.engine.metrics().slots_busy == 1, what="the slot to fill")
+    queued = send_raw(server, "/v1/completions", {"model": name, "prompt": "Two", **LONG})
+    wait_until(lambda: session.engine.metrics().queue_depth == 1, what="the queue to fill")
+
+    r = httpx.post(
+        server.url + "/v1/completions", json={"model": name, "prompt": "Three", "max_tokens": 1}
+    )
+    assert r.status_code == 503
+    assert int(r.headers["retry-after"]) >= 1
+    err = r.json()["error"]
+    assert err["code"] == "server_busy" and "queue" in err["message"]
+
+    running.close()
+    queued.close()
+    wait_idle(session)
+    r = httpx.post(
+        server.url + "/v1/completions",
+        json={"model": name, "prompt": "Three", "max_tokens": 1, "temperature": 0},
+        timeout=60,
+    )
+    assert r.status_code == 200
+    assert r.json()["usage"]["completion_tokens"] == 1
