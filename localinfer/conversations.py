@@ -1,0 +1,183 @@
+"""Saved chat conversations: one JSON file per conversation under the user data dir.
+
+Files live in ``data_dir()/conversations/<id>.json`` (``LOCALINFER_DATA_DIR`` overrides the
+platform default, see localinfer/paths.py). Every write goes to a temporary file in the same
+folder, is flushed to disk and then renamed over the old file with ``os.replace``, which is atomic
+on POSIX and Windows: a crash mid-save leaves either the old conversation or the new one, never a
+half-written file. A file that cannot be parsed is skipped by :meth:`ConversationStore.list` and
+reported by :meth:`ConversationStore.load`, so one bad file never hides the others.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from localinfer.errors import LocalinferError
+
+Role = Literal["system", "user", "assistant"]
+FORMAT_VERSION = 1
+_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+
+
+class ConversationError(LocalinferError):
+    """A saved conversation is missing or unreadable."""
+
+    code = "conversation_error"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")  # noqa: UP017 (3.10)
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    role: Role
+    content: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"role": self.role, "content": self.content}
+
+
+@dataclass(slots=True)
+class Conversation:
+    """A chat: the system prompt, the turns, and which model answered."""
+
+    id: str = field(default_factory=lambda: uuid.uuid4().hex[:12])
+    title: str = ""
+    system_prompt: str = ""
+    messages: list[ChatMessage] = field(default_factory=list)
+    model: str = ""
+    created: str = field(default_factory=_now)
+    updated: str = field(default_factory=_now)
+
+    def add(self, role: Role, content: str) -> ChatMessage:
+        message = ChatMessage(role, content)
+        self.messages.append(message)
+        if not self.title and role == "user":
+            self.title = _title_from(content)
+        return message
+
+    def prompt_messages(self) -> list[dict[str, str]]:
+        """The messages a chat template renders: the system prompt (when set) then the turns."""
+        head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
+        return head + [m.as_dict() for m in self.messages]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": FORMAT_VERSION,
+            "id": self.id,
+            "title": self.title,
+            "system_prompt": self.system_prompt,
+            "model": self.model,
+            "created": self.created,
+            "updated": self.updated,
+            "messages": [m.as_dict() for m in self.messages],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Conversation:
+        if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
+            raise ValueError("not a conversation object")
+        messages = []
+        for item in data["messages"]:
+            role, content = item.get("role"), item.get("content")
+            if role not in ("system", "user", "assistant") or not isinstance(content, str):
+                raise ValueError(f"bad message {item!r}")
+            messages.append(ChatMessage(role, content))
+        return cls(
+            id=str(data["id"]),
+            title=str(data.get("title", "")),
+            system_prompt=str(data.get("system_prompt", "")),
+            messages=messages,
+            model=str(data.get("model", "")),
+            created=str(data.get("created", "")),
+            updated=str(data.get("updated", "")),
+        )
+
+
+@dataclass(slots=True, frozen=True)
+class ConversationSummary:
+    """What the conversation list shows, without holding every message."""
+
+    id: str
+    title: str
+    model: str
+    updated: str
+    turns: int
+
+
+def _title_from(text: str, limit: int = 60) -> str:
+    line = " ".join(text.split())
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def default_root() -> Path:
+    from localinfer.paths import data_dir
+
+    return Path(data_dir()) / "conversations"
+
+
+class ConversationStore:
+    """Reads and atomically writes conversations as JSON files in one folder."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root) if root is not None else default_root()
+
+    def path_for(self, conversation_id: str) -> Path:
+        if not _ID_RE.match(conversation_id):
+            # Ids become file names: refuse anything that could leave the folder.
+            raise ConversationError(f"invalid conversation id {conversation_id!r}")
+        return self.root / f"{conversation_id}.json"
+
+    def save(self, conversation: Conversation) -> Path:
+        conversation.updated = _now()
+        target = self.path_for(conversation.id)
+        self.root.mkdir(parents=True, exist_ok=True)
+        payload = json.dumps(conversation.to_json(), ensure_ascii=False, indent=1)
+        fd, tmp = tempfile.mkstemp(prefix=f".{conversation.id}.", suffix=".tmp", dir=self.root)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as handle:
+                handle.write(payload)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        return target
+
+    def load(self, conversation_id: str) -> Conversation:
+        path = self.path_for(conversation_id)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            return Conversation.from_json(data)
+        except FileNotFoundError:
+            raise ConversationError(f"no saved conversation {conversation_id!r}") from None
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            raise ConversationError(f"{path}: unreadable conversation ({exc})") from None
+
+    def list(self) -> list[ConversationSummary]:
+        """Saved conversations, most recently updated first; unreadable files are skipped."""
+        if not self.root.is_dir():
+            return []
+        out: list[ConversationSummary] = []
+        for path in self.root.glob("*.json"):
+            try:
+                conv = Conversation.from_json(json.loads(path.read_text(encoding="utf-8")))
+            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                continue
+            turns = sum(1 for m in conv.messages if m.role == "user")
+            out.append(ConversationSummary(conv.id, conv.title, conv.model, conv.updated, turns))
+        out.sort(key=lambda s: s.updated, reverse=True)
+        return out
+
+    def delete(self, conversation_id: str) -> None:
+        self.path_for(conversation_id).unlink(missing_ok=True)

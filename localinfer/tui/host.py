@@ -1,0 +1,273 @@
+"""The chat app's one door to the model: session, engine, budget and catalog.
+
+The Textual app never imports the engine, the loaders or the budget; it calls a :class:`ChatHost`
+from worker threads and renders the plain dataclasses it returns. Tests build a host around a real
+(small) session; ``localinfer chat`` builds one that opens the model named on the command line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
+
+from localinfer.errors import LocalinferError
+from localinfer.tui.settings import ChatSettings
+
+if TYPE_CHECKING:  # the engine package is heavy; `localinfer chat` imports it in the preload
+    from localinfer.engine.types import EngineMetrics, Request, SamplingParams
+
+
+class EngineLike(Protocol):
+    def submit(self, request: Request) -> Any: ...  # an iterable of StreamEvent
+
+    def abort(self, request_id: str) -> bool: ...
+
+    def metrics(self) -> EngineMetrics: ...
+
+
+class SessionLike(Protocol):
+    """What localinfer.session.Session offers the chat."""
+
+    engine: EngineLike
+    model: Any  # LoadedModel: .name, .config, .tokenizer, .chat_template
+    runner_notice: str | None
+
+    def chat_prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryParts:
+    weights: int
+    kv_cache: int
+    overhead: int
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv_cache + self.overhead
+
+
+@dataclass(slots=True, frozen=True)
+class MemoryFigures:
+    """Predicted (budget) next to measured (runner) memory, in bytes; None where unknown."""
+
+    predicted: MemoryParts | None = None
+    measured: MemoryParts | None = None
+    available: int | None = None  # what the budget says this machine can give
+    device: str = ""
+
+
+@dataclass(slots=True, frozen=True)
+class ModelChoice:
+    name: str  # what open_session accepts
+    source: str  # "embedded" | "catalog" | "local"
+    size_bytes: int | None  # predicted total at the chosen context, when known
+    fits: bool | None  # None: the budget could not tell
+    note: str = ""
+    current: bool = False
+
+
+Opener = Callable[[ChatSettings], SessionLike]
+
+
+def open_with_settings(settings: ChatSettings) -> SessionLike:
+    """Open a session the way `localinfer chat` does (imports the engine stack on first call)."""
+    from localinfer.session import open_session
+
+    kwargs: dict[str, Any] = {"backend": settings.backend, "ctx": settings.ctx}
+    kwargs["slots"] = settings.slots
+    kwargs["quant"] = settings.quant
+    accepted = inspect.signature(open_session).parameters
+    # Speculation reaches the session separately; pass it only where the session accepts it
+    # (speculation_notice tells the user when it was left out).
+    if settings.speculative != "off" and "speculative" in accepted:
+        kwargs["speculative"] = settings.speculative
+    if settings.speculative == "draft" and "draft" in accepted:
+        kwargs["draft"] = settings.draft
+    return open_session(settings.model, **kwargs)
+
+
+def speculation_notice(settings: ChatSettings) -> str | None:
+    """A line for the user when speculative decoding was asked for but is not available."""
+    if settings.speculative == "off":
+        return None
+    from localinfer.session import open_session
+
+    accepted = inspect.signature(open_session).parameters
+    wanted = "draft" if settings.speculative == "draft" else "speculative"
+    if wanted in accepted:
+        return None
+    return f"speculative decoding ({settings.speculative}) is not available in this build yet"
+
+
+class ChatHost:
+    """Owns the current session; thread-safe for the app's pattern (one worker at a time each)."""
+
+    def __init__(
+        self,
+        settings: ChatSettings | None = None,
+        session: SessionLike | None = None,
+        opener: Opener = open_with_settings,
+    ) -> None:
+        self.settings = settings or ChatSettings()
+        self._session = session
+        self._opener = opener
+        self._lock = threading.Lock()
+        self._pending: tuple[ChatSettings, Future[SessionLike]] | None = None
+
+    # -- model lifetime ---------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return self._session is not None
+
+    @property
+    def session(self) -> SessionLike:
+        if self._session is None:
+            raise LocalinferError("no model is loaded yet; wait for loading to finish")
+        return self._session
+
+    def load_in_background(self, settings: ChatSettings) -> None:
+        """Start opening ``settings`` in a thread now; the next :meth:`load` collects it.
+
+        `localinfer chat` calls this before importing Textual, so the model loads while the UI
+        starts up instead of after.
+        """
+        future: Future[SessionLike] = Future()
+
+        def open_now() -> None:
+            try:
+                future.set_result(self._opener(settings))
+            except BaseException as exc:  # noqa: BLE001 - handed to whoever calls load()
+                future.set_exception(exc)
+
+        self._pending = (settings, future)
+        threading.Thread(target=open_now, name="localinfer-preload", daemon=True).start()
+
+    def _collect_pending(self, settings: ChatSettings) -> bool:
+        """Adopt a background load of ``settings`` (True), or discard a different one."""
+        pending, self._pending = self._pending, None
+        if pending is None:
+            return False
+        wanted, future = pending
+        if wanted != settings:
+            with contextlib.suppress(Exception):
+                future.result().close()
+            return False
+        self._session = future.result()  # raises the load's error
+        self.settings = settings
+        return True
+
+    def load(self, settings: ChatSettings) -> None:
+        """Open a session for ``settings`` (blocking; call from a worker).
+
+        The old model is closed first so two never compete for memory; if the new one fails, the
+        old settings are reopened and the original error is raised.
+        """
+        with self._lock:
+            if self._session is None and self._collect_pending(settings):
+                return
+            previous, old = self.settings, self._session
+            if old is not None:
+                self._session = None
+                old.close()
+            try:
+                self._session = self._opener(settings)
+                self.settings = settings
+            except Exception:
+                if old is not None:
+                    try:
+                        self._session = self._opener(previous)
+                    except Exception:  # noqa: BLE001 - the first error is the one to report
+                        self._session = None
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pending is not None:
+                # Don't wait for a load nobody will use: close it whenever it finishes.
+                _, future = self._pending
+                self._pending = None
+                future.add_done_callback(_close_result)
+            if self._session is not None:
+                self._session.close()
+                self._session = None
+
+    def describe(self) -> str:
+        session = self.session
+        info = getattr(getattr(getattr(session, "engine", None), "runner", None), "info", None)
+        parts = [session.model.name]
+        if info is not None:
+            parts.append(f"{info.backend} {info.quant}")
+            parts.append(f"ctx {info.max_ctx} × {info.slots} slots")
+        return " · ".join(parts)
+
+    # -- answering ---------------------------------------------------------------------------
+
+    def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
+        return self.session.chat_prompt_ids(messages)
+
+    def submit(self, request: Request) -> Any:
+        """Start a request; the return value iterates StreamEvents (raises before any compute
+        on context overflow or a bad parameter)."""
+        return self.session.engine.submit(request)
+
+    def abort(self, request_id: str) -> bool:
+        session = self._session
+        return session.engine.abort(request_id) if session is not None else False
+
+    def engine_metrics(self) -> EngineMetrics | None:
+        session = self._session
+        return session.engine.metrics() if session is not None else None
+
+    def sampling_params(self) -> SamplingParams:
+        return self.settings.sampling_params()
+
+    # -- memory and models -------------------------------------------------------------------
+
+    def memory(self) -> MemoryFigures:
+        session = self._session
+        if session is None:
+            return MemoryFigures()
+        measured = device = None
+        report = _measured_memory(session)
+        if report is not None:
+            measured = MemoryParts(report.weights, report.kv_cache, report.overhead)
+            device = report.device
+        try:
+            predicted, available = _predicted_memory(session, self.settings)
+        except Exception:  # noqa: BLE001 - a budget bug must not hide the measured figures
+            predicted, available = None, None
+        return MemoryFigures(predicted, measured, available, device or "")
+
+    def model_choices(self, ctx: int | None = None) -> list[ModelChoice]:
+        from localinfer.session import DEFAULT_MODEL
+        from localinfer.tui.model_list import list_model_choices
+
+        current = self.settings.model or DEFAULT_MODEL
+        return list_model_choices(ctx or self.settings.ctx, self.settings, current)
+
+
+def _close_result(future: Future[SessionLike]) -> None:
+    if future.exception() is None:
+        future.result().close()
+
+
+def _measured_memory(session: SessionLike) -> Any:
+    memory = getattr(session, "memory", None)
+    if callable(memory):
+        return memory()
+    runner = getattr(getattr(session, "engine", None), "runner", None)
+    return runner.memory() if runner is not None else None
+
+
+def _predicted_memory(session: SessionLike, settings: ChatSettings) -> tuple[Any, int | None]:
+    from localinfer.tui.model_list import predict_loaded
+
+    return predict_loaded(session, settings)

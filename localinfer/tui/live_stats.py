@@ -1,0 +1,127 @@
+"""Client-side figures of one streaming answer, measured where the tokens arrive.
+
+The worker thread records every StreamEvent's arrival here (so TTFT is exact even though the UI
+only repaints ~25 times a second) and sends a frozen :class:`StatsSnapshot` to the UI. When the
+answer ends, the engine's own :class:`RequestMetrics` replace the client-side estimates.
+The clock is injectable so tests and snapshots are deterministic.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from localinfer.engine.types import RequestMetrics
+
+
+@dataclass(slots=True, frozen=True)
+class StatsSnapshot:
+    running: bool = False
+    ttft_s: float | None = None
+    current_tps: float | None = None  # over the last `window_s`
+    average_tps: float | None = None  # decode rate: tokens after the first / time since the first
+    tpot_s: float | None = None
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    history: tuple[float, ...] = ()  # tokens/s per bucket, oldest first (for the sparkline)
+
+
+class LiveStats:
+    """Accumulates token arrivals of one request; not thread-safe (one worker owns it)."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        window_s: float = 1.0,
+        bucket_s: float = 0.25,
+        buckets: int = 48,
+    ) -> None:
+        self._clock = clock
+        self._window_s = window_s
+        self._bucket_s = bucket_s
+        self._buckets = buckets
+        self._t0: float | None = None
+        self._first: float | None = None
+        self._last: float | None = None
+        self._arrivals: deque[tuple[float, int]] = deque()  # (time, tokens), within the window
+        self._history: deque[float] = deque(maxlen=buckets)
+        self._bucket_start: float | None = None
+        self._bucket_tokens = 0
+        self._prompt_tokens = 0
+        self._completion = 0
+        self._final: RequestMetrics | None = None
+
+    def start(self, prompt_tokens: int) -> None:
+        self._t0 = self._clock()
+        self._prompt_tokens = prompt_tokens
+
+    def add(self, n_tokens: int) -> None:
+        if n_tokens <= 0:
+            return
+        now = self._clock()
+        if self._first is None:
+            self._first = now
+            self._bucket_start = now
+        self._close_buckets(now)
+        self._bucket_tokens += n_tokens
+        self._last = now
+        self._completion += n_tokens
+        self._arrivals.append((now, n_tokens))
+
+    def finish(self, metrics: RequestMetrics | None) -> None:
+        self._final = metrics
+
+    def _close_buckets(self, now: float) -> None:
+        assert self._bucket_start is not None
+        while now - self._bucket_start >= self._bucket_s:
+            self._history.append(self._bucket_tokens / self._bucket_s)
+            self._bucket_tokens = 0
+            self._bucket_start += self._bucket_s
+
+    def snapshot(self) -> StatsSnapshot:
+        now = self._clock()
+        running = self._final is None and self._t0 is not None
+        ttft = None if self._first is None or self._t0 is None else self._first - self._t0
+        average = tpot = None
+        if self._first is not None and self._last is not None and self._completion > 1:
+            span = self._last - self._first
+            if span > 0:
+                average = (self._completion - 1) / span
+                tpot = span / (self._completion - 1)
+        current = average
+        if running and self._first is not None:
+            # Rate over (start, now], start = the later of one window ago and the first token
+            # (the first token itself marks the start, so it is not counted).
+            start = max(now - self._window_s, self._first)
+            while self._arrivals and self._arrivals[0][0] <= start:
+                self._arrivals.popleft()
+            span = now - start
+            current = sum(n for _, n in self._arrivals) / span if span > 0 else None
+        snap = StatsSnapshot(
+            running=running,
+            ttft_s=ttft,
+            current_tps=current,
+            average_tps=average,
+            tpot_s=tpot,
+            prompt_tokens=self._prompt_tokens,
+            completion_tokens=self._completion,
+            history=tuple(self._history),
+        )
+        final = self._final
+        if final is None:
+            return snap
+        # The engine measured from submit inside its own thread: prefer its figures.
+        return StatsSnapshot(
+            running=False,
+            ttft_s=final.ttft_s if final.ttft_s is not None else snap.ttft_s,
+            current_tps=None,  # nothing is streaming any more
+            average_tps=final.decode_tps if final.decode_tps is not None else snap.average_tps,
+            tpot_s=final.tpot_s if final.tpot_s is not None else snap.tpot_s,
+            prompt_tokens=final.prompt_tokens,
+            completion_tokens=final.completion_tokens,
+            cached_tokens=final.cached_tokens,
+            history=snap.history,
+        )

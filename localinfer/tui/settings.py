@@ -1,0 +1,74 @@
+"""What the user can change in the chat: sampling (next message) and model set-up (reload)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import TYPE_CHECKING, Any, Literal
+
+if TYPE_CHECKING:  # imported when first used: `localinfer chat` starts loading before it
+    from localinfer.engine.types import SamplingParams
+
+SpeculativeMode = Literal["off", "ngram", "draft"]
+SPECULATIVE_MODES: tuple[str, ...] = ("off", "ngram", "draft")
+BACKENDS: tuple[str, ...] = ("auto", "llamacpp", "torch", "mlx")
+QUANTS: tuple[str, ...] = ("file", "Q8_0", "Q4_1", "Q4_0", "int8", "int4", "bf16", "fp32")
+
+# Changing any of these rebuilds the runner (and its KV cache); the rest apply to the next message.
+RELOAD_FIELDS = frozenset({"model", "ctx", "slots", "quant", "backend", "speculative", "draft"})
+
+
+@dataclass(slots=True, frozen=True)
+class ChatSettings:
+    model: str | None = None  # None: the embedded default model
+    temperature: float = 0.7
+    top_p: float = 0.95
+    max_tokens: int = 512
+    ctx: int = 2048
+    slots: int = 1
+    quant: str | None = None  # None: keep the file's own
+    backend: str | None = None  # None: pick for this machine
+    speculative: SpeculativeMode = "off"
+    draft: str | None = None  # draft model for speculative == "draft"
+
+    def sampling_params(self, stop: tuple[str, ...] = ()) -> SamplingParams:
+        """Raises pydantic's ValidationError when out of range (the settings form checks)."""
+        from localinfer.engine.types import SamplingParams
+
+        return SamplingParams(
+            max_tokens=self.max_tokens,
+            temperature=self.temperature,
+            top_p=self.top_p,
+            stop=stop,
+        )
+
+    def validated(self) -> ChatSettings:
+        """Self, or InvalidParameterError naming what is out of range."""
+        from pydantic import ValidationError
+
+        from localinfer.errors import InvalidParameterError
+
+        try:
+            self.sampling_params()
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            raise InvalidParameterError(f"{first['loc'][0]}: {first['msg']}") from None
+        return self
+
+    def reload_needed(self, other: ChatSettings) -> bool:
+        """True when going from ``self`` to ``other`` needs the model (or its cache) rebuilt."""
+        return any(getattr(self, f) != getattr(other, f) for f in RELOAD_FIELDS)
+
+    def changed(self, **updates: Any) -> ChatSettings:
+        return replace(self, **updates)
+
+    def describe(self) -> str:
+        spec = self.speculative if self.speculative != "draft" else f"draft:{self.draft}"
+        return (
+            f"temp {self.temperature:g} · top_p {self.top_p:g} · max {self.max_tokens} · "
+            f"ctx {self.ctx} · slots {self.slots} · quant {self.quant or 'file'} · "
+            f"{self.backend or 'auto'} · spec {spec}"
+        )
+
+
+def field_names() -> list[str]:
+    return [f.name for f in fields(ChatSettings)]
