@@ -1,0 +1,166 @@
+"""MLXRunner: the Runner protocol (backends/base.py) on MLX — Metal on Apple Silicon, CPU elsewhere.
+
+Weights are float (fp32/bf16/fp16), quantized on load (int4/int8, group 32/64/128) or kept as
+stored: GGUF Q4_0/Q4_1/Q8_0 blocks and MLX-format (mlx-community) repos (see quant_spec.py and
+native.py). Memory figures come from MLX's own allocator counters. ``RunnerConfig.threads`` is
+ignored: MLX has no thread-count setting.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import mlx.core as mx
+import numpy as np
+from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
+from localinfer.backends.mlx.batch_layout import layout_batch
+from localinfer.backends.mlx.device import device_label, recommended_working_set, resolve_device
+from localinfer.backends.mlx.kv_cache import SlotKVCache
+from localinfer.backends.mlx.model import MLX_ARCHS, LlamaModel
+from localinfer.backends.mlx.quant_spec import parse_quant
+from localinfer.backends.mlx.weights import load_weights
+
+from localinfer.errors import UnsupportedModelError
+from localinfer.loading.model import LoadedModel
+
+__all__ = ["MLXRunner", "create_runner", "recommended_working_set"]
+
+DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
+
+
+class MLXRunner:
+    """Runs a Llama-family model with a ``[slots, kv_heads, max_ctx, head_dim]`` cache per layer.
+
+    Not thread-safe: one engine thread owns it.
+    """
+
+    def __init__(self, model: LoadedModel, config: RunnerConfig) -> None:
+        if config.dtype not in DTYPES:
+            raise UnsupportedModelError(
+                f"mlx runner dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}"
+            )
+        mc = model.config
+        if mc.arch not in MLX_ARCHS:
+            raise UnsupportedModelError(
+                f"the mlx runner supports {', '.join(MLX_ARCHS)}, not {mc.arch!r}; "
+                "use --backend torch or llamacpp"
+            )
+        spec = parse_quant(config.quant, model.file_quant)
+        self.config = config
+        self.model_config = mc
+        self.device = resolve_device(config.device)
+        dtype = DTYPES[config.dtype]
+        with mx.stream(self.device):
+            # Allocator deltas around each allocation are what memory() reports: the process-wide
+            # counters cannot tell runners apart, so each part is measured as it is built.
+            start = mx.get_active_memory()
+            weights = load_weights(model, spec, dtype)
+            after_weights = mx.get_active_memory()
+            self._cache = SlotKVCache(
+                mc.n_layers, config.slots, mc.n_kv_heads, config.max_ctx, mc.head_dim, dtype
+            )
+            mx.eval(self._cache.arrays())
+            after_cache = mx.get_active_memory()
+            self._model = LlamaModel(mc, weights, config.max_ctx, dtype)
+            after_tables = mx.get_active_memory()
+        # Counters that do not move (an allocator without accounting) fall back to array sizes.
+        self._weights_bytes = _measured(after_weights - start, weights.nbytes())
+        self._kv_bytes = _measured(after_cache - after_weights, self._cache.nbytes())
+        self._static_overhead = max(0, after_tables - after_cache)  # RoPE tables
+        self._peak_transient = 0  # the largest forward's activations + logits, in bytes
+        self._closed = False
+        self.info = RunnerInfo(
+            backend="mlx",
+            device=device_label(self.device),
+            dtype=config.dtype,
+            slots=config.slots,
+            max_ctx=config.max_ctx,
+            vocab_size=mc.vocab_size,
+            quant=weights.quant_label,
+        )
+
+    # -- Runner protocol -------------------------------------------------------------------
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        self._check_open()
+        check_batch(batch, self._cache.lengths, self.config.max_ctx)
+        if not batch:
+            return []
+        vocab = self.model_config.vocab_size
+        for work in batch:
+            # An out-of-range id would silently read another row (MLX gathers do not check).
+            if min(work.tokens) < 0 or max(work.tokens) >= vocab:
+                raise ValueError(f"slot {work.slot}: token id out of range [0, {vocab})")
+        window = self.model_config.sliding_window if self.model_config.sliding_layers else None
+        layout = layout_batch(batch, window)
+        # The counters are process-wide, so the forward's own use is the peak above what was
+        # active when it started (another runner freeing memory meanwhile cannot skew it).
+        before = mx.get_active_memory()
+        mx.reset_peak_memory()
+        with mx.stream(self.device):
+            hidden = self._model.hidden_states(layout, self._cache)  # [T, hidden]
+            flat_rows = [r for rows in layout.logit_rows for r in rows]
+            if flat_rows != list(range(hidden.shape[0])):
+                hidden = hidden[mx.array(flat_rows, dtype=mx.int32)]
+            logits = self._model.logits(hidden)  # [R, vocab] float32
+            # The cache is evaluated with the logits so no graph outlives this step.
+            mx.eval(logits, self._cache.arrays())
+        self._peak_transient = max(self._peak_transient, mx.get_peak_memory() - before)
+        out = np.asarray(logits)  # [R, vocab] float32
+        for work in batch:
+            self._cache.lengths[work.slot] = work.start_pos + len(work.tokens)
+        results, start = [], 0
+        for rows in layout.logit_rows:
+            results.append(out[start : start + len(rows)])
+            start += len(rows)
+        return results
+
+    def slot_length(self, slot: int) -> int:
+        if not 0 <= slot < self.config.slots:
+            raise ValueError(f"slot {slot} out of range (runner has {self.config.slots} slots)")
+        return self._cache.lengths[slot]
+
+    def truncate(self, slot: int, length: int) -> None:
+        self._cache.truncate(slot, length)
+
+    def release(self, slot: int) -> None:
+        self._cache.truncate(slot, 0)
+
+    def decode_bytes_per_step(self) -> int:
+        """Weight bytes one decode step reads: every matrix once (the embedding table only when
+        it doubles as the LM head; a lookup reads a few rows)."""
+        w = self._model.weights
+        total = w.nbytes()
+        if w.lm_head is not w.embed:
+            total -= sum(a.nbytes for a in w.embed.arrays())
+        return total
+
+    def memory(self) -> MemoryReport:
+        self._check_open()
+        return MemoryReport(
+            weights=self._weights_bytes,
+            kv_cache=self._kv_bytes,
+            overhead=self._static_overhead + self._peak_transient,
+            device=self.info.device,
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        del self._model, self._cache
+        mx.clear_cache()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("runner is closed")
+
+
+def _measured(delta: int, nbytes: int) -> int:
+    return delta if delta > 0 else nbytes
+
+
+def create_runner(model: LoadedModel, config: RunnerConfig) -> MLXRunner:
+    return MLXRunner(model, config)
