@@ -1,0 +1,76 @@
+"""Closed-loop load: at concurrency C, C clients each send their next request as soon as their
+last one ends, until the level's requests are done. Levels run one after another."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Sequence
+
+from localinfer.bench.prompts import BenchPrompt
+from localinfer.bench.records import LevelResult, RequestRecord
+from localinfer.bench.targets import Target
+from localinfer.errors import InvalidParameterError
+
+OnRecord = Callable[[int, RequestRecord], None]  # (concurrency, record), after each request
+
+
+def parse_levels(text: str) -> list[int]:
+    """'1,4,8' -> [1, 4, 8]."""
+    try:
+        levels = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise InvalidParameterError(
+            f"--concurrency wants numbers like 1,4,8, got '{text}'"
+        ) from None
+    if not levels or min(levels) < 1:
+        raise InvalidParameterError(f"--concurrency levels must be at least 1, got '{text}'")
+    return levels
+
+
+async def run_level(
+    target: Target,
+    prompts: Sequence[BenchPrompt],
+    concurrency: int,
+    requests: int,
+    max_tokens: int,
+    on_record: OnRecord | None = None,
+) -> LevelResult:
+    """`requests` requests (prompts in order, cycling) from `concurrency` clients at once.
+    Every level starts at the first prompt, so levels see the same work."""
+    if requests < 1 or concurrency < 1:
+        raise InvalidParameterError("requests and concurrency must be at least 1")
+    next_index = iter(range(requests))
+    records: list[RequestRecord | None] = [None] * requests
+
+    async def client() -> None:
+        for i in next_index:  # one shared iterator: each index goes to exactly one client
+            record = await target.run(prompts[i % len(prompts)], max_tokens)
+            records[i] = record
+            if on_record is not None:
+                on_record(concurrency, record)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(client() for _ in range(min(concurrency, requests))))
+    wall = time.perf_counter() - start
+    return LevelResult(concurrency, wall, [r for r in records if r is not None])
+
+
+async def run_levels(
+    target: Target,
+    prompts: Sequence[BenchPrompt],
+    levels: Sequence[int],
+    requests: int,
+    max_tokens: int,
+    *,
+    warmup: int = 1,
+    on_record: OnRecord | None = None,
+) -> list[LevelResult]:
+    """Each level in turn, after `warmup` unmeasured requests (first-request costs such as
+    graph building or page faults are not serving speed). Each level sends at least as many
+    requests as it has clients."""
+    if warmup > 0:
+        await run_level(target, prompts[:1], 1, warmup, min(max_tokens, 8))
+    return [
+        await run_level(target, prompts, c, max(requests, c), max_tokens, on_record) for c in levels
+    ]

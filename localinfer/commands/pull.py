@@ -1,0 +1,134 @@
+"""`localinfer pull MODEL [--quant Q]`: download one model's files into the Hugging Face cache,
+after the budget says it fits (or `--force`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from localinfer.budget import BudgetReport
+    from localinfer.hub import DownloadPlan
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "pull",
+        help="download a model (only the files its quantization needs) into the HF cache",
+        description="Download MODEL from the Hugging Face Hub into its cache (HF_HUB_CACHE): "
+        "the one GGUF file of the chosen quantization, or the safetensors weights, config and "
+        "tokenizer for --quant none. The memory budget runs first and refuses a model that "
+        "cannot fit this machine unless --force is given. HF_ENDPOINT and HF_TOKEN apply.",
+        epilog="exit status: 0 downloaded (or already there), 1 error, 3 does not fit",
+    )
+    parser.add_argument("model", help="catalog name (see `localinfer models`) or an HF repo id")
+    parser.add_argument(
+        "--quant",
+        default=None,
+        help="Q4_K_M, Q8_0, ... or none (original safetensors); default: the catalog's default",
+    )
+    parser.add_argument("--ctx", default=None, help="context the budget plans for (default 2048)")
+    parser.add_argument("--concurrency", default="1", help="sequences the budget plans for")
+    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | metal | SIZE")
+    parser.add_argument("--backend", default=None, help="torch | llamacpp | mlx (budget only)")
+    parser.add_argument(
+        "--force", action="store_true", help="download even if the budget or disk space says no"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from localinfer.budget.memory import human_bytes
+    from localinfer.hub import cached_file, download, free_disk_bytes, list_remote, plan_download
+
+    say = _stderr
+    bundled = _bundled_package(args.model)
+    if bundled is not None:
+        say(f"{args.model} ships with localinfer (pip package {bundled}); nothing to download")
+        return 0
+    plan = plan_download(args.model, args.quant)
+    if plan.entry is not None:
+        report = _budget(plan, args)
+        if not report.fits:
+            hints = "; ".join(f"try {s.change}" for s in report.suggestions[:3])
+            message = (
+                f"{plan.name} {plan.quant} does not fit: it needs {human_bytes(report.total_bytes)}"
+                f" at {report.ctx} ctx x {report.concurrency} seq, {report.device} has "
+                f"{human_bytes(report.available_bytes)}" + (f" ({hints})" if hints else "")
+            )
+            if not args.force:
+                say(f"localinfer: {message}; --force downloads it anyway")
+                return 3
+            say(f"localinfer: warning: {message}; downloading anyway (--force)")
+        else:
+            say(
+                f"budget: {plan.name} {plan.quant} needs {human_bytes(report.total_bytes)} of "
+                f"{human_bytes(report.available_bytes)} on {report.device}: fits"
+            )
+    else:
+        say(f"localinfer: {plan.name} is not in the catalog; no memory budget before download")
+
+    cached = cached_file(plan)
+    if cached is not None:  # nothing to ask the Hub: this works offline too
+        print(cached)
+        say(f"{plan.name}: {plan.patterns[0]} is already in the cache; ready offline")
+        return 0
+    listing = list_remote(plan)
+    missing = [f for f in listing.files if not f.cached]
+    if not missing:
+        say(f"{plan.name}: all {len(listing.files)} file(s) already in the cache")
+    else:
+        free = free_disk_bytes()
+        need = listing.missing_bytes
+        if need > free and not args.force:
+            from localinfer.errors import OutOfMemoryBudgetError
+
+            raise OutOfMemoryBudgetError(
+                f"{plan.name} needs {human_bytes(need)} of disk but the cache has "
+                f"{human_bytes(free)} free; --force tries anyway"
+            )
+        say(
+            f"downloading {len(missing)} file(s), {human_bytes(need)}, from {plan.repo_id} "
+            f"@ {listing.commit[:10]}"
+        )
+    folder = download(plan, progress=not args.quiet)
+    where = [folder / f.path for f in listing.files]
+    for path in where:
+        if not path.is_file():
+            from localinfer.hub import HubError
+
+            raise HubError(f"{path.name} did not arrive in the cache ({folder})")
+    print(where[0] if len(where) == 1 else folder)
+    say(f"{plan.name}: {human_bytes(listing.total_bytes)} in the cache; ready offline")
+    return 0
+
+
+def _budget(plan: DownloadPlan, args: argparse.Namespace) -> BudgetReport:
+    from localinfer.budget import BudgetRequest, compute_budget
+    from localinfer.commands.budget import parse_count
+
+    request = BudgetRequest(
+        model=plan.name,
+        ctx=parse_count(args.ctx, "--ctx") if args.ctx is not None else None,
+        concurrency=parse_count(args.concurrency, "--concurrency"),
+        quant="none" if plan.quant == "bf16" else plan.quant,
+        device=args.device,
+        backend=args.backend,
+    )
+    return compute_budget(request)
+
+
+def _bundled_package(spec: str) -> str | None:
+    from localinfer.catalog import BundledSource
+    from localinfer.hub import catalog_entry_for
+
+    entry = catalog_entry_for(spec)
+    if entry is not None and isinstance(entry.source, BundledSource):
+        return entry.source.package
+    return None
+
+
+def _stderr(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)

@@ -1,0 +1,368 @@
+"""Downloads from the Hugging Face Hub: only the files one model and quantization need, into the
+hub's own cache, so `resolve_model` finds them offline afterwards.
+
+Everything here goes through huggingface_hub (HF_ENDPOINT, HF_HUB_OFFLINE, HF_HUB_CACHE and the
+token all work as they do for every other tool that shares the cache). The first request asks for
+the repository's file listing with a short timeout, so a machine without a network learns it in
+seconds instead of waiting on a download timeout; every failure becomes one typed HubError line.
+
+Interrupted downloads: huggingface_hub resumes a dropped connection with a Range request (up to
+five times per file) within one `pull`. It does not keep partial files between runs (2.x writes
+to a per-process temporary file), so a `pull` stopped with Ctrl-C starts that file again, while
+files that completed are not fetched twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from localinfer.budget.quant import normalize_quant
+from localinfer.catalog import BundledSource, CatalogEntry, HFSource, LocalSource, load_catalog
+from localinfer.errors import InvalidParameterError, LocalinferError
+from localinfer.resolve import ALIASES, hf_cache_dir
+
+# What a safetensors checkpoint needs to load and chat: weights, configs, tokenizer, template.
+SAFETENSORS_PATTERNS = (
+    "*.safetensors",
+    "model.safetensors.index.json",
+    "config.json",
+    "generation_config.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "tokenizer.model",
+    "chat_template.jinja",
+    "chat_template.json",
+)
+# First contact with the Hub: a dead network shows up as a connect timeout, a server that
+# accepts and never answers as a read timeout; either way `pull` fails in seconds, not minutes.
+CONNECT_TIMEOUT_S = 3.0
+LISTING_TIMEOUT_S = 5.0
+
+
+class HubError(LocalinferError):
+    """The Hub could not be reached, or refused or lacks what was asked for."""
+
+    http_status = 502
+    code = "hub_error"
+
+
+@dataclass(frozen=True, slots=True)
+class DownloadPlan:
+    """Which repository and which of its files one model + quantization need."""
+
+    name: str  # catalog name, or the repo id for a model outside the catalog
+    repo_id: str
+    quant: str | None  # None: a repo outside the catalog pulled without --quant
+    patterns: tuple[str, ...]  # allow_patterns (fnmatch, as huggingface_hub filters)
+    entry: CatalogEntry | None
+
+    def wants(self, path: str) -> bool:
+        return any(fnmatch.fnmatch(path, p) for p in self.patterns)
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteFile:
+    path: str
+    size: int
+    cached: bool  # already complete in the local cache
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteListing:
+    repo_id: str
+    commit: str
+    files: tuple[RemoteFile, ...]  # only the files the plan wants
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(f.size for f in self.files)
+
+    @property
+    def missing_bytes(self) -> int:
+        return sum(f.size for f in self.files if not f.cached)
+
+
+def catalog_entry_for(spec: str) -> CatalogEntry | None:
+    """The catalog entry named by `spec`: a name, an alias, or one of its Hub repo ids."""
+    catalog = load_catalog()
+    entry = catalog.get(ALIASES.get(spec.lower(), spec))
+    if entry is not None:
+        return entry
+    for candidate in catalog.entries.values():
+        src = candidate.source
+        if isinstance(src, HFSource) and spec in (src.repo, src.gguf_repo):
+            return candidate
+    return None
+
+
+def plan_download(spec: str, quant: str | None = None) -> DownloadPlan:
+    """What `localinfer pull spec --quant quant` fetches. Raises for models with nothing to fetch
+    (bundled, local) and for a quantization the model does not offer."""
+    spec = spec.strip()
+    entry = catalog_entry_for(spec)
+    if entry is None:
+        return _plan_for_repo(spec, quant)
+    source = entry.source
+    if isinstance(source, BundledSource):
+        raise InvalidParameterError(
+            f"{entry.name} ships inside the pip package {source.package}; nothing to download"
+        )
+    if isinstance(source, LocalSource):
+        raise InvalidParameterError(f"{entry.name} is a local model ({source.path}); not on a hub")
+    assert isinstance(source, HFSource)
+    wanted = entry.default_quant if quant is None else _quant_name(quant)
+    if wanted not in entry.quants:
+        raise InvalidParameterError(
+            f"{entry.name} comes as {', '.join(entry.quants)}; there is no {wanted}"
+        )
+    if wanted == "bf16":
+        return DownloadPlan(entry.name, source.repo, wanted, SAFETENSORS_PATTERNS, entry)
+    filename = source.gguf_filename(wanted)
+    if not source.gguf_repo or not filename:
+        raise InvalidParameterError(f"the catalog names no GGUF file for {entry.name} {wanted}")
+    return DownloadPlan(entry.name, source.gguf_repo, wanted, (filename,), entry)
+
+
+def _quant_name(quant: str) -> str:
+    return "bf16" if quant.strip().lower() in ("none", "bf16") else normalize_quant(quant)
+
+
+def _plan_for_repo(spec: str, quant: str | None) -> DownloadPlan:
+    parts = spec.split("/")
+    if len(parts) != 2 or not all(parts):
+        from localinfer.errors import UnknownModelError
+        from localinfer.resolve import _suggest
+
+        raise UnknownModelError(spec, _suggest(spec))
+    if quant is None or quant.strip().lower() in ("none", "bf16"):
+        return DownloadPlan(spec, spec, None, SAFETENSORS_PATTERNS, None)
+    q = quant.strip()
+    # fnmatch is case-sensitive on POSIX and repos spell quantizations both ways.
+    patterns = tuple(dict.fromkeys((f"*{q}*.gguf", f"*{q.upper()}*.gguf", f"*{q.lower()}*.gguf")))
+    return DownloadPlan(spec, spec, normalize_quant(q), patterns, None)
+
+
+# -- talking to the Hub ---------------------------------------------------------------------
+
+
+def hub_endpoint() -> str:
+    from huggingface_hub import constants
+
+    return constants.ENDPOINT
+
+
+@contextlib.contextmanager
+def hub_errors(plan: DownloadPlan) -> Iterator[None]:
+    """Turn huggingface_hub / network exceptions into one-line HubErrors."""
+    from huggingface_hub import errors
+
+    transport = _hub_http()
+    network_errors = (transport.TransportError,) if transport else ()
+    try:
+        yield
+    except errors.OfflineModeIsEnabled:
+        raise HubError(
+            f"cannot download {plan.name}: HF_HUB_OFFLINE is set, so the Hub is off limits "
+            "(models already on disk still work; unset HF_HUB_OFFLINE to pull)"
+        ) from None
+    except (errors.GatedRepoError, errors.RepositoryNotFoundError):
+        raise HubError(
+            f"{plan.repo_id} is not on the Hub at {hub_endpoint()} (or is private or gated: "
+            "log in with `hf auth login`)"
+        ) from None
+    except errors.RevisionNotFoundError:
+        raise HubError(f"{plan.repo_id} has no 'main' revision on the Hub") from None
+    except errors.RemoteEntryNotFoundError:
+        raise HubError(f"{plan.repo_id} has no file matching {', '.join(plan.patterns)}") from None
+    except (*network_errors, errors.LocalEntryNotFoundError) as exc:
+        # LocalEntryNotFoundError: huggingface_hub fell back to the cache after a network error.
+        raise HubError(
+            f"cannot reach the Hugging Face Hub at {hub_endpoint()} ({_first_line(exc)}); "
+            "models already on disk still work offline"
+        ) from None
+    except errors.HfHubHTTPError as exc:
+        raise HubError(f"the Hub refused {plan.repo_id}: {_first_line(exc)}") from None
+    except OSError as exc:  # a size check failed after retries, a full disk
+        raise HubError(
+            f"downloading {plan.name} failed: {_first_line(exc)}; run the same pull again "
+            "(completed files are kept)"
+        ) from None
+
+
+def _hub_http() -> Any:
+    """The HTTP library huggingface_hub 2.x talks through (httpx2), for its error and timeout
+    types; None if a future huggingface_hub moves to another one."""
+    try:
+        import httpx2
+    except ImportError:
+        return None
+    return httpx2
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip() or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def cached_file(plan: DownloadPlan) -> Path | None:
+    """The plan's one file when it is already in the cache (at the revision 'main' points to);
+    found without any network. None for plans that name several files or patterns."""
+    from huggingface_hub import try_to_load_from_cache
+
+    if len(plan.patterns) != 1 or any(c in plan.patterns[0] for c in "*?["):
+        return None
+    hit = try_to_load_from_cache(plan.repo_id, plan.patterns[0], cache_dir=hf_cache_dir())
+    return Path(hit) if isinstance(hit, str) and Path(hit).is_file() else None
+
+
+def list_remote(plan: DownloadPlan) -> RemoteListing:
+    """The files of `plan` on the Hub with their sizes, and whether each is already cached."""
+    from huggingface_hub import HfApi, try_to_load_from_cache
+
+    transport = _hub_http()
+    timeout = (
+        transport.Timeout(LISTING_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+        if transport
+        else LISTING_TIMEOUT_S
+    )
+    with hub_errors(plan):
+        info = HfApi().model_info(plan.repo_id, files_metadata=True, timeout=timeout)
+    if not info.sha:
+        raise HubError(f"the Hub sent no commit for {plan.repo_id}")
+    files = []
+    for sibling in info.siblings or []:
+        if not plan.wants(sibling.rfilename):
+            continue
+        size = sibling.lfs.size if sibling.lfs is not None else sibling.size
+        hit = try_to_load_from_cache(
+            plan.repo_id, sibling.rfilename, cache_dir=hf_cache_dir(), revision=info.sha
+        )
+        cached = isinstance(hit, str) and Path(hit).is_file()
+        files.append(RemoteFile(sibling.rfilename, int(size or 0), cached))
+    if not files:
+        raise HubError(f"{plan.repo_id} has no file matching {', '.join(plan.patterns)}")
+    return RemoteListing(plan.repo_id, info.sha, tuple(files))
+
+
+def free_disk_bytes() -> int:
+    """Free space where the cache lives (its nearest existing parent)."""
+    path = hf_cache_dir()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return shutil.disk_usage(path).free
+
+
+def download(plan: DownloadPlan, *, progress: bool = True) -> Path:
+    """Fetch the plan's files into the Hugging Face cache; returns the snapshot folder."""
+    from huggingface_hub import snapshot_download
+    from huggingface_hub.utils import (
+        are_progress_bars_disabled,
+        disable_progress_bars,
+        enable_progress_bars,
+    )
+
+    # huggingface_hub's own bars (bytes and files, on a terminal); --quiet turns them off for
+    # this call only, leaving a user's HF_HUB_DISABLE_PROGRESS_BARS alone.
+    silence = not progress and not are_progress_bars_disabled()
+    if silence:
+        disable_progress_bars()
+    try:
+        with hub_errors(plan):
+            folder = snapshot_download(
+                plan.repo_id, allow_patterns=list(plan.patterns), cache_dir=hf_cache_dir()
+            )
+    finally:
+        if silence:
+            enable_progress_bars()
+    return Path(folder)
+
+
+# -- removing ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Removal:
+    repos: tuple[str, ...]
+    revisions: int
+    freed_bytes: int
+
+
+def cached_repo_ids(spec: str) -> list[str]:
+    """The cached Hub repos that hold `spec` (a catalog model's GGUF and original repos)."""
+    entry = catalog_entry_for(spec)
+    if entry is not None:
+        src = entry.source
+        if isinstance(src, BundledSource):
+            raise InvalidParameterError(
+                f"{entry.name} ships inside the pip package {src.package}, not the Hub cache; "
+                f"`pip uninstall {src.package}` removes it"
+            )
+        if isinstance(src, LocalSource):
+            raise InvalidParameterError(f"{entry.name} is a local model ({src.path}); not cached")
+        assert isinstance(src, HFSource)
+        wanted = [r for r in (src.gguf_repo, src.repo) if r]
+    else:
+        wanted = [spec]
+    present = {repo.repo_id for repo in _scan_cache_repos()}
+    return [r for r in wanted if r in present]
+
+
+def _scan_cache_repos() -> list:
+    from huggingface_hub import scan_cache_dir
+    from huggingface_hub.errors import CacheNotFound
+
+    cache = hf_cache_dir()
+    if not cache.is_dir():
+        return []
+    try:
+        return [r for r in scan_cache_dir(cache).repos if r.repo_type == "model"]
+    except CacheNotFound:
+        return []
+
+
+def remove_cached(spec: str, *, dry_run: bool = False) -> Removal:
+    """Delete every cached revision of `spec`'s repos with huggingface_hub's deletion strategy
+    (snapshots, blobs no other revision uses, refs; the repo folder when nothing is left)."""
+    from huggingface_hub import scan_cache_dir
+
+    repos = cached_repo_ids(spec)
+    if not repos:
+        return Removal((), 0, 0)
+    info = scan_cache_dir(hf_cache_dir())
+    hashes = [
+        rev.commit_hash
+        for repo in info.repos
+        if repo.repo_type == "model" and repo.repo_id in repos
+        for rev in repo.revisions
+    ]
+    freed = 0
+    if hashes:
+        strategy = info.delete_revisions(*hashes)
+        freed = strategy.expected_freed_size
+        if not dry_run:
+            strategy.execute()
+    if not dry_run:
+        _remove_leftovers(repos)
+    return Removal(tuple(repos), len(hashes), freed)
+
+
+def _remove_leftovers(repos: list[str]) -> None:
+    """A repo folder with no revision left (only an interrupted download's temporary files, or an
+    empty refs/): the deletion strategy skips those, so remove the folder itself."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    for repo_id in repos:
+        name = repo_folder_name(repo_id=repo_id, repo_type="model")
+        folder = hf_cache_dir() / name
+        snapshots = folder / "snapshots"
+        if folder.is_dir() and not (snapshots.is_dir() and any(snapshots.iterdir())):
+            shutil.rmtree(folder, ignore_errors=True)
+        if not folder.exists():  # download locks of a repo that is gone
+            shutil.rmtree(hf_cache_dir() / ".locks" / name, ignore_errors=True)

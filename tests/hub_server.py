@@ -1,0 +1,243 @@
+"""A fake Hugging Face Hub on 127.0.0.1: the endpoints huggingface_hub 2.x calls to download.
+
+    with FakeHub() as hub:                         # listens on a free port
+        hub.add_file("org/repo", "model.gguf", data)
+        env = {"HF_ENDPOINT": hub.url, ...}        # huggingface_hub reads HF_ENDPOINT at import
+
+Served (the shapes huggingface_hub parses, checked against its 2.4 source):
+
+* ``GET /api/models/{repo}[/revision/{rev}]`` - model_info / repo_info: ``id``, ``sha`` and
+  ``siblings`` (with ``size`` and ``lfs`` when ``?blobs=true``, as files_metadata asks).
+* ``GET /api/models/{repo}/tree/{rev}`` - list_repo_tree (snapshot_download): files with
+  ``oid``, ``size`` and ``lfs``; one page (no ``Link`` header).
+* ``HEAD|GET /{repo}/resolve/{rev}/{path}`` - ``X-Repo-Commit``, ``ETag`` (the sha256, as for
+  LFS files), ``Content-Length``, ``Accept-Ranges``; GET honours ``Range: bytes=N-`` with 206.
+* Errors carry ``X-Error-Code`` (RepoNotFound, RevisionNotFound, EntryNotFound) so
+  huggingface_hub raises its typed errors.
+
+``drop_once(repo, path, after)`` makes the next GET of that file send its full Content-Length,
+then only ``after`` bytes, then close the connection: an interrupted download.
+Every request is logged in ``hub.requests`` (method, path, Range header).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qs, unquote, urlsplit
+
+_REPO = r"(?P<repo>[^/]+/[^/]+)"
+_INFO = re.compile(rf"^/api/models/{_REPO}(?:/revision/(?P<rev>[^/]+))?$")
+_TREE = re.compile(rf"^/api/models/{_REPO}/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?$")
+_RESOLVE = re.compile(rf"^/{_REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
+_RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+
+
+@dataclass
+class FakeRepo:
+    commit: str
+    files: dict[str, bytes] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Logged:
+    method: str
+    path: str
+    range: str | None
+
+
+class FakeHub:
+    def __init__(self) -> None:
+        self.repos: dict[str, FakeRepo] = {}
+        self.requests: list[Logged] = []
+        self._drops: dict[tuple[str, str], int] = {}
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}"
+
+    def add_file(self, repo_id: str, path: str, data: bytes) -> None:
+        repo = self.repos.setdefault(repo_id, FakeRepo(hashlib.sha1(repo_id.encode()).hexdigest()))
+        repo.files[path] = data
+
+    def drop_once(self, repo_id: str, path: str, after: int) -> None:
+        self._drops[(repo_id, path)] = after
+
+    def take_drop(self, repo_id: str, path: str) -> int | None:
+        with self._lock:
+            return self._drops.pop((repo_id, path), None)
+
+    def log(self, entry: Logged) -> None:
+        with self._lock:
+            self.requests.append(entry)
+
+    def file_gets(self, path: str) -> list[Logged]:
+        return [r for r in self.requests if r.method == "GET" and r.path.endswith("/" + path)]
+
+    def start(self) -> FakeHub:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+    def __enter__(self) -> FakeHub:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _make_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+            pass  # quiet: the test log is hub.requests
+
+        def do_HEAD(self) -> None:  # noqa: N802
+            self._route(head=True)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._route(head=False)
+
+        # -- routing --------------------------------------------------------------------
+
+        def _route(self, head: bool) -> None:
+            parts = urlsplit(self.path)
+            path = unquote(parts.path)
+            query = parse_qs(parts.query)
+            hub.log(Logged(self.command, path, self.headers.get("Range")))
+            if match := _TREE.match(path):
+                return self._tree(match["repo"], unquote(match["rev"]))
+            if match := _INFO.match(path):
+                blobs = query.get("blobs", ["false"])[0].lower() == "true"
+                return self._info(match["repo"], unquote(match["rev"] or "main"), blobs)
+            if match := _RESOLVE.match(path):
+                return self._resolve(match["repo"], unquote(match["rev"]), match["path"], head)
+            self._error(404, "RepoNotFound", "no such route")
+
+        def _repo(self, repo_id: str, rev: str) -> FakeRepo | None:
+            repo = hub.repos.get(repo_id)
+            if repo is None:
+                self._error(404, "RepoNotFound", f"Repository {repo_id} not found")
+                return None
+            if rev not in ("main", repo.commit):
+                self._error(404, "RevisionNotFound", f"Invalid rev id: {rev}")
+                return None
+            return repo
+
+        def _info(self, repo_id: str, rev: str, blobs: bool) -> None:
+            repo = self._repo(repo_id, rev)
+            if repo is None:
+                return
+            siblings = []
+            for name, data in sorted(repo.files.items()):
+                sibling: dict[str, object] = {"rfilename": name}
+                if blobs:
+                    sibling["size"] = len(data)
+                    sibling["blobId"] = hashlib.sha1(data).hexdigest()
+                    sibling["lfs"] = {
+                        "size": len(data),
+                        "sha256": _sha256(data),
+                        "pointerSize": 134,
+                    }
+                siblings.append(sibling)
+            self._json(
+                {"id": repo_id, "modelId": repo_id, "sha": repo.commit, "siblings": siblings}
+            )
+
+        def _tree(self, repo_id: str, rev: str) -> None:
+            repo = self._repo(repo_id, rev)
+            if repo is None:
+                return
+            entries = [
+                {
+                    "type": "file",
+                    "oid": hashlib.sha1(data).hexdigest(),
+                    "size": len(data),
+                    "path": name,
+                    "lfs": {"oid": _sha256(data), "size": len(data), "pointerSize": 134},
+                }
+                for name, data in sorted(repo.files.items())
+            ]
+            self._json(entries)
+
+        def _resolve(self, repo_id: str, rev: str, path: str, head: bool) -> None:
+            repo = self._repo(repo_id, rev)
+            if repo is None:
+                return
+            data = repo.files.get(path)
+            if data is None:
+                self._error(404, "EntryNotFound", f"{path} does not exist", commit=repo.commit)
+                return
+            start = 0
+            status = 200
+            wanted = self.headers.get("Range")
+            if wanted and not head:
+                found = _RANGE.match(wanted.strip())
+                if found is None or int(found[1]) >= len(data):
+                    self._error(416, None, "bad range")
+                    return
+                start, status = int(found[1]), 206
+            body = data[start:]
+            self.send_response(status)
+            self.send_header("X-Repo-Commit", repo.commit)
+            self.send_header("ETag", f'"{_sha256(data)}"')
+            self.send_header("Accept-Ranges", "bytes")
+            self.send_header("Content-Type", "application/octet-stream")
+            self.send_header("Content-Length", str(len(body)))
+            if status == 206:
+                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+            self.end_headers()
+            if head:
+                return
+            drop = hub.take_drop(repo_id, path)
+            if drop is not None:
+                # Promise the whole body, send part of it, hang up: a dropped connection.
+                self.wfile.write(body[:drop])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self.wfile.write(body)
+
+        # -- responses ------------------------------------------------------------------
+
+        def _json(self, payload: object) -> None:
+            body = json.dumps(payload).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def _error(self, status: int, code: str | None, message: str, commit: str = "") -> None:
+            body = json.dumps({"error": message}).encode()
+            self.send_response(status)
+            if code:
+                self.send_header("X-Error-Code", code)
+            self.send_header("X-Error-Message", message)
+            if commit:
+                self.send_header("X-Repo-Commit", commit)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+    return Handler

@@ -1,0 +1,184 @@
+"""`localinfer pull` / `rm` end to end against a fake Hub on 127.0.0.1 (tests/hub_server.py):
+only the asked file is fetched, a dropped connection resumes with a Range request, the budget
+refuses what cannot fit, and `rm` frees the space. No real network."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from localinfer.loading.embedded import embedded_model_path
+from tests.hub_server import FakeHub
+
+REPO_360 = "bartowski/SmolLM2-360M-Instruct-GGUF"
+FILE_Q8 = "SmolLM2-360M-Instruct-Q8_0.gguf"
+FILE_Q4 = "SmolLM2-360M-Instruct-Q4_K_M.gguf"
+REPO_17 = "bartowski/SmolLM2-1.7B-Instruct-GGUF"
+FILE_17 = "SmolLM2-1.7B-Instruct-Q4_K_M.gguf"
+
+
+@pytest.fixture(scope="module")
+def gguf_bytes() -> bytes:
+    # A real GGUF (the embedded SmolLM2-135M) stands in for the 360M file, so what lands in the
+    # cache can be read by the budget and loaded; it is also larger than huggingface_hub's
+    # 10 MiB download chunk, which a resumed download needs to have written something.
+    return embedded_model_path().read_bytes()
+
+
+@pytest.fixture
+def hub(gguf_bytes: bytes) -> Iterator[FakeHub]:
+    with FakeHub() as fake:
+        fake.add_file(REPO_360, FILE_Q8, gguf_bytes)
+        fake.add_file(REPO_360, FILE_Q4, b"not this one" * 1000)
+        fake.add_file(REPO_360, "README.md", b"# card\n")
+        fake.add_file(REPO_17, FILE_17, b"GGUF" + bytes(range(256)) * 64)
+        yield fake
+
+
+def hub_env(tmp_path: Path, endpoint: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
+    env.update(
+        HF_ENDPOINT=endpoint,
+        HF_HUB_CACHE=str(tmp_path / "hf-cache"),
+        HF_HOME=str(tmp_path / "hf-home"),  # no token, no stray config from the machine
+        HF_HUB_DISABLE_TELEMETRY="1",
+        LOCALINFER_CACHE_DIR=str(tmp_path / "li-cache"),
+        LOCALINFER_DATA_DIR=str(tmp_path / "li-data"),
+    )
+    env.update(extra)
+    return env
+
+
+def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "localinfer", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,  # only stops a hung test; the behaviour checks are below
+    )
+
+
+def test_pull_resumes_a_dropped_download_and_rm_frees_it(
+    hub: FakeHub, tmp_path: Path, gguf_bytes: bytes
+) -> None:
+    env = hub_env(tmp_path, hub.url)
+    drop_at = 25_000_000  # > two 10 MiB chunks, so the retry starts from what was written
+    hub.drop_once(REPO_360, FILE_Q8, after=drop_at)
+
+    # --device: the budget plans for a named machine, so the test does not depend on this one.
+    done = cli(env, "pull", "smollm2-360m", "--quant", "Q8_0", "--device", "64GiB")
+    assert done.returncode == 0, done.stderr
+    path = Path(done.stdout.strip().splitlines()[-1])
+    assert path.name == FILE_Q8 and str(path).startswith(env["HF_HUB_CACHE"])
+    assert hashlib.sha256(path.read_bytes()).digest() == hashlib.sha256(gguf_bytes).digest()
+    assert "fits" in done.stderr and "Trying to resume" in done.stderr
+
+    first, second = hub.file_gets(FILE_Q8)
+    assert first.range is None
+    resumed_from = int(second.range.removeprefix("bytes=").rstrip("-"))
+    assert 0 < resumed_from <= drop_at  # only the missing tail was fetched again
+    assert not hub.file_gets(FILE_Q4) and not hub.file_gets("README.md")  # only what Q8_0 needs
+
+    # The cache is huggingface_hub's: resolve finds the file without any network.
+    offline = dict(env, HF_HUB_OFFLINE="1")
+    budget = cli(offline, "budget", "smollm2-360m", "--json")
+    assert budget.returncode == 0, budget.stderr
+    report = json.loads(budget.stdout)
+    assert report["model_path"] == str(path) and report["weights_source"] == "GGUF header"
+
+    # A second pull finds everything cached and downloads nothing.
+    gets = len(hub.file_gets(FILE_Q8))
+    again = cli(env, "pull", "smollm2-360m", "--quant", "Q8_0", "--device", "64GiB")
+    assert again.returncode == 0 and "already in the cache" in again.stderr
+    assert len(hub.file_gets(FILE_Q8)) == gets
+
+    dry = cli(env, "rm", "smollm2-360m", "--dry-run")
+    assert dry.returncode == 0 and "would free" in dry.stdout and path.is_file()
+    removed = cli(env, "rm", "smollm2-360m")
+    assert removed.returncode == 0, removed.stderr
+    assert f"({len(gguf_bytes)} bytes)" in removed.stdout and "freed" in removed.stdout
+    assert not path.exists()
+    assert not (
+        Path(env["HF_HUB_CACHE"]) / "models--bartowski--SmolLM2-360M-Instruct-GGUF"
+    ).exists()
+    gone = cli(env, "rm", "smollm2-360m")
+    assert gone.returncode == 1 and "not in the Hugging Face cache" in gone.stderr
+
+
+def test_pull_refuses_a_model_that_does_not_fit(hub: FakeHub, tmp_path: Path) -> None:
+    env = hub_env(tmp_path, hub.url)
+    refused = cli(env, "pull", "smollm2-1.7b", "--device", "1GiB")
+    assert refused.returncode == 3
+    assert "does not fit" in refused.stderr and "--force" in refused.stderr
+    assert hub.requests == []  # the budget ran before any request to the Hub
+
+    forced = cli(env, "pull", "smollm2-1.7b", "--device", "1GiB", "--force", "--quiet")
+    assert forced.returncode == 0, forced.stderr
+    assert "downloading anyway" in forced.stderr
+    assert Path(forced.stdout.strip()).name == FILE_17
+
+
+def test_pull_errors_are_one_line(hub: FakeHub, tmp_path: Path) -> None:
+    env = hub_env(tmp_path, hub.url)
+    missing = cli(env, "pull", "nobody/missing-model", "--quant", "Q4_0")
+    assert missing.returncode == 1
+    assert "nobody/missing-model is not on the Hub" in missing.stderr
+    assert "Traceback" not in missing.stderr
+
+    no_quant = cli(env, "pull", "smollm2-360m", "--quant", "Q2_K")
+    assert no_quant.returncode == 1 and "there is no Q2_K" in no_quant.stderr
+
+    embedded = cli(env, "pull", "smollm2-135m")
+    assert embedded.returncode == 0 and "nothing to download" in embedded.stderr
+    assert cli(env, "rm", "smollm2-135m").returncode == 1
+
+
+def test_pull_by_repo_id(hub: FakeHub, tmp_path: Path) -> None:
+    env = hub_env(tmp_path, hub.url)
+    # A catalog repo id is that catalog model; a lower-case quant still finds the file.
+    done = cli(env, "pull", REPO_360, "--quant", "q4_k_m", "--quiet", "--device", "64GiB")
+    assert done.returncode == 0, done.stderr
+    assert Path(done.stdout.strip()).name == FILE_Q4
+    assert not hub.file_gets(FILE_Q8)
+
+    # A repo outside the catalog: no budget is possible before download; the quant picks files.
+    hub.add_file("someone/tiny-GGUF", "tiny-Q4_0.gguf", b"q4" * 100)
+    hub.add_file("someone/tiny-GGUF", "tiny-Q8_0.gguf", b"q8" * 100)
+    other = cli(env, "pull", "someone/tiny-GGUF", "--quant", "Q8_0", "--quiet")
+    assert other.returncode == 0, other.stderr
+    assert "not in the catalog" in other.stderr
+    assert Path(other.stdout.strip()).read_bytes() == b"q8" * 100
+    assert not hub.file_gets("tiny-Q4_0.gguf")
+    removed = cli(env, "rm", "someone/tiny-GGUF")
+    assert removed.returncode == 0 and "(200 bytes)" in removed.stdout
+
+
+def test_plans_name_only_the_files_a_quantization_needs() -> None:
+    from localinfer.errors import InvalidParameterError, UnknownModelError
+    from localinfer.hub import SAFETENSORS_PATTERNS, plan_download
+
+    gguf = plan_download("smollm2-360m", "q8_0")
+    assert (gguf.repo_id, gguf.quant, gguf.patterns) == (REPO_360, "Q8_0", (FILE_Q8,))
+    assert gguf.wants(FILE_Q8) and not gguf.wants(FILE_Q4)
+    default = plan_download("smollm2-1.7b")  # the catalog's default quantization
+    assert default.patterns == (FILE_17,)
+    original = plan_download("smollm2-360m", "none")
+    assert original.repo_id == "HuggingFaceTB/SmolLM2-360M-Instruct"
+    assert original.patterns == SAFETENSORS_PATTERNS and original.wants("model.safetensors")
+    assert not original.wants("onnx/model.onnx") and not original.wants("pytorch_model.bin")
+    outside = plan_download("someone/x-GGUF", "q4_k_m")
+    assert (
+        outside.entry is None and outside.wants("x-Q4_K_M.gguf") and outside.wants("x-q4_k_m.gguf")
+    )
+    with pytest.raises(InvalidParameterError, match="ships inside the pip package"):
+        plan_download("default")
+    with pytest.raises(UnknownModelError):
+        plan_download("not-a-model")
