@@ -1,0 +1,56 @@
+"""A preallocated static KV cache, gpt-fast style.
+
+Keys and values of every layer live in fixed tensors ``[slots, kv_heads, max_ctx, head_dim]``
+allocated once. A forward writes new entries at their absolute positions; a slot's length is plain
+bookkeeping, so rollback (speculation, prefix reuse) is a length change and the next write simply
+overwrites. Entries past a slot's length are never read: attention masks stop at each query's
+position.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class StaticKVCache:
+    def __init__(
+        self,
+        n_layers: int,
+        slots: int,
+        kv_heads: int,
+        max_ctx: int,
+        head_dim: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        shape = (slots, kv_heads, max_ctx, head_dim)
+        # Zero-filled so that masked-out (padding) reads see finite numbers, never NaN garbage.
+        self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
+        self.lengths = [0] * slots
+        self.max_ctx = max_ctx
+
+    def write(
+        self,
+        layer: int,
+        slots: torch.Tensor,
+        positions: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+    ) -> None:
+        """slots, positions: [T] long; k, v: [T, kv_heads, head_dim]."""
+        # Advanced indices on dims 0 and 2 put the indexed dim first: the target is [T, kv, d].
+        self.keys[layer][slots, :, positions] = k
+        self.values[layer][slots, :, positions] = v
+
+    def nbytes(self) -> int:
+        return sum(t.untyped_storage().nbytes() for t in self.keys + self.values)
+
+    def truncate(self, slot: int, length: int) -> None:
+        if not 0 <= slot < len(self.lengths):
+            raise ValueError(f"slot {slot} out of range (runner has {len(self.lengths)} slots)")
+        if not 0 <= length <= self.lengths[slot]:
+            raise ValueError(
+                f"slot {slot}: cannot truncate to {length}, it holds {self.lengths[slot]} tokens"
+            )
+        self.lengths[slot] = length

@@ -1,0 +1,180 @@
+"""TorchRunner: the Runner protocol (backends/base.py) on PyTorch, CPU or CUDA."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import torch
+
+from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
+from localinfer.backends.torch.attention import build_groups
+from localinfer.backends.torch.batch_plan import plan_batch
+from localinfer.backends.torch.kv_cache import StaticKVCache
+from localinfer.backends.torch.model import LlamaModel
+from localinfer.backends.torch.weights import load_weights, onednn_available
+from localinfer.errors import BackendUnavailableError, UnsupportedModelError
+from localinfer.loading.model import LoadedModel
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+class TorchRunner:
+    """Runs a Llama-family model with a static ``[slots, kv_heads, max_ctx, head_dim]`` cache.
+
+    Not thread-safe: one engine thread owns it.
+    """
+
+    def __init__(self, model: LoadedModel, config: RunnerConfig) -> None:
+        if config.dtype not in DTYPES:
+            raise UnsupportedModelError(
+                f"torch runner dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}"
+            )
+        # The torch runner computes in a float dtype: GGUF blocks are dequantized on load.
+        if config.quant not in (None, "none", model.file_quant, DTYPE_NAMES[config.dtype]):
+            raise UnsupportedModelError(
+                f"the torch runner has no {config.quant!r} quantization; it dequantizes to "
+                f"{config.dtype}"
+            )
+        self.device = _resolve_device(config.device)
+        if config.threads:
+            torch.set_num_threads(config.threads)
+        self.config = config
+        self.model_config = model.config
+        self.dtype = DTYPES[config.dtype]
+        mc = model.config
+        # oneDNN-packed matrices on CPU (see weights.py for the measurements behind this).
+        self.packed_weights = onednn_available(self.dtype, self.device)
+        weights = load_weights(mc, model.weights, self.dtype, self.device, pack=self.packed_weights)
+        self._model = LlamaModel(mc, weights, config.max_ctx, self.dtype, self.device)
+        self._cache = StaticKVCache(
+            mc.n_layers, config.slots, mc.n_kv_heads, config.max_ctx, mc.head_dim,
+            self.dtype, self.device,
+        )  # fmt: skip
+        self._peak_activations = 0  # bytes of the largest forward's main intermediates
+        self._closed = False
+        self.info = RunnerInfo(
+            backend="torch",
+            device=str(self.device),
+            dtype=config.dtype,
+            slots=config.slots,
+            max_ctx=config.max_ctx,
+            vocab_size=mc.vocab_size,
+            quant=DTYPE_NAMES[config.dtype],
+        )
+
+    # -- Runner protocol -------------------------------------------------------------------
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        self._check_open()
+        check_batch(batch, self._cache.lengths, self.config.max_ctx)
+        if not batch:
+            return []
+        vocab = self.model_config.vocab_size
+        for work in batch:
+            # Checked here: an out-of-range id on CUDA is a device-side assert that kills the
+            # whole context, not a catchable error.
+            if min(work.tokens) < 0 or max(work.tokens) >= vocab:
+                raise ValueError(f"slot {work.slot}: token id out of range [0, {vocab})")
+        plan = plan_batch(batch)
+        dev = self.device
+        with torch.inference_mode():
+            tokens = torch.tensor(plan.tokens, dtype=torch.long, device=dev)  # [T]
+            slots = torch.tensor(plan.slots, dtype=torch.long, device=dev)  # [T]
+            positions = torch.tensor(plan.positions, dtype=torch.long, device=dev)  # [T]
+            groups = build_groups(plan, self._model.q_per_kv, self._model.sliding_window, dev)
+            hidden = self._model.hidden_states(tokens, slots, positions, groups, self._cache)
+            flat_rows = [r for rows in plan.logit_rows for r in rows]
+            if flat_rows == list(range(hidden.shape[0])):
+                wanted = hidden
+            else:
+                wanted = hidden[torch.tensor(flat_rows, dtype=torch.long, device=dev)]
+            logits = self._model.logits(wanted)  # [R, vocab] float32
+            self._note_activations(hidden, logits)
+            out = logits.cpu().numpy()
+        for work in batch:
+            self._cache.lengths[work.slot] = work.start_pos + len(work.tokens)
+        results = []
+        start = 0
+        for rows in plan.logit_rows:
+            results.append(out[start : start + len(rows)])
+            start += len(rows)
+        return results
+
+    def slot_length(self, slot: int) -> int:
+        if not 0 <= slot < self.config.slots:
+            raise ValueError(f"slot {slot} out of range (runner has {self.config.slots} slots)")
+        return self._cache.lengths[slot]
+
+    def truncate(self, slot: int, length: int) -> None:
+        self._cache.truncate(slot, length)
+
+    def release(self, slot: int) -> None:
+        self._cache.truncate(slot, 0)
+
+    def decode_bytes_per_step(self) -> int:
+        """Weight bytes one decode step reads: every matrix once (the embedding table only when
+        it doubles as the LM head). The bandwidth model behind scripts/bench-runner."""
+        weights = self._model.weights
+        total = weights.nbytes()
+        if not weights.lm_head_shares_embed():
+            # The gather table is separate from the LM head: a step reads one row per token.
+            total -= weights.embed.untyped_storage().nbytes()
+        return total
+
+    def memory(self) -> MemoryReport:
+        self._check_open()
+        weights = self._model.weights.nbytes()
+        kv = self._cache.nbytes()
+        if self.device.type == "cuda":
+            # Everything torch holds on the device beyond weights + cache: activations,
+            # allocator blocks kept for reuse, RoPE tables.
+            reserved = torch.cuda.memory_reserved(self.device)
+            overhead = max(0, reserved - weights - kv)
+        else:
+            tables = sum(t.untyped_storage().nbytes() for t in (self._model.cos, self._model.sin))
+            overhead = tables + self._peak_activations
+        return MemoryReport(
+            weights=weights, kv_cache=kv, overhead=overhead, device=str(self.device)
+        )
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        del self._model, self._cache
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+    # -- internals ------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("runner is closed")
+
+    def _note_activations(self, hidden: torch.Tensor, logits: torch.Tensor) -> None:
+        # CPU has no allocator statistics, so overhead counts the bytes of the largest live
+        # intermediates of the biggest forward so far, from the shapes that forward had: per
+        # token the residual stream, a normed copy, the fused q|k|v and gate|up outputs and the
+        # attention output; plus the logits tensor itself.
+        c = self.model_config
+        n = hidden.shape[0]
+        per_token = (c.hidden_size * 3 + 2 * c.ffn_size + c.q_size + 2 * c.kv_size) * (
+            hidden.element_size()
+        )
+        size = n * per_token + logits.untyped_storage().nbytes()
+        self._peak_activations = max(self._peak_activations, size)
+
+
+def _resolve_device(name: str) -> torch.device:
+    device = torch.device(name)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise BackendUnavailableError(f"device {name!r} requested but CUDA is not available")
+    if device.type not in ("cpu", "cuda"):
+        raise BackendUnavailableError(f"the torch runner runs on cpu or cuda, not {name!r}")
+    return device
+
+
+def create_runner(model: LoadedModel, config: RunnerConfig) -> TorchRunner:
+    return TorchRunner(model, config)
