@@ -1,0 +1,109 @@
+"""The llama-cpp-python low-level library, loaded once, with llama.cpp's log under our control.
+
+llama.cpp prints hundreds of lines to stderr while loading a model. By default they are dropped,
+except that code may listen for a while (:func:`listen`) to read llama.cpp's own figures (buffer
+sizes, quantize progress, load errors) out of them. ``LOCALINFER_DEBUG=1`` passes everything
+through to stderr as well.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from types import ModuleType
+
+from localinfer.errors import BackendUnavailableError
+
+INSTALL_HINT = "pip install 'localinfer[llamacpp]'"
+
+# ggml_log_level in this llama.cpp: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues
+# the previous message). (llama_cpp/_logger.py still documents an older numbering.)
+LOG_ERROR = 4
+LOG_CONT = 5
+
+_PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]*: ")
+
+LogListener = Callable[[int, str], None]
+
+_lock = threading.Lock()
+_lib: ModuleType | None = None
+_callback: object = None  # the ctypes callback; kept referenced so it is never garbage-collected
+_listeners: list[LogListener] = []
+_last_level = 2
+
+
+def _on_log(level: int, text: bytes, _user: object) -> None:
+    global _last_level
+    message = text.decode("utf-8", errors="replace") if text else ""
+    if level == LOG_CONT:
+        level = _last_level
+    else:
+        _last_level = level
+    if os.environ.get("LOCALINFER_DEBUG"):
+        sys.stderr.write(message)
+    for listener in list(_listeners):
+        listener(level, message)
+
+
+def lib() -> ModuleType:
+    """The ``llama_cpp`` module, initialised, with the log routed through :func:`_on_log`."""
+    global _lib, _callback
+    with _lock:
+        if _lib is not None:
+            return _lib
+        try:
+            import llama_cpp
+        except ImportError as exc:
+            raise BackendUnavailableError(
+                f"the llamacpp backend needs llama-cpp-python: {INSTALL_HINT} ({exc})"
+            ) from exc
+        llama_cpp.llama_backend_init()
+        # Importing llama_cpp installs its own logger; ours replaces it for the whole process.
+        _callback = llama_cpp.llama_log_callback(_on_log)
+        llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
+        _lib = llama_cpp
+        return _lib
+
+
+@contextmanager
+def listen(listener: LogListener) -> Iterator[None]:
+    """Call ``listener(level, text)`` for every llama.cpp log message inside the block."""
+    lib()
+    _listeners.append(listener)
+    try:
+        yield
+    finally:
+        _listeners.remove(listener)
+
+
+class LogCapture:
+    """Collects log messages; CONT fragments are glued onto the line they continue."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[int, str]] = []
+        self._open = False  # the last message did not end with a newline
+
+    def __call__(self, level: int, text: str) -> None:
+        # llama.cpp builds some lines from several messages of one level; a message of another
+        # level (an error after "type = q4_1, ") starts a line of its own.
+        if self._open and self.lines and self.lines[-1][0] == level:
+            self.lines[-1] = (level, self.lines[-1][1] + text)
+        else:
+            self.lines.append((level, text))
+        self._open = not text.endswith("\n")
+
+    def errors(self) -> list[str]:
+        """Error messages without llama.cpp's ``function_name: `` prefix, first first."""
+        out = []
+        for level, text in self.lines:
+            if level == LOG_ERROR and text.strip():
+                out.append(_PREFIX_RE.sub("", text.strip(), count=1))
+        return out
+
+    def text(self) -> str:
+        return "".join(t for _, t in self.lines)

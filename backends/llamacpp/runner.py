@@ -1,0 +1,417 @@
+"""LlamaCppRunner: the Runner protocol on llama-cpp-python's low-level API.
+
+One llama_model and one llama_context with ``n_seq_max = slots``. Each slot is one llama.cpp
+sequence (seq id = slot). The context is created with ``kv_unified = false``: in this llama.cpp
+every sequence then owns its own KV stream of ``n_ctx / n_seq_max`` cells (padded up to a multiple
+of 256), so ``n_ctx = slots x max_ctx`` gives every slot at least ``max_ctx`` cells of its own and
+one long slot can never starve the others. ``llama_n_ctx_seq`` is checked after creation.
+
+A ragged batch becomes one ``llama_batch`` (split into several ``llama_decode`` calls only when it
+exceeds ``n_batch`` tokens) with a logits flag on exactly the positions the engine asked for; the
+logits are copied out of llama.cpp's buffer as float32 numpy before the next decode overwrites them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
+from localinfer.backends.llamacpp import native
+from localinfer.backends.llamacpp.cpu import physical_cores
+
+from localinfer.errors import (
+    BackendUnavailableError,
+    ModelFileError,
+    OutOfMemoryBudgetError,
+    UnsupportedModelError,
+)
+from localinfer.loading.model import LoadedModel
+
+DEFAULT_N_BATCH = 512  # tokens per llama_decode call; larger batches are split
+KV_TYPE_BYTES = 2  # the context keeps llama.cpp's default F16 K and V cache
+
+_BUFFER_RE = re.compile(r"(\S+)\s+(KV|output|compute) buffer size =\s+([\d.]+) MiB")
+
+
+@dataclass(slots=True, frozen=True)
+class LlamaCppBuffers:
+    """Buffer sizes llama.cpp reported (its own log) while building the context, in bytes."""
+
+    kv: int
+    output: int
+    compute: int
+
+
+def _parse_buffers(log_text: str) -> LlamaCppBuffers:
+    sizes: dict[str, dict[str, int]] = {"KV": {}, "output": {}, "compute": {}}
+    for device, kind, mib in _BUFFER_RE.findall(log_text):
+        # A later line for the same device replaces an earlier one (llama.cpp re-reserves).
+        sizes[kind][device] = round(float(mib) * 1024 * 1024)
+    return LlamaCppBuffers(
+        kv=sum(sizes["KV"].values()),
+        output=sum(sizes["output"].values()),
+        compute=sum(sizes["compute"].values()),
+    )
+
+
+def quant_matches(asked: str, file_quant: str) -> bool:
+    """Whether a GGUF stored as ``file_quant`` already is the ``asked`` quantization.
+
+    int8 is any Q8 type, int4 any 4-bit one; K-quant mixes compare without their _S/_M/_L size
+    suffix (a loader may report the file type "Q4_K_M" or the dominant tensor type "Q4_K").
+    """
+    a, f = asked.upper(), file_quant.upper()
+    if a == "INT8":
+        return f.startswith("Q8")
+    if a == "INT4":
+        return f.startswith(("Q4", "IQ4"))
+    return re.sub(r"_[SML]$", "", a) == re.sub(r"_[SML]$", "", f)
+
+
+class _BatchBuffer:
+    """A llama_batch whose arrays are numpy buffers we own, so filling it is a few slice copies.
+
+    llama_batch_init would malloc one seq_id array per token and need a per-token ctypes write;
+    here ``seq_id[i]`` points at row i of a ``[n_batch, 1]`` int32 array once, at construction.
+    """
+
+    def __init__(self, llama_cpp: object, n_batch: int) -> None:
+        self.capacity = n_batch
+        self.token = np.zeros(n_batch, dtype=np.int32)  # [n_batch]
+        self.pos = np.zeros(n_batch, dtype=np.int32)  # [n_batch]
+        self.n_seq_id = np.ones(n_batch, dtype=np.int32)  # [n_batch], one sequence per token
+        self.seq = np.zeros((n_batch, 1), dtype=np.int32)  # [n_batch, 1]
+        self.logits = np.zeros(n_batch, dtype=np.int8)  # [n_batch], 1 = output this row
+        seq_ptr_t = ctypes.POINTER(ctypes.c_int32)
+        self._seq_ptrs = (seq_ptr_t * n_batch)(
+            *[
+                ctypes.cast(self.seq.ctypes.data + i * self.seq.strides[0], seq_ptr_t)
+                for i in range(n_batch)
+            ]
+        )
+        batch = llama_cpp.llama_batch()  # type: ignore[attr-defined]
+        batch.token = self.token.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.embd = None
+        batch.pos = self.pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.seq_id = self._seq_ptrs
+        batch.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        batch.n_tokens = 0
+        self.batch = batch
+
+
+@dataclass(slots=True)
+class _Output:
+    """Where one SlotWork's logits rows land: rows [row, row + n) of the flat token list."""
+
+    item: int
+    row: int
+    n: int
+
+
+class LlamaCppRunner:
+    """Runs a GGUF model through llama.cpp with ``config.slots`` independent sequences."""
+
+    def __init__(
+        self,
+        model: LoadedModel,
+        config: RunnerConfig,
+        *,
+        n_batch: int = DEFAULT_N_BATCH,
+        flash_attn: bool | None = None,
+    ) -> None:
+        self._model_ptr = None
+        self._ctx = None
+        path = Path(model.path)
+        if model.format != "gguf":
+            raise UnsupportedModelError(
+                f"the llamacpp backend runs GGUF files only; {path} is {model.format} "
+                "(use --backend torch, or convert it to GGUF)"
+            )
+        if config.quant not in (None, "none") and not quant_matches(config.quant, model.file_quant):
+            raise UnsupportedModelError(
+                f"the llamacpp backend runs a GGUF as stored ({model.file_quant}); to use "
+                f"{config.quant}, write a new file: localinfer quantize {path} --to {config.quant}"
+            )
+        if not path.is_file():
+            raise ModelFileError(path, "file not found")
+        self._llama = native.lib()
+        self._config = config
+        self._threads = config.threads or physical_cores()
+        self._n_batch = max(1, n_batch)
+        self._flash_attn = flash_attn
+        self._load_model(path, config.device)
+        self._create_context(config)
+        vocab_ptr = self._llama.llama_model_get_vocab(self._model_ptr)
+        self._vocab = int(self._llama.llama_vocab_n_tokens(vocab_ptr))
+        self._memory = self._llama.llama_get_memory(self._ctx)
+        self._lengths = [0] * config.slots
+        self._buffer = _BatchBuffer(self._llama, self._n_batch)
+        self._max_outputs = 0
+        self.info = RunnerInfo(
+            backend="llamacpp",
+            device=config.device,
+            dtype="float32",  # activations; weights keep the file's types, KV is F16
+            slots=config.slots,
+            max_ctx=config.max_ctx,
+            vocab_size=self._vocab,
+            quant=model.file_quant,
+        )
+
+    # -- construction -----------------------------------------------------------------------
+
+    def _load_model(self, path: Path, device: str) -> None:
+        llama = self._llama
+        params = llama.llama_model_default_params()
+        if device == "cpu":
+            params.n_gpu_layers = 0
+        elif llama.llama_supports_gpu_offload():
+            params.n_gpu_layers = -1  # every layer
+        else:
+            raise BackendUnavailableError(
+                f"this llama-cpp-python build has no GPU support for device '{device}'; "
+                "use --device cpu or reinstall llama-cpp-python with GPU support"
+            )
+        capture = native.LogCapture()
+        with native.listen(capture):
+            model_ptr = llama.llama_model_load_from_file(str(path).encode(), params)
+        if not model_ptr:
+            reasons = capture.errors()
+            reason = reasons[0] if reasons else "llama.cpp could not load it"
+            raise ModelFileError(path, f"not a loadable GGUF model: {reason}")
+        self._model_ptr = model_ptr
+
+    def _create_context(self, config: RunnerConfig) -> None:
+        llama = self._llama
+        params = llama.llama_context_default_params()
+        params.n_ctx = config.slots * config.max_ctx
+        params.n_seq_max = config.slots
+        params.kv_unified = False  # one KV stream per sequence: every slot owns max_ctx cells
+        params.n_batch = self._n_batch
+        params.n_ubatch = self._n_batch
+        params.n_threads = self._threads
+        params.n_threads_batch = self._threads
+        params.no_perf = True
+        if self._flash_attn is not None:
+            params.flash_attn_type = (
+                llama.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if self._flash_attn
+                else llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+        capture = native.LogCapture()
+        with native.listen(capture):
+            ctx = llama.llama_init_from_model(self._model_ptr, params)
+        if not ctx:
+            reasons = capture.errors()
+            reason = reasons[0] if reasons else "unknown error"
+            self.close()
+            message = (
+                f"llama.cpp could not create a context for {config.slots} slots x "
+                f"{config.max_ctx} tokens: {reason}"
+            )
+            if "alloc" in reason.lower():  # the KV cache or compute buffers did not fit
+                raise OutOfMemoryBudgetError(message + "; lower --ctx or --slots")
+            raise BackendUnavailableError(message)
+        self._ctx = ctx
+        self._buffers = _parse_buffers(capture.text())
+        per_seq = int(llama.llama_n_ctx_seq(ctx))
+        if per_seq < config.max_ctx or int(llama.llama_n_seq_max(ctx)) < config.slots:
+            self.close()
+            raise BackendUnavailableError(
+                f"llama.cpp gave {per_seq} cells per sequence, fewer than max_ctx {config.max_ctx}"
+            )
+
+    # -- Runner protocol ----------------------------------------------------------------------
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        self._require_open()
+        check_batch(batch, self._lengths, self._config.max_ctx)
+        for work in batch:
+            bad = [t for t in work.tokens if not 0 <= t < self._vocab]
+            if bad:
+                raise ValueError(f"slot {work.slot}: token id {bad[0]} outside vocab {self._vocab}")
+
+        # Flatten the ragged batch: one row per token, in batch order.
+        total = sum(len(w.tokens) for w in batch)
+        tokens = np.empty(total, dtype=np.int32)  # [total]
+        pos = np.empty(total, dtype=np.int32)  # [total]
+        seq = np.empty(total, dtype=np.int32)  # [total]
+        want = np.zeros(total, dtype=np.int8)  # [total]
+        outputs: list[_Output] = []
+        row = 0
+        for i, work in enumerate(batch):
+            n = len(work.tokens)
+            tokens[row : row + n] = work.tokens
+            pos[row : row + n] = np.arange(work.start_pos, work.start_pos + n)
+            seq[row : row + n] = work.slot
+            if work.logits == "all":
+                want[row : row + n] = 1
+                outputs.append(_Output(i, row, n))
+            else:
+                want[row + n - 1] = 1
+                outputs.append(_Output(i, row + n - 1, 1))
+            row += n
+
+        pieces: list[list[np.ndarray]] = [[] for _ in batch]
+        for start in range(0, total, self._n_batch):
+            end = min(start + self._n_batch, total)
+            self._decode(tokens[start:end], pos[start:end], seq[start:end], want[start:end])
+            # All output rows of this call in one copy; each item gets a view of its rows
+            # (an item's outputs are consecutive, and items come in batch order).
+            block = self._copy_logits(np.flatnonzero(want[start:end]))  # [n_outputs, vocab]
+            self._max_outputs = max(self._max_outputs, len(block))
+            row = 0
+            for out in outputs:
+                n = min(out.row + out.n, end) - max(out.row, start)
+                if n > 0:
+                    pieces[out.item].append(block[row : row + n])
+                    row += n
+            # Commit lengths chunk by chunk so a failure in a later chunk leaves them truthful.
+            for s in np.unique(seq[start:end]):
+                self._lengths[int(s)] = int(pos[start:end][seq[start:end] == s].max()) + 1
+
+        return [p[0] if len(p) == 1 else np.concatenate(p, axis=0) for p in pieces]
+
+    def slot_length(self, slot: int) -> int:
+        self._check_slot(slot)
+        return self._lengths[slot]
+
+    def truncate(self, slot: int, length: int) -> None:
+        self._require_open()
+        self._check_slot(slot)
+        if not 0 <= length <= self._lengths[slot]:
+            raise ValueError(
+                f"slot {slot}: cannot truncate to {length}; it holds {self._lengths[slot]} tokens"
+            )
+        if length == self._lengths[slot]:
+            return
+        if not self._llama.llama_memory_seq_rm(self._memory, slot, length, -1):
+            raise RuntimeError(f"llama.cpp refused to truncate slot {slot} to {length}")
+        self._lengths[slot] = length
+
+    def release(self, slot: int) -> None:
+        self._require_open()
+        self._check_slot(slot)
+        self._llama.llama_memory_seq_rm(self._memory, slot, -1, -1)
+        self._lengths[slot] = 0
+
+    def memory(self) -> MemoryReport:
+        """llama.cpp's own figures.
+
+        weights: ``llama_model_size`` (bytes of all tensors as loaded). kv_cache: the KV buffer
+        size llama.cpp logged when it allocated the context: the whole preallocated
+        ``n_ctx x layers x (k + v) x f16`` block, which is what is resident whatever the slots
+        hold (``llama_state_seq_get_size`` would instead measure only the used cells, serialised).
+        overhead: llama.cpp's logged compute buffer plus its logits buffer, which grows to the
+        largest number of output rows requested so far.
+        """
+        self._require_open()
+        weights = int(self._llama.llama_model_size(self._model_ptr))
+        kv = self._buffers.kv or self.kv_cache_bytes_computed()
+        logits_now = self._max_outputs * self._vocab * 4
+        overhead = self._buffers.compute + max(self._buffers.output, logits_now)
+        return MemoryReport(
+            weights=weights, kv_cache=kv, overhead=overhead, device=self._config.device
+        )
+
+    def kv_cache_bytes_computed(self) -> int:
+        """KV bytes from the shapes: cells x layers x (k + v dims) x sizeof(f16)."""
+        llama = self._llama
+        cells = int(llama.llama_n_ctx(self._ctx))
+        layers = int(llama.llama_model_n_layer(self._model_ptr))
+        embd = int(llama.llama_model_n_embd(self._model_ptr))
+        heads = int(llama.llama_model_n_head(self._model_ptr))
+        kv_heads = int(llama.llama_model_n_head_kv(self._model_ptr))
+        arch = self.metadata("general.architecture") or ""
+        k_dim = int(self.metadata(f"{arch}.attention.key_length") or embd // heads)
+        v_dim = int(self.metadata(f"{arch}.attention.value_length") or embd // heads)
+        return cells * layers * kv_heads * (k_dim + v_dim) * KV_TYPE_BYTES
+
+    def metadata(self, key: str) -> str | None:
+        """A GGUF metadata value as llama.cpp read it, or None when absent."""
+        self._require_open()
+        buf = ctypes.create_string_buffer(512)
+        n = self._llama.llama_model_meta_val_str(self._model_ptr, key.encode(), buf, len(buf))
+        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    @property
+    def threads(self) -> int:
+        return self._threads
+
+    @property
+    def cells_per_slot(self) -> int:
+        self._require_open()
+        return int(self._llama.llama_n_ctx_seq(self._ctx))
+
+    def close(self) -> None:
+        llama = getattr(self, "_llama", None)
+        if llama is None:
+            return
+        if getattr(self, "_ctx", None):
+            llama.llama_free(self._ctx)
+            self._ctx = None
+        if getattr(self, "_model_ptr", None):
+            llama.llama_model_free(self._model_ptr)
+            self._model_ptr = None
+
+    def __del__(self) -> None:
+        # At interpreter shutdown ctypes may already be torn down; never raise from __del__.
+        with contextlib.suppress(Exception):
+            self.close()
+
+    # -- internals ----------------------------------------------------------------------------
+
+    def _decode(
+        self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray
+    ) -> None:
+        buf = self._buffer
+        n = len(tokens)
+        buf.token[:n] = tokens
+        buf.pos[:n] = pos
+        buf.seq[:n, 0] = seq
+        buf.logits[:n] = want
+        buf.batch.n_tokens = n
+        rc = self._llama.llama_decode(self._ctx, buf.batch)
+        if rc != 0:
+            # Whatever llama.cpp kept of this call is dropped, so the caches match _lengths.
+            for s in np.unique(seq):
+                self._llama.llama_memory_seq_rm(self._memory, int(s), self._lengths[int(s)], -1)
+            raise RuntimeError(f"llama_decode failed with code {rc} on a batch of {n} tokens")
+
+    def _copy_logits(self, rows: np.ndarray) -> np.ndarray:
+        """Logits of the batch rows ``rows`` (flagged as outputs, ascending): float32
+        ``[len(rows), vocab]``, copied out of llama.cpp's buffer."""
+        llama = self._llama
+        n = len(rows)
+        if n == 0:
+            return np.empty((0, self._vocab), dtype=np.float32)
+        first = llama.llama_get_logits_ith(self._ctx, int(rows[0]))
+        if not first:
+            raise RuntimeError(f"llama.cpp has no logits for batch row {rows[0]}")
+        if n > 1:
+            # After llama.cpp reorders its outputs they follow batch order, so the rows are
+            # contiguous; check the last row's address rather than trust it.
+            last = llama.llama_get_logits_ith(self._ctx, int(rows[-1]))
+            expect = ctypes.addressof(first.contents) + (n - 1) * self._vocab * 4
+            if not last or ctypes.addressof(last.contents) != expect:
+                return np.concatenate([self._copy_logits(rows[k : k + 1]) for k in range(n)])
+        return np.ctypeslib.as_array(first, shape=(n, self._vocab)).copy()  # [n, vocab]
+
+    def _check_slot(self, slot: int) -> None:
+        if not 0 <= slot < len(self._lengths):
+            raise ValueError(f"slot {slot} out of range (runner has {len(self._lengths)} slots)")
+
+    def _require_open(self) -> None:
+        if self._ctx is None:
+            raise RuntimeError("this LlamaCppRunner is closed")
+
+
+def create_runner(model: LoadedModel, config: RunnerConfig) -> LlamaCppRunner:
+    """Factory used by backend selection."""
+    return LlamaCppRunner(model, config)

@@ -1,0 +1,150 @@
+"""Which backend runs a model on this machine, and building its runner.
+
+Default order (DESIGN.md): Apple Silicon with Metal -> mlx; an NVIDIA GPU -> torch (CUDA);
+otherwise llama.cpp when installed (the fast CPU path), else torch on CPU. ``--backend`` overrides.
+Nothing here imports a framework at module import: detection uses ``find_spec``, the platform and
+``nvidia-smi``; a backend's module is imported only when its runner is built.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import platform
+import shutil
+import subprocess
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from localinfer.errors import BackendUnavailableError, UnsupportedModelError
+
+if TYPE_CHECKING:
+    from localinfer.backends.base import Runner, RunnerConfig
+
+    from localinfer.loading.model import LoadedModel
+
+BACKENDS = ("torch", "llamacpp", "mlx")
+
+# Backend -> (module that must import, pip command that installs it).
+_REQUIREMENTS = {
+    "torch": ("torch", "pip install 'localinfer[torch]'"),
+    "llamacpp": ("llama_cpp", "pip install 'localinfer[llamacpp]'"),
+    "mlx": ("mlx", "pip install 'localinfer[mlx]'"),
+}
+
+
+@dataclass(slots=True, frozen=True)
+class BackendChoice:
+    name: str  # torch | llamacpp | mlx
+    reason: str  # why, for the one-line notice
+    device: str = "cpu"  # the device that choice implies: cpu | cuda | metal
+
+    @property
+    def notice(self) -> str:
+        return f"backend: {self.name} ({self.reason})"
+
+
+def is_installed(backend: str) -> bool:
+    module, _ = _REQUIREMENTS[backend]
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def is_apple_silicon() -> bool:
+    return platform.system() == "Darwin" and platform.machine() == "arm64"
+
+
+def has_nvidia_gpu() -> bool:
+    """An NVIDIA GPU this process can use.
+
+    No driver (no ``nvidia-smi``, no /proc/driver/nvidia) answers False without importing
+    anything; with a driver, torch (when installed) has the last word, since it is the backend
+    that would use the GPU and a CPU-only torch build cannot.
+    """
+    driver = shutil.which("nvidia-smi") is not None or os.path.exists("/proc/driver/nvidia")
+    if not driver:
+        return False
+    if is_installed("torch"):
+        import torch
+
+        return bool(torch.cuda.is_available())
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=5)
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return out.returncode == 0 and "GPU" in out.stdout
+
+
+def _require(backend: str) -> None:
+    if backend not in BACKENDS:
+        raise BackendUnavailableError(
+            f"unknown backend '{backend}'; choose one of: {', '.join(BACKENDS)}"
+        )
+    if backend == "mlx" and not _has_mlx_runner():
+        raise BackendUnavailableError("the mlx backend is not part of this localinfer build yet")
+    if not is_installed(backend):
+        _, hint = _REQUIREMENTS[backend]
+        raise BackendUnavailableError(f"backend '{backend}' is not installed: {hint}")
+
+
+def _has_mlx_runner() -> bool:
+    try:
+        return importlib.util.find_spec("localinfer.backends.mlx.runner") is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def choose_backend(requested: str | None = None, model_format: str | None = None) -> BackendChoice:
+    """The backend to use; ``requested`` (from --backend) wins when it is installed.
+
+    ``model_format`` ("gguf" | "safetensors"), when known, keeps safetensors models off llama.cpp,
+    which only reads GGUF.
+    """
+    if requested:
+        name = requested.lower()
+        _require(name)
+        if name == "llamacpp" and model_format not in (None, "gguf"):
+            raise UnsupportedModelError(
+                f"the llamacpp backend runs GGUF files only, and this model is {model_format}; "
+                "use --backend torch (or convert the model to GGUF)"
+            )
+        device = "cpu"
+        if name == "torch" and has_nvidia_gpu():
+            device = "cuda"
+        elif name == "mlx" and is_apple_silicon():
+            device = "metal"
+        return BackendChoice(name, "requested with --backend", device)
+    if is_apple_silicon() and is_installed("mlx") and _has_mlx_runner():
+        return BackendChoice("mlx", "Apple Silicon: MLX on Metal", "metal")
+    note = ""
+    if has_nvidia_gpu():
+        if is_installed("torch"):
+            return BackendChoice("torch", "NVIDIA GPU found: PyTorch on CUDA", "cuda")
+        note = f"; an NVIDIA GPU is present, to use it: {_REQUIREMENTS['torch'][1]}"
+    if is_installed("llamacpp"):
+        if model_format in (None, "gguf"):
+            return BackendChoice("llamacpp", "CPU: llama.cpp is the fastest CPU path" + note)
+        if is_installed("torch"):
+            return BackendChoice(
+                "torch", f"CPU: llama.cpp reads GGUF only and this model is {model_format}"
+            )
+    if is_installed("torch"):
+        hint = _REQUIREMENTS["llamacpp"][1]
+        return BackendChoice("torch", f"CPU: PyTorch; for faster CPU inference: {hint}")
+    raise BackendUnavailableError(
+        "no backend is installed: "
+        + "; ".join(f"{name}: {hint}" for name, (_, hint) in _REQUIREMENTS.items())
+    )
+
+
+def create_runner(
+    model: LoadedModel, config: RunnerConfig, backend: str | None = None
+) -> tuple[Runner, str]:
+    """Build the chosen backend's runner; returns it with the one-line notice to show."""
+    choice = choose_backend(backend, model.format)
+    module = importlib.import_module(f"localinfer.backends.{choice.name}.runner")
+    runner = module.create_runner(model, config)
+    return runner, choice.notice

@@ -1,0 +1,148 @@
+"""Backend selection: the default order, --backend, missing installs, GGUF-only llama.cpp."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from localinfer.backends import select
+from localinfer.backends.base import Runner, RunnerConfig
+
+from localinfer.errors import BackendUnavailableError, UnsupportedModelError
+
+
+@pytest.fixture
+def machine(monkeypatch: pytest.MonkeyPatch):
+    """Pretend to be a machine: which packages are installed, Apple Silicon, an NVIDIA GPU."""
+
+    def configure(
+        installed: set[str], apple: bool = False, nvidia: bool = False, mlx_runner: bool = True
+    ) -> None:
+        monkeypatch.setattr(select, "is_installed", lambda name: name in installed)
+        monkeypatch.setattr(select, "is_apple_silicon", lambda: apple)
+        monkeypatch.setattr(select, "has_nvidia_gpu", lambda: nvidia)
+        monkeypatch.setattr(select, "_has_mlx_runner", lambda: mlx_runner)
+
+    return configure
+
+
+def test_apple_silicon_picks_mlx(machine) -> None:
+    machine({"mlx", "llamacpp", "torch"}, apple=True)
+    choice = select.choose_backend(None)
+    assert (choice.name, choice.device) == ("mlx", "metal")
+    assert choice.notice.startswith("backend: mlx (Apple Silicon")
+
+
+def test_apple_silicon_without_mlx_runner_falls_back_to_llamacpp(machine) -> None:
+    machine({"mlx", "llamacpp"}, apple=True, mlx_runner=False)
+    assert select.choose_backend(None).name == "llamacpp"
+
+
+def test_nvidia_picks_torch_on_cuda(machine) -> None:
+    machine({"llamacpp", "torch"}, nvidia=True)
+    choice = select.choose_backend(None)
+    assert (choice.name, choice.device) == ("torch", "cuda")
+
+
+def test_nvidia_without_torch_uses_llamacpp_and_says_how_to_use_the_gpu(machine) -> None:
+    machine({"llamacpp"}, nvidia=True)
+    choice = select.choose_backend(None)
+    assert choice.name == "llamacpp"
+    assert "pip install 'localinfer[torch]'" in choice.reason
+
+
+def test_cpu_prefers_llamacpp_then_torch(machine) -> None:
+    machine({"llamacpp", "torch"})
+    assert select.choose_backend(None).name == "llamacpp"
+    machine({"torch"})
+    choice = select.choose_backend(None)
+    assert (choice.name, choice.device) == ("torch", "cpu")
+    assert "pip install 'localinfer[llamacpp]'" in choice.reason
+
+
+def test_safetensors_model_never_defaults_to_llamacpp(machine) -> None:
+    machine({"llamacpp", "torch"})
+    choice = select.choose_backend(None, model_format="safetensors")
+    assert choice.name == "torch" and "GGUF only" in choice.reason
+    with pytest.raises(UnsupportedModelError, match="GGUF files only"):
+        select.choose_backend("llamacpp", model_format="safetensors")
+
+
+def test_requested_backend_overrides_the_default(machine) -> None:
+    machine({"llamacpp", "torch"}, nvidia=True)
+    choice = select.choose_backend("llamacpp")
+    assert (choice.name, choice.reason) == ("llamacpp", "requested with --backend")
+    assert select.choose_backend("TORCH").device == "cuda"
+
+
+@pytest.mark.parametrize(
+    ("backend", "hint"),
+    [
+        ("llamacpp", "pip install 'localinfer[llamacpp]'"),
+        ("torch", "pip install 'localinfer[torch]'"),
+        ("mlx", "pip install 'localinfer[mlx]'"),
+    ],
+)
+def test_requested_backend_not_installed_names_the_install_command(
+    machine, backend: str, hint: str
+) -> None:
+    machine(set())
+    with pytest.raises(BackendUnavailableError, match=hint.replace("[", r"\[")):
+        select.choose_backend(backend)
+
+
+def test_unknown_or_unbuilt_backend(machine) -> None:
+    machine({"mlx", "torch", "llamacpp"}, mlx_runner=False)
+    with pytest.raises(BackendUnavailableError, match="unknown backend 'tpu'"):
+        select.choose_backend("tpu")
+    with pytest.raises(BackendUnavailableError, match="mlx backend is not part"):
+        select.choose_backend("mlx")
+
+
+def test_nothing_installed_lists_every_install_command(machine) -> None:
+    machine(set())
+    with pytest.raises(BackendUnavailableError) as err:
+        select.choose_backend(None)
+    for extra in ("torch", "llamacpp", "mlx"):
+        assert f"localinfer[{extra}]" in str(err.value)
+
+
+def test_selection_imports_no_framework() -> None:
+    code = (
+        "import sys; from localinfer.backends import select; "
+        "select.is_installed('llamacpp'); select.is_apple_silicon(); "
+        "print(sorted(m for m in ('torch', 'llama_cpp', 'mlx') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.llamacpp
+def test_create_runner_on_this_machine_builds_a_real_runner() -> None:
+    pytest.importorskip("llama_cpp")
+    from localinfer.loading.embedded import embedded_model_path
+    from localinfer.loading.loader import load_model
+
+    model = load_model(embedded_model_path())
+    runner, notice = select.create_runner(model, RunnerConfig(slots=1, max_ctx=32, threads=1))
+    try:
+        assert isinstance(runner, Runner)
+        expected = select.choose_backend(None, "gguf").name
+        assert runner.info.backend == expected and notice.startswith(f"backend: {expected} (")
+    finally:
+        runner.close()
+    runner, notice = select.create_runner(
+        model, RunnerConfig(slots=1, max_ctx=32, threads=1), backend="llamacpp"
+    )
+    assert runner.info.backend == "llamacpp" and "requested" in notice
+    runner.close()
+
+
+def test_no_nvidia_driver_means_no_gpu_without_importing_torch(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(select.shutil, "which", lambda name: None)
+    monkeypatch.setattr(select.os.path, "exists", lambda path: False)
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch would now raise
+    assert select.has_nvidia_gpu() is False
