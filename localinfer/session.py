@@ -10,11 +10,13 @@ defaults and on how a chat becomes token ids.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from localinfer.engine import Engine
+from localinfer.engine.speculative import SpecConfig, Speculator
 from localinfer.errors import InvalidParameterError
 from localinfer.loading.model import LoadedModel
 
@@ -29,6 +31,7 @@ class Session:
     engine: Engine
     runner_notice: str  # one line: which backend and why
     backend: str
+    speculator: Speculator | None = None  # --draft: n-gram or a draft model (owns its runner)
     _closed: bool = field(default=False, repr=False)
 
     @property
@@ -63,6 +66,8 @@ class Session:
         self._closed = True
         self.engine.close()
         self.engine.runner.close()
+        if self.speculator is not None:
+            self.speculator.close()
 
     def __enter__(self) -> Session:
         return self
@@ -82,12 +87,22 @@ def open_session(
     threads: int | None = None,
     max_queue: int = 64,
     prefill_chunk: int = 256,
+    prefix_reuse: bool = True,
+    draft: str | None = None,
+    draft_backend: str | None = None,
+    spec_config: SpecConfig | None = None,
 ) -> Session:
     """Resolve, load and start ``model_spec`` (default: the embedded SmolLM2-135M).
 
     ``ctx`` is per slot and defaults to min(2048, the model's trained context); asking for more
     than the model was trained for is an error, never a silent clamp. ``dtype`` defaults to
     bfloat16 on a GPU and float32 on CPU (torch and mlx; llama.cpp keeps the file's types).
+    ``prefix_reuse`` (on by default) lets a new request reuse the KV of an idle slot that shares
+    its prompt's beginning: the next turn of a chat prefills only the new messages.
+    ``draft`` turns on speculative decoding: ``"ngram"`` (lookup in the prompt and output),
+    ``"auto"`` (the catalog's recommended draft model), a draft model spec, or None/``"off"``;
+    a draft model runs on ``draft_backend`` (default: the target's backend); ``spec_config``
+    overrides the speculation settings chosen for the backend (k, costs, busy threshold).
     """
     from localinfer.backends.base import RunnerConfig
     from localinfer.backends.select import choose_backend, create_runner
@@ -120,9 +135,37 @@ def open_session(
     )
     runner, _ = create_runner(model, config, choice.name)
     notice = choice.notice  # why *this* backend (create_runner only sees it as requested)
+    speculator = None
     try:
-        engine = Engine(runner, model.tokenizer, max_queue=max_queue, prefill_chunk=prefill_chunk)
+        from localinfer.engine.speculative.factory import make_speculator
+
+        speculator = make_speculator(
+            draft,
+            target=model,
+            target_entry=resolved.entry,
+            # The draft keeps its own file's quantization; slots and context follow the target.
+            runner_config=dataclasses.replace(config, quant=None),
+            backend=draft_backend or choice.name,
+            target_backend=choice.name,
+            config=spec_config,
+        )
+        engine = Engine(
+            runner,
+            model.tokenizer,
+            max_queue=max_queue,
+            prefill_chunk=prefill_chunk,
+            prefix_reuse=prefix_reuse,
+            speculator=speculator,
+        )
     except Exception:
         runner.close()
+        if speculator is not None:
+            speculator.close()
         raise
-    return Session(model=model, engine=engine, runner_notice=notice, backend=choice.name)
+    return Session(
+        model=model,
+        engine=engine,
+        runner_notice=notice,
+        backend=choice.name,
+        speculator=speculator,
+    )

@@ -57,6 +57,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--ctx", type=int, help="context tokens per slot (default 2048)")
     engine.add_argument("--threads", type=int, help="CPU threads for the backend")
     engine.add_argument("--quant", help="which quantization of a catalog model")
+    engine.add_argument(
+        "--no-prefix-reuse",
+        action="store_true",
+        help="prefill every prompt cold (repeated bench prompts otherwise hit the slot cache)",
+    )
     p.set_defaults(func=run)
 
 
@@ -124,6 +129,7 @@ async def _bench(
         quant=args.quant,
         threads=args.threads,
         max_queue=max(64, 2 * max(levels)),
+        prefix_reuse=not args.no_prefix_reuse,
     )
     try:
         print(f"localinfer: {session.runner_notice}", file=sys.stderr)

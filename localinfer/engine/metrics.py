@@ -75,9 +75,13 @@ class MetricsRecorder:
         self.prompt_tokens_total = 0
         self.completion_tokens_total = 0
         self.cached_prompt_tokens_total = 0
+        self.prefix_hits = 0
         self.steps = 0
         self.spec_proposed = 0
         self.spec_accepted = 0
+        self.spec_verifications = 0  # decode steps of a slot that verified >= 1 proposal
+        self.decode_forwards = 0  # decode steps of a slot (one slot in one target forward)
+        self.decode_tokens = 0  # tokens those decode steps emitted
 
     def record_finished(self, metrics: RequestMetrics, finish_reason: str) -> None:
         self.requests_finished += 1
@@ -85,6 +89,7 @@ class MetricsRecorder:
         self.prompt_tokens_total += metrics.prompt_tokens
         self.completion_tokens_total += metrics.completion_tokens
         self.cached_prompt_tokens_total += metrics.cached_tokens
+        self.prefix_hits += int(metrics.cached_tokens > 0)
         if metrics.ttft_s is not None:
             self._ttft.append(metrics.ttft_s)
         if metrics.tpot_s is not None:
@@ -100,6 +105,8 @@ class MetricsRecorder:
         kv_cells_total: int,
     ) -> EngineMetrics:
         ttft, tpot = list(self._ttft), list(self._tpot)
+        prompt_total = self.prompt_tokens_total
+        hit_rate = self.cached_prompt_tokens_total / prompt_total if prompt_total else None
         return EngineMetrics(
             slots_total=slots_total,
             slots_busy=slots_busy,
@@ -119,5 +126,15 @@ class MetricsRecorder:
             steps=self.steps,
             spec_proposed=self.spec_proposed,
             spec_accepted=self.spec_accepted,
+            spec_verifications=self.spec_verifications,
+            spec_acceptance_rate=_ratio(self.spec_accepted, self.spec_proposed),
+            spec_mean_accepted=_ratio(self.spec_accepted, self.spec_verifications),
+            tokens_per_target_forward=_ratio(self.decode_tokens, self.decode_forwards),
             cached_prompt_tokens_total=self.cached_prompt_tokens_total,
+            prefix_hits=self.prefix_hits,
+            prefix_hit_rate=hit_rate,
         )
+
+
+def _ratio(num: int, den: int) -> float | None:
+    return num / den if den else None

@@ -4,13 +4,21 @@ Each step:
 
 1. requests whose abort was asked leave (queue or slot) and finish with ``"abort"``;
 2. waiting requests take idle slots (first come, first served), so a slot freed by the previous
-   step is refilled now;
+   step is refilled now. With ``prefix_reuse`` a finished slot keeps its KV, and a request takes
+   the idle slot whose cached tokens share the longest prefix with its prompt (ties and misses:
+   least recently used); the slot is truncated to that prefix and only the rest is prefilled.
+   The last prompt token is always fed again, because its logits give the first new token;
 3. one ragged batch is planned: every decoding slot feeds its one sampled token, and prefilling
    slots share a per-step prompt-token budget (``prefill_chunk``) in admission order, so a long
    prompt is prefilled over several steps *in the same forward* as the running streams' decodes
    and never freezes them;
 4. one ``Runner.forward``; a slot whose whole pending input was fed samples its next token;
 5. finished requests (stop, length, error) emit their last event and free their slot.
+
+With a :class:`~localinfer.engine.speculative.Speculator`, a decoding slot may feed its last
+token plus k proposed tokens (``logits="all"``) in the same ragged forward; verification keeps a
+prefix of the proposals plus the target's own next token, and the slot's KV is truncated back
+past the last kept proposal. Greedy output is token-identical to decoding without it.
 
 Only the engine thread calls ``step``; ``add`` and ``request_abort`` may come from any thread.
 """
@@ -27,8 +35,11 @@ import numpy as np
 
 from localinfer.backends.base import Runner, SlotWork
 from localinfer.engine.metrics import MetricsRecorder
+from localinfer.engine.sampler import SampledToken
 from localinfer.engine.sequence import Sequence
-from localinfer.engine.slots import SlotTable
+from localinfer.engine.slots import Slot, SlotTable
+from localinfer.engine.speculative import Proposal, Speculator
+from localinfer.engine.speculative.speculator import Candidate
 from localinfer.engine.types import EngineMetrics, FinishReason, StreamEvent, TokenLogprob
 from localinfer.errors import QueueFullError
 
@@ -42,13 +53,16 @@ class StepReport:
     step: int
     admitted: list[str] = field(default_factory=list)
     decoded: list[str] = field(default_factory=list)  # requests that fed one decode token
+    proposed: dict[str, int] = field(default_factory=dict)  # request -> speculative tokens fed
+    accepted: dict[str, int] = field(default_factory=dict)  # request -> proposals kept
     prefilled: dict[str, int] = field(default_factory=dict)  # request -> prompt tokens fed
+    reused: dict[str, int] = field(default_factory=dict)  # request -> prompt tokens from cache
     sampled: list[str] = field(default_factory=list)  # requests that got a new token
     finished: dict[str, str] = field(default_factory=dict)  # request -> finish reason
 
     @property
     def batch_tokens(self) -> int:
-        return len(self.decoded) + sum(self.prefilled.values())
+        return len(self.decoded) + sum(self.proposed.values()) + sum(self.prefilled.values())
 
 
 @dataclass(slots=True)
@@ -56,6 +70,7 @@ class _Planned:
     seq: Sequence
     work: SlotWork
     is_decode: bool
+    proposal: Proposal | None = None  # speculative tokens fed after the last sampled one
 
 
 class Scheduler:
@@ -69,6 +84,7 @@ class Scheduler:
         prefill_chunk: int = 256,
         prefix_reuse: bool = False,
         on_finish: Callable[[Sequence], None] | None = None,
+        speculator: Speculator | None = None,
     ) -> None:
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
@@ -83,6 +99,7 @@ class Scheduler:
         self._token_text = token_text
         self._metrics = metrics
         self._on_finish = on_finish
+        self.speculator = speculator
         self._lock = threading.Lock()  # guards `waiting` and the metrics counters
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: prefill budget goes first-come
@@ -152,23 +169,50 @@ class Scheduler:
                 if not self.waiting or not self.slots.free():
                     return
                 seq = self.waiting.popleft()
-            slot, shared = self.slots.choose(seq.prompt_ids, match_prefix=self.prefix_reuse)
             # At least the last prompt token is always fed: its logits give the first token.
-            reuse = min(shared, seq.prompt_len - 1) if self.prefix_reuse else 0
-            if len(slot.cached) > reuse:
-                self.runner.truncate(slot.index, reuse)
-                del slot.cached[reuse:]
+            slot, reuse = self.slots.choose(
+                seq.prompt_ids, match_prefix=self.prefix_reuse, limit=seq.prompt_len - 1
+            )
+            try:
+                reuse = self._cut_cache(slot, reuse)
+            except Exception as exc:  # noqa: BLE001 - the runner cannot even empty the slot
+                log.exception("preparing slot %d for %s failed", slot.index, seq.request_id)
+                self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
+                report.finished[seq.request_id] = "error"
+                continue
             slot.seq = seq
             seq.slot = slot.index
+            if self.speculator is not None:
+                self.speculator.start(slot.index)
             seq.cached_prompt_tokens = reuse
             seq.timing.admitted = self._metrics.clock()
             self.running.append(seq)
             report.admitted.append(seq.request_id)
+            if reuse:
+                report.reused[seq.request_id] = reuse
+
+    def _cut_cache(self, slot: Slot, keep: int) -> int:
+        """Make the runner's slot hold exactly ``slot.cached[:keep]``; returns what it kept.
+
+        A runner that cannot cut its cache there (a backend whose memory refuses partial
+        removal) costs the reuse, never correctness: the slot is emptied and prefilled cold.
+        """
+        if len(slot.cached) > keep:
+            try:
+                self.runner.truncate(slot.index, keep)
+            except Exception:  # noqa: BLE001 - fall back to a cold prefill of this slot
+                log.exception("truncating slot %d to %d failed; releasing it", slot.index, keep)
+                self.runner.release(slot.index)
+                keep = 0
+            del slot.cached[keep:]
+        return keep
 
     def _plan(self, report: StepReport) -> list[_Planned]:
         decodes: list[_Planned] = []
         prefills: list[_Planned] = []
         budget = self.prefill_chunk
+        decoding = [seq for seq in self.running if seq.num_output > 0]
+        proposals = self._proposals(decoding)
         for seq in self.running:
             slot = self.slots.slots[seq.slot]  # type: ignore[index]
             start = len(slot.cached)
@@ -176,8 +220,14 @@ class Scheduler:
             if seq.num_output > 0:
                 # Decoding: exactly the last sampled token is not in the cache yet.
                 assert pending == 1, f"{seq.request_id}: {pending} tokens pending while decoding"
-                work = SlotWork(slot.index, (seq.tokens[start],), start)
-                decodes.append(_Planned(seq, work, is_decode=True))
+                proposal = proposals.get(slot.index)
+                if proposal is None:
+                    work = SlotWork(slot.index, (seq.tokens[start],), start)
+                else:
+                    tokens = (seq.tokens[start], *proposal.tokens)
+                    work = SlotWork(slot.index, tokens, start, logits="all")
+                    report.proposed[seq.request_id] = proposal.k
+                decodes.append(_Planned(seq, work, is_decode=True, proposal=proposal))
                 report.decoded.append(seq.request_id)
             elif budget > 0:
                 n = min(pending, budget)
@@ -187,19 +237,44 @@ class Scheduler:
                 report.prefilled[seq.request_id] = n
         return decodes + prefills
 
+    def _proposals(self, decoding: list[Sequence]) -> dict[int, Proposal]:
+        """Speculative proposals for this step's decoding slots (slot -> proposal)."""
+        if self.speculator is None or not decoding:
+            return {}
+        candidates = []
+        for seq in decoding:
+            # Room: the forward must fit the context (len(tokens) + k <= max_ctx), and the
+            # k + 1 tokens a verification can emit should fit max_tokens.
+            room = min(self.max_ctx - len(seq.tokens), seq.params.max_tokens - seq.num_output - 1)
+            if room > 0:
+                candidates.append(Candidate(seq.slot, seq.tokens, room, seq.sampler))  # type: ignore[arg-type]
+        return self.speculator.propose(candidates, busy=len(decoding))
+
     def _forward(self, planned: list[_Planned]) -> list[np.ndarray | Exception]:
         batch = [p.work for p in planned]
         try:
             return list(self.runner.forward(batch))
         except Exception as exc:  # noqa: BLE001 - isolate the request that caused it
-            if len(batch) == 1:
+            if len(batch) == 1 and planned[0].proposal is None:
                 return [exc]
             log.warning("batched forward failed (%s); retrying slot by slot", exc)
         outputs: list[np.ndarray | Exception] = []
-        for work in batch:
+        for item in planned:
             try:
-                self._resync(work.slot, work.start_pos)
-                outputs.append(self.runner.forward([work])[0])
+                self._resync(item.work.slot, item.work.start_pos)
+                outputs.append(self.runner.forward([item.work])[0])
+                continue
+            except Exception as exc:  # noqa: BLE001
+                if item.proposal is None:
+                    outputs.append(exc)
+                    continue
+            # A proposed token must never fail a request that plain decoding would serve:
+            # retry this slot with its last sampled token alone.
+            item.proposal = None
+            item.work = SlotWork(item.work.slot, item.work.tokens[:1], item.work.start_pos)
+            try:
+                self._resync(item.work.slot, item.work.start_pos)
+                outputs.append(self.runner.forward([item.work])[0])
             except Exception as exc:  # noqa: BLE001
                 outputs.append(exc)
         return outputs
@@ -225,7 +300,12 @@ class Scheduler:
         if len(slot.cached) < len(seq.tokens):
             return  # prompt not fully prefilled yet: these logits mean nothing
         try:
-            reason = self._sample_and_emit(seq, out[-1])
+            if item.proposal is None:
+                reason = self._emit_token(seq, seq.sampler.sample(out[-1]))
+                if item.is_decode:
+                    self._count_decode(proposed=0, accepted=0, emitted=1)
+            else:
+                reason = self._verify_and_emit(item, slot, out, report)
         except Exception as exc:  # noqa: BLE001 - bad logits or a bug: only this request fails
             log.exception("request %s failed while sampling", seq.request_id)
             reason = "error"
@@ -234,8 +314,41 @@ class Scheduler:
         if reason is not None:
             report.finished[seq.request_id] = reason
 
-    def _sample_and_emit(self, seq: Sequence, logits: np.ndarray) -> FinishReason | None:
-        sampled = seq.sampler.sample(logits)
+    def _verify_and_emit(
+        self, item: _Planned, slot: Slot, logits: np.ndarray, report: StepReport
+    ) -> FinishReason | None:
+        """Keep the verified prefix of the proposal, roll the KV back, emit the tokens."""
+        seq, proposal = item.seq, item.proposal
+        assert proposal is not None and self.speculator is not None
+        verdict = self.speculator.verify(slot.index, seq.sampler, proposal, logits)
+        # The cache holds [last, x1..xk]; keep [last, x1..x_accepted]. The final emitted token
+        # (correction or bonus) is pending, like any freshly sampled token.
+        keep = item.work.start_pos + 1 + verdict.accepted
+        if len(slot.cached) > keep:
+            self.runner.truncate(slot.index, keep)
+            del slot.cached[keep:]
+        report.accepted[seq.request_id] = verdict.accepted
+        reason: FinishReason | None = None
+        emitted = 0
+        for sampled in verdict.tokens:
+            emitted += 1
+            reason = self._emit_token(seq, sampled)
+            if reason is not None:
+                break
+        self._count_decode(proposed=proposal.k, accepted=verdict.accepted, emitted=emitted)
+        return reason
+
+    def _count_decode(self, *, proposed: int, accepted: int, emitted: int) -> None:
+        with self._lock:
+            m = self._metrics
+            m.decode_forwards += 1
+            m.decode_tokens += emitted
+            if proposed:
+                m.spec_verifications += 1
+                m.spec_proposed += proposed
+                m.spec_accepted += accepted
+
+    def _emit_token(self, seq: Sequence, sampled: SampledToken) -> FinishReason | None:
         token = sampled.token_id
         seq.tokens.append(token)
         now = self._metrics.clock()

@@ -52,11 +52,14 @@ class SlotTable:
     def cells_used(self) -> int:
         return sum(len(s.cached) for s in self.slots)
 
-    def choose(self, prompt_ids: Sequence[int], match_prefix: bool) -> tuple[Slot, int]:
-        """An idle slot for a new request and how many of its cached tokens the prompt shares.
+    def choose(
+        self, prompt_ids: Sequence[int], match_prefix: bool, limit: int | None = None
+    ) -> tuple[Slot, int]:
+        """An idle slot for a new request and how many of its cached tokens the prompt can reuse.
 
-        With ``match_prefix`` the longest shared prefix wins; ties (and the plain case) go to the
-        least recently released slot, then the lowest index. Raises if no slot is idle.
+        With ``match_prefix`` the longest shared prefix (capped at ``limit``) wins; ties, misses
+        and the plain case go to the least recently released slot, then the lowest index.
+        Raises if no slot is idle.
         """
         free = self.free()
         if not free:
@@ -64,6 +67,7 @@ class SlotTable:
         if not match_prefix:
             slot = min(free, key=lambda s: (s.released_at_step, s.index))
             return slot, 0
-        scored = [(shared_prefix(s.cached, prompt_ids), s) for s in free]
+        cap = len(prompt_ids) if limit is None else limit
+        scored = [(min(shared_prefix(s.cached, prompt_ids), cap), s) for s in free]
         best, slot = max(scored, key=lambda p: (p[0], -p[1].released_at_step, -p[1].index))
         return slot, best

@@ -115,6 +115,14 @@ class EngineMetrics:
     finish_reasons: dict[str, int] = field(default_factory=dict)
     steps: int = 0
     # Speculative decoding and prefix reuse fill these when enabled.
-    spec_proposed: int = 0
-    spec_accepted: int = 0
+    spec_proposed: int = 0  # speculative tokens fed to the target for verification
+    spec_accepted: int = 0  # of those, kept
+    spec_verifications: int = 0  # slot decode steps that verified at least one proposal
+    spec_acceptance_rate: float | None = None  # spec_accepted / spec_proposed
+    spec_mean_accepted: float | None = None  # proposals kept per verification
+    # Tokens emitted per slot decode step (1.0 without speculation): the speed-up's upper bound.
+    tokens_per_target_forward: float | None = None
     cached_prompt_tokens_total: int = 0
+    prefix_hits: int = 0  # finished requests that reused at least one cached prompt token
+    # cached_prompt_tokens_total / prompt_tokens_total: the share of prompt tokens not prefilled
+    prefix_hit_rate: float | None = None

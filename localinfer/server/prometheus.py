@@ -155,6 +155,7 @@ def _engine_lines(e: EngineMetrics) -> list[str]:
         "Prompt tokens reused from a slot's cache.",
         e.cached_prompt_tokens_total,
     )
+    one("prefix_hits_total", "counter", "Requests that reused a cached prefix.", e.prefix_hits)
     m.append(f"# HELP {PREFIX}_requests_total Finished requests by finish reason.")
     m.append(f"# TYPE {PREFIX}_requests_total counter")
     reasons = {"stop": 0, "length": 0, "abort": 0, "error": 0, **e.finish_reasons}
