@@ -35,6 +35,18 @@ def register(subparsers: Any) -> None:
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--quant", help="which quantization of a catalog model to use")
+    p.add_argument(
+        "--draft",
+        default="off",
+        metavar="ngram|auto|MODEL|off",
+        help="speculative decoding: n-gram lookup in the prompt and output, the catalog's "
+        "recommended draft model (auto), a draft model sharing the tokenizer, or off (default)",
+    )
+    p.add_argument(
+        "--draft-backend",
+        choices=("torch", "llamacpp", "mlx"),
+        help="backend of the draft model (default: the target's)",
+    )
     p.set_defaults(func=run)
 
 
@@ -76,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         slots=args.slots,
         dtype=args.dtype,
         quant=args.quant,
+        draft=args.draft,
+        draft_backend=args.draft_backend,
     )
     try:
         if args.raw:
@@ -120,6 +134,12 @@ def _metrics_line(session: Any, result: Any) -> str:
         if m.decode_tps is not None:
             parts.append(f"{m.decode_tps:.1f} tok/s")
         parts.append(f"{m.prompt_tokens} prompt + {m.completion_tokens} completion tokens")
+    spec = session.engine.metrics()
+    if spec.spec_acceptance_rate is not None:
+        parts.append(
+            f"speculative: {spec.spec_accepted}/{spec.spec_proposed} accepted, "
+            f"{spec.tokens_per_target_forward:.2f} tokens/forward"
+        )
     parts.append(f"finish: {result.finish_reason}")
     return " · ".join(parts)
 
@@ -139,6 +159,15 @@ def _as_json(session: Any, result: Any) -> dict[str, Any]:
             "decode_tps": m.decode_tps,
             "prefill_tps": m.prefill_tps,
             "queued_s": m.queued_s,
+        }
+    spec = session.engine.metrics()
+    if spec.spec_acceptance_rate is not None:
+        metrics["speculative"] = {
+            "proposed": spec.spec_proposed,
+            "accepted": spec.spec_accepted,
+            "acceptance_rate": spec.spec_acceptance_rate,
+            "mean_accepted": spec.spec_mean_accepted,
+            "tokens_per_target_forward": spec.tokens_per_target_forward,
         }
     return {
         "model": session.model.name,

@@ -29,6 +29,7 @@ from localinfer.engine.metrics import Clock, MetricsRecorder, RequestTiming
 from localinfer.engine.sampler import TokenSampler
 from localinfer.engine.scheduler import Scheduler, StepReport
 from localinfer.engine.sequence import EventSink, Sequence
+from localinfer.engine.speculative import Speculator
 from localinfer.engine.types import EngineMetrics, Request, StreamEvent
 from localinfer.errors import ContextOverflowError, InvalidParameterError, QueueFullError
 
@@ -50,7 +51,9 @@ class Engine:
     ``max_queue`` bounds the requests waiting for a slot (QueueFullError beyond it);
     ``prefill_chunk`` is the prompt-token budget of one step, shared by prefilling slots;
     ``prefix_reuse`` keeps finished slots' caches and starts a new request in the idle slot whose
-    cache shares the longest prefix with its prompt.
+    cache shares the longest prefix with its prompt;
+    ``speculator`` turns on speculative decoding (n-gram or draft-model proposals, per slot).
+    The caller keeps ownership of the runner and of a draft model's runner.
     """
 
     def __init__(
@@ -61,6 +64,7 @@ class Engine:
         max_queue: int = 64,
         prefill_chunk: int = 256,
         prefix_reuse: bool = False,
+        speculator: Speculator | None = None,
         background: bool = True,
         eos_ids: Iterable[int] | None = None,
         metrics_window: int = 256,
@@ -83,6 +87,7 @@ class Engine:
             max_queue=max_queue,
             prefill_chunk=prefill_chunk,
             prefix_reuse=prefix_reuse,
+            speculator=speculator,
             on_finish=self._forget,
         )
         self._wake = threading.Condition()

@@ -1,0 +1,345 @@
+"""Speculative decoding in the engine on deterministic numpy models: greedy parity with plain
+decoding (n-gram and draft proposers, single and batched), KV rollback, adaptive k, the busy
+switch-off, metrics, and the proposer/controller units. Steps are driven by hand."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import pytest
+
+from localinfer.backends.base import MemoryReport, RunnerInfo, SlotWork, check_batch
+from localinfer.engine import Engine, Request, SamplingParams
+from localinfer.engine.speculative import (
+    AdaptiveK,
+    DraftProposer,
+    NgramProposer,
+    SpecConfig,
+    Speculator,
+    check_shared_tokenizer,
+)
+from localinfer.engine.speculative.adaptive import best_k, expected_tokens
+from localinfer.errors import InvalidParameterError
+from tests.test_engine_model import ByteTokenizer, HashRunner
+
+
+class MarkovRunner:
+    """Next-token logits depend on the last two tokens only (a random order-2 Markov chain over
+    a small vocabulary), so greedy output falls into cycles that n-gram lookup predicts, while
+    a different ``seed`` gives a draft model that agrees only sometimes. Honours ``logits="all"``
+    and enforces the protocol like a real runner."""
+
+    def __init__(self, vocab_size: int = 12, slots: int = 4, max_ctx: int = 256, seed: int = 0):
+        self.info = RunnerInfo("numpy-markov", "cpu", "float32", slots, max_ctx, 256, "fp32")
+        self.vocab = vocab_size
+        rng = np.random.default_rng(seed)
+        table = rng.standard_normal((vocab_size, vocab_size, 256)).astype(np.float32) * 3
+        table[..., vocab_size:] = -30.0  # only the small vocabulary is ever generated
+        table[..., 0] -= 8.0  # token 0 is eos: keep generations long
+        self._table = table  # [prev2, prev1, 256]
+        self._tokens: list[list[int]] = [[] for _ in range(slots)]
+        self.batches: list[list[SlotWork]] = []
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        check_batch(batch, [len(t) for t in self._tokens], self.info.max_ctx)
+        self.batches.append(list(batch))
+        out = []
+        for work in batch:
+            seq = self._tokens[work.slot]
+            rows = []
+            for t in work.tokens:
+                seq.append(t)
+                a = seq[-2] % self.vocab if len(seq) > 1 else 1
+                rows.append(self._table[a, t % self.vocab])
+            out.append(np.stack(rows) if work.logits == "all" else rows[-1][None, :])
+        return out
+
+    def slot_length(self, slot: int) -> int:
+        return len(self._tokens[slot])
+
+    def truncate(self, slot: int, length: int) -> None:
+        del self._tokens[slot][length:]
+
+    def release(self, slot: int) -> None:
+        self._tokens[slot].clear()
+
+    def memory(self) -> MemoryReport:
+        return MemoryReport(0, 0, 0, "cpu")
+
+    def close(self) -> None:
+        pass
+
+
+PROMPTS = [[3, 4, 5, 6, 7], list(range(1, 23)) * 2, [9], [5, 6, 5, 6, 11, 12]]
+LENGTHS = [40, 25, 60, 33]
+
+
+def run(engine: Engine, prompts=PROMPTS, lengths=LENGTHS, **params: object):
+    handles = [
+        engine.submit(Request(list(p), SamplingParams(max_tokens=n, **params)))  # type: ignore[arg-type]
+        for p, n in zip(prompts, lengths, strict=True)
+    ]
+    reports = []
+    while engine.has_work():
+        reports.append(engine.step())
+    return [h.result() for h in handles], reports
+
+
+def engine_for(runner, speculator=None, **kw) -> Engine:
+    return Engine(runner, ByteTokenizer(), background=False, speculator=speculator, **kw)
+
+
+def ids(results) -> list[list[int]]:
+    return [list(r.token_ids) for r in results]
+
+
+@pytest.mark.parametrize("slots", [1, 3])
+@pytest.mark.parametrize("runner_cls", [MarkovRunner, HashRunner])
+def test_ngram_greedy_output_is_identical_to_plain_decoding(slots: int, runner_cls) -> None:
+    plain, _ = run(engine_for(runner_cls(slots=slots), prefill_chunk=8))
+    runner = runner_cls(slots=slots)
+    # 1-grams on the random HashRunner: proposals happen and are mostly rejected (rollback).
+    config = SpecConfig(max_busy_slots=slots, ngram_min=1 if runner_cls is HashRunner else 2)
+    engine = engine_for(runner, Speculator(config), prefill_chunk=8)
+    spec, reports = run(engine)
+    assert ids(spec) == ids(plain)
+    assert [r.finish_reason for r in spec] == [r.finish_reason for r in plain]
+    m = engine.metrics()
+    assert m.spec_proposed > 0
+    if runner_cls is MarkovRunner:
+        # Cycles are predictable: most proposals pass and steps emit several tokens each.
+        assert m.spec_acceptance_rate is not None and m.spec_acceptance_rate > 0.5
+        assert m.tokens_per_target_forward is not None and m.tokens_per_target_forward > 1.5
+        assert sum(1 for r in reports if r.accepted and max(r.accepted.values()) >= 3) > 0
+        assert len(reports) < len(run(engine_for(MarkovRunner(slots=slots)))[1])
+    else:
+        assert m.spec_acceptance_rate is not None and m.spec_acceptance_rate < 0.5
+    # Several slots verified in one ragged forward.
+    if slots > 1:
+        assert any(sum(1 for w in b if w.logits == "all") >= 2 for b in runner.batches)
+    # The runner's KV always matches what the engine believes it holds (no stale proposals).
+    for slot in engine._scheduler.slots.slots:
+        assert runner.slot_length(slot.index) == len(slot.cached)
+
+
+@pytest.mark.parametrize("draft_seed", [0, 7])
+@pytest.mark.parametrize("slots", [1, 4])
+def test_draft_model_greedy_output_is_identical_to_plain_decoding(
+    draft_seed: int, slots: int
+) -> None:
+    plain, _ = run(engine_for(MarkovRunner(slots=slots)))
+    draft = DraftProposer(MarkovRunner(slots=slots, seed=draft_seed), vocab_size=256)
+    engine = engine_for(MarkovRunner(slots=slots), Speculator(SpecConfig(max_busy_slots=4), draft))
+    spec, _ = run(engine)
+    assert ids(spec) == ids(plain)
+    m = engine.metrics()
+    assert m.spec_proposed > 0 and draft.forwards > 0
+    if draft_seed == 0:  # the draft is the target itself: everything is accepted
+        assert m.spec_acceptance_rate == 1.0
+    else:
+        assert m.spec_acceptance_rate is not None and m.spec_acceptance_rate < 0.9
+
+
+def test_stop_token_and_max_tokens_inside_an_accepted_run() -> None:
+    # A stop id the greedy run reaches mid-way, and odd max_tokens: both must cut exactly
+    # where plain decoding cuts even when a verification emits several tokens at once.
+    plain, _ = run(engine_for(MarkovRunner(slots=2)), prompts=[[3, 4, 5]], lengths=[50])
+    stop = plain[0].token_ids[17]
+    first = list(plain[0].token_ids).index(stop)
+    for n in (7, 13, 50):
+        params = dict(stop_token_ids=(stop,))
+        a, _ = run(engine_for(MarkovRunner()), [[3, 4, 5]], [n], **params)
+        engine = engine_for(MarkovRunner(), Speculator(SpecConfig(k_max=8)))
+        b, _ = run(engine, [[3, 4, 5]], [n], **params)
+        assert ids(a) == ids(b)
+        assert len(b[0].token_ids) == min(n, first + 1)
+
+
+def test_prefix_reuse_keeps_a_consistent_cache_after_speculation() -> None:
+    runner = MarkovRunner(slots=1)
+    engine = engine_for(runner, Speculator(), prefix_reuse=True)
+    first, _ = run(engine, [[3, 4, 5]], [30])
+    follow = [3, 4, 5, *first[0].token_ids, 8, 9]
+    second, _ = run(engine, [follow], [20])
+    cold, _ = run(engine_for(MarkovRunner(slots=1)), [follow], [20])
+    assert ids(second) == ids(cold)
+    assert second[0].metrics is not None and second[0].metrics.cached_tokens > 3
+
+
+def test_speculation_switches_off_when_the_batch_is_busy() -> None:
+    engine = engine_for(MarkovRunner(slots=4), Speculator(SpecConfig(max_busy_slots=2)))
+    handles = [engine.submit(Request(p, SamplingParams(max_tokens=30))) for p in PROMPTS]
+    reports = [engine.step() for _ in range(6)]
+    busy = [r for r in reports if len(r.decoded) > 2]
+    assert busy and all(not r.proposed for r in busy)
+    for h in handles[1:]:
+        h.abort()
+    while engine.has_work():
+        reports.append(engine.step())
+    assert any(r.proposed for r in reports[6:])  # alone again: speculation resumes
+
+
+class AlwaysRunner(HashRunner):
+    """A draft model that always proposes ``token``."""
+
+    def __init__(self, token: int, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.token = token
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        out = super().forward(batch)
+        for x in out:
+            x[:, self.token] = 100.0
+        return out
+
+
+def test_a_proposed_token_that_breaks_the_runner_does_not_fail_the_request() -> None:
+    # Token 13 poisons the target once the prompt is in, and the draft proposes nothing else.
+    # The request must end exactly as without speculation.
+    prompt = [5, 3, 4, 9]
+
+    def once(speculator: Speculator | None):
+        runner = HashRunner(slots=1)
+        engine = engine_for(runner, speculator)
+        h = engine.submit(Request(prompt, SamplingParams(max_tokens=12)))
+        engine.step()  # prefill, while the poison is off
+        runner.fail_on_token = 13
+        while engine.has_work():
+            engine.step()
+        return h.result(), engine.metrics()
+
+    draft = DraftProposer(AlwaysRunner(13, slots=1), 256)
+    (plain, _), (spec, m) = once(None), once(Speculator(draft=draft))
+    assert draft.forwards > 0 and m.spec_proposed == 0  # proposed, but never verified
+    assert spec.finish_reason == plain.finish_reason == "length"
+    assert list(spec.token_ids) == list(plain.token_ids)
+
+
+def test_sampled_requests_run_and_are_reproducible_with_a_seed() -> None:
+    def once(draft: bool):
+        d = DraftProposer(MarkovRunner(seed=3), 256) if draft else None
+        engine = engine_for(MarkovRunner(), Speculator(SpecConfig(max_busy_slots=4), d))
+        res, _ = run(engine, temperature=0.8, top_k=10, seed=5)
+        return ids(res), engine.metrics()
+
+    for draft in (False, True):
+        a, m = once(draft)
+        b, _ = once(draft)
+        assert a == b
+        assert [len(x) for x in a] == LENGTHS
+        assert m.spec_proposed > 0
+
+
+def test_metrics_report_acceptance_and_tokens_per_forward() -> None:
+    engine = engine_for(MarkovRunner(slots=1), Speculator())
+    res, reports = run(engine, [[3, 4, 5]], [64])
+    m = engine.metrics()
+    assert m.spec_proposed == sum(sum(r.proposed.values()) for r in reports)
+    assert m.spec_accepted == sum(sum(r.accepted.values()) for r in reports)
+    assert m.spec_acceptance_rate == pytest.approx(m.spec_accepted / m.spec_proposed)
+    assert m.spec_mean_accepted == pytest.approx(m.spec_accepted / m.spec_verifications)
+    decode_steps = sum(1 for r in reports if r.decoded)
+    assert m.tokens_per_target_forward == pytest.approx((64 - 1) / decode_steps)
+    plain = engine_for(MarkovRunner(slots=1))
+    run(plain, [[3, 4, 5]], [64])
+    assert plain.metrics().tokens_per_target_forward == 1.0
+    assert plain.metrics().spec_acceptance_rate is None
+
+
+# -- units ---------------------------------------------------------------------------------------
+
+
+def test_ngram_lookup_prefers_the_longest_and_latest_match() -> None:
+    p = NgramProposer(n_max=3, n_min=1)
+    assert p.propose([1, 2, 3, 9, 9, 1, 2, 3], k=3) == (9, 9, 1)
+    # "2 3" occurs twice earlier; the latest wins.
+    assert p.propose([2, 3, 5, 6, 2, 3, 7, 8, 4, 2, 3], k=2) == (7, 8)
+    # The 3-gram "7 2 3" beats the more recent 1-gram "3".
+    assert p.propose([7, 2, 3, 4, 4, 3, 5, 7, 2, 3], k=2) == (4, 4)
+    assert p.propose([1, 2, 3, 4], k=4) == ()
+    assert p.propose([5, 5, 5], k=4) == (5,)  # a run: continues to the end of the context
+    assert NgramProposer(n_max=3, n_min=2).propose([1, 2, 3, 1], k=2) == ()  # 1-gram too short
+    assert p.propose([1, 2, 1], k=0) == ()
+
+
+def test_adaptive_k_follows_the_acceptance_rate() -> None:
+    assert expected_tokens(0.0, 5) == 1.0
+    assert expected_tokens(1.0, 5) == 6.0
+    assert expected_tokens(0.5, 2) == pytest.approx(1.75)
+    assert best_k(0.9, 8, 0.05) == 8
+    assert best_k(0.02, 8, 0.05) == 0
+    assert 0 < best_k(0.6, 8, 0.2) < 8
+    ctl = AdaptiveK(k_max=6, k_start=4, step_cost=0.05, probe_every=4)
+    assert ctl.next_k() >= 4
+    for _ in range(10):
+        ctl.update(proposed=6, accepted=6)
+    assert ctl.next_k() == 6 and ctl.acceptance > 0.95
+    for _ in range(20):
+        ctl.update(proposed=ctl.next_k() or 1, accepted=0)
+    ks = [ctl.next_k() for _ in range(8)]
+    assert ks.count(0) == 6 and ks.count(1) == 2  # paused, probing every 4th step
+    with pytest.raises(ValueError):
+        ctl.update(2, 3)
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError):
+        SpecConfig(k_start=9, k_max=8)
+    with pytest.raises(ValueError):
+        SpecConfig(ngram_min=3, ngram_max=2)
+    with pytest.raises(ValueError):
+        SpecConfig(max_busy_slots=0)
+
+
+class _Tok:
+    def __init__(self, n: int, flip: int | None = None) -> None:
+        self.vocab_size, self.flip = n, flip
+
+    def token_bytes(self, i: int) -> bytes:
+        return b"X" if i == self.flip else str(i).encode()
+
+
+def test_draft_tokenizer_must_match_the_target() -> None:
+    check_shared_tokenizer(_Tok(1000), _Tok(1000))
+    with pytest.raises(InvalidParameterError, match="vocabularies differ"):
+        check_shared_tokenizer(_Tok(1000), _Tok(999), names=("big", "small"))
+    for flip in (0, 500, 999):
+        with pytest.raises(InvalidParameterError, match=f"token {flip}"):
+            check_shared_tokenizer(_Tok(1000), _Tok(1000, flip=flip))
+
+
+def test_a_failing_draft_model_only_turns_speculation_off() -> None:
+    class Broken(MarkovRunner):
+        def forward(self, batch):
+            raise RuntimeError("draft exploded")
+
+    plain, _ = run(engine_for(MarkovRunner()))
+    draft = DraftProposer(Broken(), 256)
+    engine = engine_for(MarkovRunner(), Speculator(SpecConfig(max_busy_slots=4), draft))
+    spec, _ = run(engine)
+    assert ids(spec) == ids(plain)
+    assert engine.metrics().spec_proposed == 0
+
+
+def test_draft_choice_turns_into_a_speculator() -> None:
+    from types import SimpleNamespace
+
+    from localinfer.backends.base import RunnerConfig
+    from localinfer.engine.speculative.factory import make_speculator
+
+    target = SimpleNamespace(name="tiny")
+    cpu = RunnerConfig(slots=2, max_ctx=64)
+    kw = dict(target=target, target_entry=None, runner_config=cpu, backend=None)
+    assert make_speculator(None, **kw) is None
+    assert make_speculator("off", **kw) is None
+    llama = make_speculator("ngram", target_backend="llamacpp", **kw)
+    torch_cpu = make_speculator("NGram", target_backend="torch", **kw)
+    assert llama is not None and torch_cpu is not None and llama.kind == "ngram"
+    # llama.cpp on a CPU pays much more for each extra verified token than memory-bound torch.
+    assert llama.config.verify_cost > torch_cpu.config.verify_cost
+    with pytest.raises(InvalidParameterError, match="no recommended draft"):
+        make_speculator("auto", **kw)
+    entry = SimpleNamespace(draft=None)
+    with pytest.raises(InvalidParameterError, match="no recommended draft"):
+        make_speculator("auto", **{**kw, "target_entry": entry})
