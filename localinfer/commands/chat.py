@@ -17,7 +17,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quant", default=None, help="weight quantization (default: the file's)")
     parser.add_argument("--ctx", type=int, default=2048, help="context per slot (default 2048)")
     parser.add_argument("--slots", type=int, default=1, help="concurrent sequences (default 1)")
-    parser.add_argument("--draft", default=None, help="draft model for speculative decoding")
+    parser.add_argument(
+        "--draft", default=None, help="speculative decoding: ngram, auto, a draft model, or off"
+    )
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.set_defaults(func=run)
@@ -38,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         quant=args.quant,
         ctx=args.ctx,
         slots=args.slots,
-        speculative="draft" if args.draft else "off",
+        speculative={None: "off", "off": "off", "ngram": "ngram"}.get(args.draft, "draft"),
         draft=args.draft,
         temperature=args.temperature,
         max_tokens=args.max_tokens,

@@ -51,6 +51,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--quant", help="which quantization of a catalog model to use")
     p.add_argument("--threads", type=int, help="CPU threads for the backend")
+    p.add_argument(
+        "--draft",
+        help="speculative decoding: ngram, auto (the catalog's draft), a draft model, or off",
+    )
+    p.add_argument("--draft-backend", choices=("torch", "llamacpp", "mlx"))
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run)
 
@@ -111,6 +116,8 @@ def run(args: argparse.Namespace) -> int:
                 quant=args.quant,
                 threads=args.threads,
                 max_queue=args.max_queue,
+                draft=args.draft,
+                draft_backend=args.draft_backend,
             )
         except BaseException:
             if server is not None:

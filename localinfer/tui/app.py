@@ -30,7 +30,7 @@ from localinfer.errors import (
 )
 from localinfer.tui.conversation_view import AnswerTurn, ConversationView
 from localinfer.tui.conversations_screen import ConversationsScreen
-from localinfer.tui.host import ChatHost, speculation_notice
+from localinfer.tui.host import ChatHost
 from localinfer.tui.live_stats import LiveStats, StatsSnapshot
 from localinfer.tui.load_spinner import LoadSpinner
 from localinfer.tui.memory_bar import MemoryBar
@@ -443,7 +443,7 @@ class ChatApp(App[None]):
         except Exception as exc:  # noqa: BLE001 - shown in the UI with what to do next
             self.post_message(ModelLoadFailed(_error_text(exc), _load_hint(exc), self.host.loaded))
             return
-        notices = [getattr(self.host.session, "runner_notice", None), speculation_notice(settings)]
+        notices = [getattr(self.host.session, "runner_notice", None)]
         notice = " · ".join(n for n in notices if n) or None
         self.post_message(ModelLoaded(self.host.describe(), notice))
 

@@ -8,7 +8,6 @@ from worker threads and renders the plain dataclasses it returns. Tests build a 
 from __future__ import annotations
 
 import contextlib
-import inspect
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future
@@ -80,30 +79,15 @@ def open_with_settings(settings: ChatSettings) -> SessionLike:
     """Open a session the way `localinfer chat` does (imports the engine stack on first call)."""
     from localinfer.session import open_session
 
-    kwargs: dict[str, Any] = {"backend": settings.backend, "ctx": settings.ctx}
-    kwargs["slots"] = settings.slots
-    kwargs["quant"] = settings.quant
-    accepted = inspect.signature(open_session).parameters
-    # Speculation reaches the session separately; pass it only where the session accepts it
-    # (speculation_notice tells the user when it was left out).
-    if settings.speculative != "off" and "speculative" in accepted:
-        kwargs["speculative"] = settings.speculative
-    if settings.speculative == "draft" and "draft" in accepted:
-        kwargs["draft"] = settings.draft
-    return open_session(settings.model, **kwargs)
-
-
-def speculation_notice(settings: ChatSettings) -> str | None:
-    """A line for the user when speculative decoding was asked for but is not available."""
-    if settings.speculative == "off":
-        return None
-    from localinfer.session import open_session
-
-    accepted = inspect.signature(open_session).parameters
-    wanted = "draft" if settings.speculative == "draft" else "speculative"
-    if wanted in accepted:
-        return None
-    return f"speculative decoding ({settings.speculative}) is not available in this build yet"
+    draft = {"off": None, "ngram": "ngram", "draft": settings.draft}[settings.speculative]
+    return open_session(
+        settings.model,
+        backend=settings.backend,
+        ctx=settings.ctx,
+        slots=settings.slots,
+        quant=settings.quant,
+        draft=draft,
+    )
 
 
 class ChatHost:
