@@ -145,22 +145,31 @@ def kv_cache_bytes(arch: ArchSpec, ctx: int, sequences: int, dtype: KVDtype) -> 
 
 
 def compute_buffer_bytes(
-    arch: ArchSpec, ctx: int, sequences: int, chunk: int, profile: BackendProfile
+    arch: ArchSpec,
+    ctx: int,
+    sequences: int,
+    chunk: int,
+    profile: BackendProfile,
+    device_kind: str = "planned",
 ) -> int:
     """Float32 working memory of one prefill step of `chunk` tokens.
 
     Layers run one after another and reuse their buffers, so one layer's activations count:
     residual + normed input (2 x hidden), q, k, v, and the MLP's gate and up outputs. Logits are
-    chunk x vocab (DESIGN.md). A backend without fused attention also holds the chunk's scores
-    against the whole context (chunk x heads x ctx). Checked against llama.cpp's own report for
-    the embedded model (n_ubatch 512): 99.4 MiB measured at n_ctx 4096, 106 MiB estimated here.
+    chunk x vocab (DESIGN.md) where the backend holds a buffer that size on this device kind
+    (`profile.chunk_logits_on`: llama.cpp's reserved graph on a GPU or an unknown machine);
+    elsewhere only the rows the engine asks for are ever resident, one per sequence. A backend
+    without fused attention also holds the chunk's scores against the whole context
+    (chunk x heads x ctx). Checked against llama.cpp's own report for the embedded model
+    (n_ubatch 512): 98.25 MiB reserved at every n_ctx, 106 MiB estimated here with chunk logits.
     """
     tokens = min(chunk, ctx * sequences)
     q = arch.n_heads * arch.head_dim
     kv = arch.n_kv_heads * arch.head_dim
     width = 2 * arch.hidden_size + q + 2 * kv + 2 * active_ffn_width(arch)
     activations = tokens * width * ACTIVATION_BYTES
-    logits = tokens * arch.vocab_size * ACTIVATION_BYTES
+    rows = tokens if device_kind in profile.chunk_logits_on else min(tokens, sequences)
+    logits = rows * arch.vocab_size * ACTIVATION_BYTES
     scores = 0 if profile.fused_attention else tokens * arch.n_heads * ctx * ACTIVATION_BYTES
     # Scores live inside a layer, logits after the last one: graph allocators (llama.cpp's)
     # reuse one buffer for both, so the larger of the two counts.
@@ -210,14 +219,29 @@ class Planner:
     def breakdown(self, quant: str, ctx: int, sequences: int, kv: KVDtype) -> Breakdown:
         stored = self.stored_quant(quant)
         weights, source = self.facts.weights(stored)
+        arch = self.facts.arch
         if stored != quant:
             source = f"torch dequantizes {quant} to {stored}: {source}"
-        arch = self.facts.arch
+            if self.device_kind == "cpu" and self.profile.source_mapping_on_cpu:
+                # The file's pages read while dequantizing stay mapped (runtime.py).
+                mapped, _ = self.facts.weights(quant)
+                weights += mapped
+                source += f" + the {quant} file mapping"
+        if (
+            self.device_kind == "cpu"
+            and self.profile.tied_head_copy_on_cpu
+            and arch.tied_embeddings
+            and stored in ("f32", "bf16")  # the dtypes oneDNN packs
+        ):
+            weights += arch.vocab_size * arch.hidden_size * (4 if stored == "f32" else 2)
+            source += " + a packed copy of the tied LM head"
         return Breakdown(
             weights=weights,
             weights_source=source,
             kv=kv_cache_bytes(arch, ctx, sequences, kv),
-            compute=compute_buffer_bytes(arch, ctx, sequences, self.chunk, self.profile),
+            compute=compute_buffer_bytes(
+                arch, ctx, sequences, self.chunk, self.profile, self.device_kind
+            ),
             runtime=self.profile.runtime_for(self.device_kind),
         )
 

@@ -35,10 +35,18 @@ WEIGHT_BITS: dict[str, Fraction] = {
     "Q4_K_M": Fraction("4.89"),
     "Q5_K_S": Fraction("5.57"),
     "Q5_K_M": Fraction("5.70"),
-    # torch weight-only quantization: int8 per output channel (one fp16 scale per row, <0.1%
-    # extra, not counted); int4 in groups of 128 with an fp16 scale and zero point per group.
-    "int8": Fraction(8),
-    "int4": Fraction(4) + Fraction(32, 128),  # 4.25
+    # torch weight-only quantization (backends/torch/quant.py): int8 per output channel (a
+    # float32 scale per row, plus fbgemm's per-row offsets on CPU: ~20 bytes a row, under 3% for
+    # rows of 576+ inputs, not counted); int4 in groups (default 64, as MLX) with an fp16 scale
+    # and minimum per group. Checked against the torch runner's measured weight bytes in
+    # tests/test_quant_runner.py.
+    "int8": Fraction(8),  # the embedding table in groups of 32 (Q8_0-like): +0.5 bit on it
+    "int8-g32": Fraction(8) + Fraction(16, 32),  # 8.5
+    "int8-g64": Fraction(8) + Fraction(16, 64),  # 8.25
+    "int8-g128": Fraction(8) + Fraction(16, 128),  # 8.125
+    "int4": Fraction(4) + Fraction(32, 64),  # 4.5 (group 64)
+    "int4-g32": Fraction(4) + Fraction(32, 32),  # 5.0
+    "int4-g128": Fraction(4) + Fraction(32, 128),  # 4.25 (rows padded to whole groups)
     # MLX affine quantization: an fp16 scale and bias per group.
     "mlx-4bit": Fraction(4) + Fraction(32, 64),  # 4.5 (group 64)
     "mlx-4bit-g32": Fraction(4) + Fraction(32, 32),  # 5.0
@@ -55,6 +63,7 @@ _ALIASES = {
     "mlx-4bit-g64": "mlx-4bit",
     "mlx-8bit-g64": "mlx-8bit",
     "q4": "int4",
+    "int4-g64": "int4",
     "q8": "int8",
 }
 

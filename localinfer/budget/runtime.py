@@ -29,6 +29,20 @@ class BackendProfile:
     fused_attention: bool  # False: a prefill chunk's attention scores are materialized
     prefill_chunk: int  # tokens one forward pass may carry: sizes the compute buffers
     how_measured: str
+    # Device kinds where a logits buffer for every token of the chunk is resident. A backend that
+    # reserves it up front (llama.cpp's graph, n_ubatch output rows) holds it on a GPU; on the
+    # CPU the reserved pages stay untouched (not resident) because the engine asks logits for one
+    # row per sequence. A backend that allocates per pass (torch, MLX) never holds more rows than
+    # asked, so only one row per sequence counts anywhere.
+    chunk_logits_on: tuple[str, ...] = ()
+    # torch on CPU packs the LM head for oneDNN; with tied embeddings the dense table the
+    # embedding lookup reads stays beside the packed copy, so the vocab x hidden matrix is held
+    # twice (backends/torch/weights.py).
+    tied_head_copy_on_cpu: bool = False
+    # torch dequantizes GGUF through the loaded model's file mapping, which the session keeps
+    # open (it holds the LoadedModel for the tokenizer): the quantized file's pages read during
+    # the load stay in the process's RSS (clean, evictable, but resident).
+    source_mapping_on_cpu: bool = False
 
     def runtime_for(self, device_kind: str) -> int:
         if device_kind in ("cuda", "metal"):
@@ -39,10 +53,15 @@ class BackendProfile:
 BACKEND_PROFILES: dict[str, BackendProfile] = {
     "torch": BackendProfile(
         "torch",
-        # Measured 2026-11-30, torch 2.13.0+cpu, 2 threads, x86_64: RSS after `import torch` and
-        # one pass of matmul / SDPA / embedding / softmax in fp32 and bf16 on tiny tensors, minus
-        # the bare interpreter's RSS: 301.5-301.6 MiB in 3 runs.
-        runtime_bytes=302 * 2**20,
+        # Measured 2026-11-30, torch 2.13.0+cpu, 2 threads, x86_64, with `scripts/budget-accuracy
+        # --cell torch 1024 2` (a cell outside the checked grid): a fresh process's RSS growth from
+        # before `load_model` to after the runner's first 256-token forward, minus the predicted
+        # weights (incl. tied-head copy and file mapping) + KV + compute: 336.7 and 339.0 MiB in 2
+        # runs. That is the library (`import torch` alone: 213 MiB; oneDNN code and scratch
+        # during the first pass) plus localinfer's loader: 48 MiB for the embedded model, mostly
+        # its 49152-token tokenizer, so it grows with the vocabulary. (Earlier figure: 301.5 MiB
+        # for import + fp32/bf16 kernel warm-up alone, no loader.)
+        runtime_bytes=338 * 2**20,
         # UNMEASURED placeholder: CUDA context + cuBLAS workspace; measure nvidia-smi's used memory
         # of an idle runner minus torch.cuda.memory_allocated() on a GPU machine.
         accelerator_runtime_bytes=512 * 2**20,
@@ -50,23 +69,35 @@ BACKEND_PROFILES: dict[str, BackendProfile] = {
         # peak RSS by 44 MiB where materialized scores would take 1 GiB (measured, same machine).
         fused_attention=True,
         prefill_chunk=256,  # the engine's prefill_chunk: torch allocates per forward pass
-        how_measured="CPU: measured RSS of import + kernel warm-up; CUDA: UNMEASURED placeholder",
+        how_measured="CPU: measured RSS growth of load + forward minus weights, KV, compute; "
+        "CUDA: UNMEASURED placeholder",
+        chunk_logits_on=(),  # logits only for the rows asked (peak activations: 6.1 MiB, ctx 512)
+        tied_head_copy_on_cpu=True,  # measured: weights() reports 621.1 MiB = 513.1 + 108.0
+        source_mapping_on_cpu=True,  # measured: RssFile drops 93 MiB when the model is released
     ),
     "llamacpp": BackendProfile(
         "llamacpp",
-        # Measured 2026-11-30, llama-cpp-python 0.3.36, embedded SmolLM2 Q4_1, 2 threads:
-        # `import llama_cpp` adds 35.5 MiB RSS; after loading with n_ctx 512 and 4096 and a
-        # 100-token eval, RSS minus the model/KV/compute buffers llama.cpp reports is below zero
-        # (reserved compute pages are not all touched), so the library itself is the constant.
-        runtime_bytes=36 * 2**20,
+        # Measured 2026-11-30, llama-cpp-python 0.3.36, embedded SmolLM2 Q4_1, 2 threads, with
+        # `scripts/budget-accuracy --cell llamacpp 1024 2` (outside the checked grid): a fresh
+        # process's RSS growth from before `load_model` to after a 512-token forward, minus the
+        # predicted weights + KV + compute (one logits row per sequence: llama.cpp reserves
+        # 98.25 MiB of compute buffer but the pages for 512 logits rows stay untouched on the
+        # CPU): 55.5 and 54.5 MiB in 2 runs. That is `import llama_cpp` (35.5 MiB alone) plus
+        # localinfer's loader (the tokenizer built from the GGUF vocab; grows with the vocab).
+        runtime_bytes=55 * 2**20,
         # UNMEASURED placeholder for CUDA/Metal builds of llama.cpp.
         accelerator_runtime_bytes=256 * 2**20,
-        # llama-cpp-python leaves flash attention off ("flash_attn = disabled" in its log).
-        fused_attention=False,
+        # llama.cpp 0.3.36 defaults to flash_attn = auto, and its log then says "Flash Attention
+        # enabled" on CPU: the compute buffer is 98.25 MiB for the embedded model at n_ctx 512,
+        # 8192 and 8 x 8192 alike, so no chunk x ctx scores are materialized.
+        fused_attention=True,
         # llama.cpp reserves its compute buffer for n_ubatch tokens (the runner's n_batch, 512)
         # whatever the engine sends.
         prefill_chunk=512,
-        how_measured="CPU: measured RSS of import + load + eval minus reported buffers",
+        how_measured="CPU: measured RSS growth of load + forward minus weights, KV, compute",
+        # Its graph reserves n_ubatch rows of logits: physical memory on a GPU; on the CPU those
+        # pages stay untouched when the engine asks one row per sequence (RSS measured).
+        chunk_logits_on=("cuda", "metal", "planned"),
     ),
     "mlx": BackendProfile(
         "mlx",

@@ -3,9 +3,10 @@ one prefill chunk, and put the runner's measured memory next to the prediction."
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
 from localinfer.budget.compute import BudgetReport
 from localinfer.errors import InvalidParameterError, ModelFileError
@@ -24,6 +25,18 @@ class MemoryCheck(BaseModel):
     measured_overhead: int  # what the runner reports beyond weights and KV (no library code)
     predicted_total: int  # weights + KV + compute + the backend's runtime constant
     rss_growth: int | None  # CPU: process RSS after load + prefill minus before (all-inclusive)
+    # The backend's library was imported before the first RSS reading (a process that ran it
+    # already): rss_growth then lacks the runtime constant, so only a fresh process compares.
+    library_preloaded: bool = False
+
+    @computed_field  # in --json output
+    @property
+    def total_error(self) -> float | None:
+        """(predicted - measured) / measured of the total against RSS growth; None off-CPU or
+        when the library was already loaded (the growth would lack the runtime constant)."""
+        if self.rss_growth is None or self.rss_growth <= 0 or self.library_preloaded:
+            return None
+        return (self.predicted_total - self.rss_growth) / self.rss_growth
 
 
 def _rss() -> int | None:
@@ -37,8 +50,18 @@ def _rss() -> int | None:
     return None
 
 
+# The module each backend's runtime constant is the import of.
+_LIBRARY = {"torch": "torch", "llamacpp": "llama_cpp", "mlx": "mlx.core"}
+
+
 def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck:
-    """Build the runner the report budgets for and measure it. Needs the model on disk."""
+    """Build the runner the report budgets for and measure it. Needs the model on disk.
+
+    The measurement is what the engine's runner would hold: one full prefill chunk into slot 0
+    asking for its last row's logits, as the engine's prefill does. For a figure comparable with
+    the predicted total run it in a fresh process (scripts/budget-accuracy does, one per cell):
+    RSS is read before the model and the backend library load.
+    """
     if report.model_path is None:
         raise ModelFileError(
             report.model, f"--verify needs the model on disk; run `localinfer pull {report.model}`"
@@ -50,6 +73,7 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
     from localinfer.backends.select import create_runner
     from localinfer.loading.loader import load_model
 
+    preloaded = _LIBRARY.get(report.backend, "") in sys.modules
     before = _rss()
     model = load_model(Path(report.model_path), report.model)
     # The dtype the budget assumed (torch: float32 on CPU, bfloat16 on a GPU, as the session).
@@ -84,4 +108,5 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         measured_overhead=measured.overhead,
         predicted_total=report.total_bytes,
         rss_growth=growth,
+        library_preloaded=preloaded,
     )
