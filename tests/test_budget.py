@@ -525,16 +525,21 @@ def test_models_command_lists_catalog_and_cache(capsys: pytest.CaptureFixture[st
 
 
 @pytest.mark.llamacpp
-def test_prediction_matches_llama_cpp_for_the_embedded_model(
-    capfd: pytest.CaptureFixture[str],
-) -> None:
+def test_prediction_matches_llama_cpp_for_the_embedded_model() -> None:
     import re
 
     llama_cpp = pytest.importorskip("llama_cpp")
-    llm = llama_cpp.Llama(
-        str(embedded_model_path()), n_ctx=4096, n_batch=512, n_ubatch=512, n_threads=1, verbose=True
-    )
-    log = capfd.readouterr().err
+    from localinfer.backends.llamacpp import native
+
+    # Read llama.cpp's own buffer report through the project's log hook: once any test has
+    # initialised the backend, llama.cpp's log no longer reaches stderr.
+    capture = native.LogCapture()
+    with native.listen(capture):
+        llm = llama_cpp.Llama(
+            str(embedded_model_path()), n_ctx=4096, n_batch=512, n_ubatch=512, n_threads=1,
+            verbose=True,
+        )  # fmt: skip
+    log = capture.text()
     del llm
     mib: dict[str, float] = {}
     for match in re.finditer(r"\b(model|KV|compute) buffer size\s*=\s*([\d.]+) MiB", log):
