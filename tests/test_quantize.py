@@ -17,7 +17,6 @@ from localinfer.backends.llamacpp.quantize import (  # noqa: E402
     quantize_gguf,
 )
 from localinfer.backends.llamacpp.runner import LlamaCppRunner  # noqa: E402
-
 from localinfer.cli import main  # noqa: E402
 from localinfer.errors import InvalidParameterError, ModelFileError  # noqa: E402
 from localinfer.loading.embedded import embedded_model_path  # noqa: E402

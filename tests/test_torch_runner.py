@@ -291,7 +291,7 @@ def test_protocol_info_and_close() -> None:
     with pytest.raises(RuntimeError, match="closed"):
         runner.forward([SlotWork(0, (1,), 0)])
     with pytest.raises(UnsupportedModelError):
-        TorchRunner(model, RunnerConfig(quant="int4"))
+        TorchRunner(model, RunnerConfig(quant="Q4_K_M"))
     with pytest.raises(UnsupportedModelError):
         TorchRunner(tiny_model("llama"), RunnerConfig(dtype="float64"))
 

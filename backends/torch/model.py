@@ -13,7 +13,7 @@ import torch.nn.functional as F
 from localinfer.backends.torch.attention import GroupTensors, grouped_attention
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.rope import apply_rope, rope_tables
-from localinfer.backends.torch.weights import ModelWeights, linear_dense, linear_onednn
+from localinfer.backends.torch.weights import ModelWeights
 from localinfer.loading.model_config import ModelConfig
 
 
@@ -35,7 +35,7 @@ class LlamaModel:
         self.weights = weights
         self.linear = weights.linear
         # The LM head is dense when it is the (tied) embedding table itself.
-        self.lm_linear = linear_onednn if weights.lm_head.is_mkldnn else linear_dense
+        self.lm_linear = weights.lm_linear
         # [max_ctx, head_dim] each (cos, signed sin), gathered per token at its position.
         self.cos, self.sin = rope_tables(config, max_ctx, dtype, device)
 

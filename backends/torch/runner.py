@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -12,9 +14,19 @@ from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.batch_plan import plan_batch
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.model import LlamaModel
+from localinfer.backends.torch.quant import (
+    QUANT_LAYOUT_VERSION,
+    KernelChooser,
+    QuantLinear,
+    WeightQuantizer,
+    parse_quant,
+)
 from localinfer.backends.torch.weights import load_weights, onednn_available
 from localinfer.errors import BackendUnavailableError, UnsupportedModelError
 from localinfer.loading.model import LoadedModel
+from localinfer.quant_cache import QuantCache, quant_cache_enabled
+
+log = logging.getLogger(__name__)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
@@ -31,12 +43,10 @@ class TorchRunner:
             raise UnsupportedModelError(
                 f"torch runner dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}"
             )
-        # The torch runner computes in a float dtype: GGUF blocks are dequantized on load.
-        if config.quant not in (None, "none", model.file_quant, DTYPE_NAMES[config.dtype]):
-            raise UnsupportedModelError(
-                f"the torch runner has no {config.quant!r} quantization; it dequantizes to "
-                f"{config.dtype}"
-            )
+        # GGUF blocks are dequantized on load; int8 / int4 then requantize in this runner's own
+        # layout (quant.py). The file's own type or a float name means: no quantization.
+        keep = config.quant in (None, model.file_quant, DTYPE_NAMES[config.dtype])
+        self.quant_spec = None if keep else parse_quant(config.quant)
         self.device = _resolve_device(config.device)
         if config.threads:
             torch.set_num_threads(config.threads)
@@ -45,8 +55,17 @@ class TorchRunner:
         self.dtype = DTYPES[config.dtype]
         mc = model.config
         # oneDNN-packed matrices on CPU (see weights.py for the measurements behind this).
-        self.packed_weights = onednn_available(self.dtype, self.device)
-        weights = load_weights(mc, model.weights, self.dtype, self.device, pack=self.packed_weights)
+        self.packed_weights = self.quant_spec is None and onednn_available(self.dtype, self.device)
+        quantizer = self._quantizer(model) if self.quant_spec is not None else None
+        self.quant_cache_hit = False  # the quantized weights came from the on-disk cache
+        self.quant_kernels: dict[str, int] = {}  # kernel name -> matrices using it
+        self._dequant_buffer = quantizer.chooser.buffer if quantizer is not None else None
+        weights = load_weights(
+            mc, model.weights, self.dtype, self.device, pack=self.packed_weights,
+            quantizer=quantizer,
+        )  # fmt: skip
+        if quantizer is not None:
+            self._save_quantized(model, quantizer)
         self._model = LlamaModel(mc, weights, config.max_ctx, self.dtype, self.device)
         self._cache = StaticKVCache(
             mc.n_layers, config.slots, mc.n_kv_heads, config.max_ctx, mc.head_dim,
@@ -61,7 +80,7 @@ class TorchRunner:
             slots=config.slots,
             max_ctx=config.max_ctx,
             vocab_size=mc.vocab_size,
-            quant=DTYPE_NAMES[config.dtype],
+            quant=self.quant_spec.label if self.quant_spec else DTYPE_NAMES[config.dtype],
         )
 
     # -- Runner protocol -------------------------------------------------------------------
@@ -120,7 +139,12 @@ class TorchRunner:
         total = weights.nbytes()
         if not weights.lm_head_shares_embed():
             # The gather table is separate from the LM head: a step reads one row per token.
-            total -= weights.embed.untyped_storage().nbytes()
+            embed = weights.embed
+            total -= (
+                embed.nbytes()
+                if isinstance(embed, QuantLinear)
+                else (embed.untyped_storage().nbytes())
+            )
         return total
 
     def memory(self) -> MemoryReport:
@@ -135,6 +159,8 @@ class TorchRunner:
         else:
             tables = sum(t.untyped_storage().nbytes() for t in (self._model.cos, self._model.sin))
             overhead = tables + self._peak_activations
+            if self._dequant_buffer is not None:  # scratch the quantized matmuls expand into
+                overhead += self._dequant_buffer.nbytes()
         return MemoryReport(
             weights=weights, kv_cache=kv, overhead=overhead, device=str(self.device)
         )
@@ -148,6 +174,26 @@ class TorchRunner:
             torch.cuda.empty_cache()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _quant_cache_method(self) -> str:
+        return f"torch-{self.quant_spec.label}-v{QUANT_LAYOUT_VERSION}"
+
+    def _quantizer(self, model: LoadedModel) -> WeightQuantizer:
+        chooser = KernelChooser(self.quant_spec.bits, self.dtype, self.device)
+        cached = None
+        if quant_cache_enabled() and Path(model.path).exists():
+            cached = QuantCache().load(Path(model.path), self._quant_cache_method())
+        return WeightQuantizer(self.quant_spec, chooser, cached)
+
+    def _save_quantized(self, model: LoadedModel, quantizer: WeightQuantizer) -> None:
+        self.quant_cache_hit = quantizer.cache_hits > 0 and not quantizer.new_entries
+        self.quant_kernels = quantizer.chooser.kernels_used
+        if not quantizer.new_entries or not quant_cache_enabled() or not Path(model.path).exists():
+            return
+        try:
+            QuantCache().save(Path(model.path), self._quant_cache_method(), quantizer.new_entries)
+        except OSError as exc:  # a full or read-only cache costs speed next time, nothing else
+            log.warning("could not cache quantized weights: %s", exc)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -12,12 +12,14 @@ one row (measured per call, 1 thread, over the 540 MB of SmolLM2's fp32 matrices
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
+from localinfer.backends.torch.quant import QuantLinear, WeightQuantizer
 from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.loading.model import WeightSource
 from localinfer.loading.model_config import ModelConfig
@@ -45,6 +47,11 @@ def linear_onednn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = Non
     return torch.ops.mkldnn._linear_pointwise(x, w, b, "none", [], "")
 
 
+def linear_quant(x: torch.Tensor, w: QuantLinear, b: torch.Tensor | None = None) -> torch.Tensor:
+    """x [T, in], w a quantized matrix (backends/torch/quant.py) -> [T, out]."""
+    return w(x, b)
+
+
 def pack_onednn(w: torch.Tensor) -> torch.Tensor:
     # No batch-size hint: measured as good as a hint of 8 for 1..64 rows.
     return torch.ops.mkldnn._reorder_linear_weight(w, None)
@@ -53,33 +60,43 @@ def pack_onednn(w: torch.Tensor) -> torch.Tensor:
 @dataclass(slots=True)
 class LayerWeights:
     input_norm: torch.Tensor  # [hidden] float32
-    qkv: torch.Tensor  # [q_size + 2 * kv_size, hidden]
+    qkv: torch.Tensor | QuantLinear  # [q_size + 2 * kv_size, hidden]
     qkv_bias: torch.Tensor | None  # [q_size + 2 * kv_size] (qwen2)
     q_norm: torch.Tensor | None  # [head_dim] float32 (qwen3)
     k_norm: torch.Tensor | None  # [head_dim] float32 (qwen3)
-    o: torch.Tensor  # [hidden, q_size]
+    o: torch.Tensor | QuantLinear  # [hidden, q_size]
     post_norm: torch.Tensor  # [hidden] float32
-    gate_up: torch.Tensor  # [2 * ffn, hidden]
-    down: torch.Tensor  # [hidden, ffn]
+    gate_up: torch.Tensor | QuantLinear  # [2 * ffn, hidden]
+    down: torch.Tensor | QuantLinear  # [hidden, ffn]
     sliding: bool  # this layer uses the sliding-window mask
 
 
 @dataclass(slots=True)
 class ModelWeights:
-    """Matrices are [out, in] (Hugging Face layout), dense or oneDNN-packed (``packed``); use
-    ``linear`` to multiply by them whichever they are."""
+    """Matrices are [out, in] (Hugging Face layout), dense, oneDNN-packed (``packed``) or
+    quantized (``quantized``: QuantLinear objects, the embedding table included); use ``linear``
+    and ``lm_linear`` to multiply by them whichever they are."""
 
-    embed: torch.Tensor  # [vocab, hidden], dense (rows are gathered)
+    embed: torch.Tensor | QuantLinear  # [vocab, hidden]; rows are gathered with embed[ids]
     layers: list[LayerWeights]
     norm: torch.Tensor  # [hidden] float32
-    lm_head: torch.Tensor  # [vocab, hidden]; the embed tensor itself when tied and dense
+    lm_head: torch.Tensor | QuantLinear  # [vocab, hidden]; the embed itself when tied and dense
     packed: bool = False
+    quantized: bool = False
 
     @property
     def linear(self):  # -> Callable[[Tensor, Tensor, Tensor | None], Tensor]
+        if self.quantized:
+            return linear_quant
         return linear_onednn if self.packed else linear_dense
 
-    def tensors(self) -> list[torch.Tensor]:
+    @property
+    def lm_linear(self):  # -> Callable[[Tensor, Tensor, Tensor | None], Tensor]
+        if isinstance(self.lm_head, QuantLinear):
+            return linear_quant
+        return linear_onednn if self.lm_head.is_mkldnn else linear_dense
+
+    def tensors(self) -> list[torch.Tensor | QuantLinear]:
         out = [self.embed, self.norm, self.lm_head]
         for layer in self.layers:
             out += [
@@ -105,7 +122,9 @@ class ModelWeights:
         a block per row, well under 1% for these shapes)."""
         seen: dict[int, int] = {}
         for t in self.tensors():
-            if t.is_mkldnn:
+            if isinstance(t, QuantLinear):
+                seen[id(t)] = t.nbytes()
+            elif t.is_mkldnn:
                 seen[id(t)] = t.numel() * t.element_size()
             else:
                 storage = t.untyped_storage()
@@ -113,6 +132,8 @@ class ModelWeights:
         return sum(seen.values())
 
     def lm_head_shares_embed(self) -> bool:
+        if isinstance(self.lm_head, QuantLinear) or isinstance(self.embed, QuantLinear):
+            return self.lm_head is self.embed
         return not self.lm_head.is_mkldnn and (
             self.lm_head.untyped_storage().data_ptr() == self.embed.untyped_storage().data_ptr()
         )
@@ -124,9 +145,11 @@ def load_weights(
     dtype: torch.dtype,
     device: torch.device,
     pack: bool = False,
+    quantizer: WeightQuantizer | None = None,
 ) -> ModelWeights:
     """Copy the source's tensors to ``device`` in ``dtype``; with ``pack`` (CPU, see
-    onednn_available) the matrices are packed for oneDNN."""
+    onednn_available) the matrices are packed for oneDNN; with ``quantizer`` every matrix and
+    the embedding table are quantized (or taken from its cache without reading the source)."""
     if config.arch not in TORCH_ARCHS:
         raise UnsupportedModelError(
             f"the torch backend runs {', '.join(TORCH_ARCHS)}; this model is {config.arch!r}"
@@ -146,8 +169,13 @@ def load_weights(
         # torch.tensor copies: the runner never aliases (and so never pins) the source's arrays.
         return torch.tensor(np.ascontiguousarray(array), dtype=as_dtype, device=device)
 
-    def matrix(array: np.ndarray, shape: tuple[int, int], name: str) -> torch.Tensor:
-        dense = put(array, shape, name)
+    def matrix(
+        fetch: Callable[[], np.ndarray], shape: tuple[int, int], name: str
+    ) -> torch.Tensor | QuantLinear:
+        # fetch is lazy: a quantizer with a cache hit never reads (or dequantizes) the source.
+        if quantizer is not None:
+            return quantizer.matrix(name, shape, fetch)
+        dense = put(fetch(), shape, name)
         return pack_onednn(dense) if pack else dense
 
     def norm(name: str, size: int) -> torch.Tensor:
@@ -160,14 +188,17 @@ def load_weights(
     for i in range(config.n_layers):
         p = f"model.layers.{i}."
         a = p + "self_attn."
-        qkv = np.concatenate(
-            [get(a + "q_proj.weight"), get(a + "k_proj.weight"), get(a + "v_proj.weight")]
-        )
+
+        def qkv(a: str = a) -> np.ndarray:
+            return np.concatenate([get(a + f"{n}_proj.weight") for n in "qkv"])
+
+        def gate_up(p: str = p) -> np.ndarray:
+            return np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")])
+
         bias = None
         if config.attention_bias:
             parts = [get(a + f"{n}_proj.bias") for n in "qkv"]
             bias = put(np.concatenate(parts), (q + 2 * kv,), a + "qkv bias")
-        gate_up = np.concatenate([get(p + "mlp.gate_proj.weight"), get(p + "mlp.up_proj.weight")])
         layers.append(
             LayerWeights(
                 input_norm=norm(p + "input_layernorm.weight", h),
@@ -175,21 +206,40 @@ def load_weights(
                 qkv_bias=bias,
                 q_norm=norm(a + "q_norm.weight", config.head_dim) if config.qk_norm else None,
                 k_norm=norm(a + "k_norm.weight", config.head_dim) if config.qk_norm else None,
-                o=matrix(get(a + "o_proj.weight"), (h, q), a + "o_proj"),
+                o=matrix(lambda a=a: get(a + "o_proj.weight"), (h, q), a + "o_proj"),
                 post_norm=norm(p + "post_attention_layernorm.weight", h),
                 gate_up=matrix(gate_up, (2 * f, h), p + "mlp.gate_up"),
-                down=matrix(get(p + "mlp.down_proj.weight"), (h, f), p + "mlp.down_proj"),
+                down=matrix(
+                    lambda p=p: get(p + "mlp.down_proj.weight"), (h, f), p + "mlp.down_proj"
+                ),
                 sliding=i in sliding,
             )
         )
     vocab = config.vocab_size
+    if quantizer is not None:
+        # One quantized table serves the row gather and, when tied, the LM head.
+        embed = quantizer.table(
+            "model.embed_tokens", (vocab, h), lambda: get("model.embed_tokens.weight")
+        )
+        if config.tied_embeddings:
+            lm_head = embed
+        else:
+            lm_head = matrix(lambda: get("lm_head.weight"), (vocab, h), "lm_head")
+        quantizer.finish()
+        return ModelWeights(
+            embed=embed,
+            layers=layers,
+            norm=norm("model.norm.weight", h),
+            lm_head=lm_head,
+            quantized=True,
+        )
     embed = put(get("model.embed_tokens.weight"), (vocab, h), "model.embed_tokens")
     if config.tied_embeddings:
         # Tied and packed: the LM head is a packed copy beside the dense table the embedding
         # gathers from (more memory, reported by memory(); the faster LM head is worth it).
         lm_head = pack_onednn(embed) if pack else embed
     else:
-        lm_head = matrix(get("lm_head.weight"), (vocab, h), "lm_head")
+        lm_head = matrix(lambda: get("lm_head.weight"), (vocab, h), "lm_head")
     return ModelWeights(
         embed=embed,
         layers=layers,

@@ -1,0 +1,51 @@
+"""`localinfer quality MODEL [--quant int8,int4] [--backend torch]`: what quantization costs."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser(
+        "quality",
+        help="perplexity, KL divergence and top-1 agreement of quantized runners vs float32",
+        description="Score each quantization of MODEL on the shipped evaluation text against "
+        "the model dequantized to float32 (torch): perplexity, KL divergence and top-1 agreement "
+        "of next-token distributions, measured weights memory next to the budget's prediction, "
+        "and single-stream decode tok/s. Warns when the loss passes a threshold.",
+    )
+    parser.add_argument("model", nargs="?", default=None, help="default: the embedded model")
+    parser.add_argument(
+        "--quant", default="int8,int4", help="comma-separated quantizations (default: int8,int4)"
+    )
+    parser.add_argument("--backend", default="torch", help="torch | llamacpp | mlx")
+    parser.add_argument(
+        "--tokens", type=int, default=None, help="score only the first N tokens of the text"
+    )
+    parser.add_argument("--window", type=int, default=512, help="tokens per scored window")
+    parser.add_argument("--speed-steps", type=int, default=32, help="decode steps timed; 0: skip")
+    parser.add_argument("--threads", type=int, default=None)
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from localinfer.errors import InvalidParameterError
+    from localinfer.loading.loader import load_model
+    from localinfer.quality.run import QualityOptions, measure_quality
+    from localinfer.resolve import resolve_model
+    from localinfer.session import DEFAULT_MODEL
+
+    quants = [q.strip() for q in args.quant.split(",") if q.strip()]
+    if not quants:
+        raise InvalidParameterError("--quant needs at least one quantization")
+    if args.tokens is not None and args.tokens < 2:
+        raise InvalidParameterError("--tokens must be at least 2")
+    resolved = resolve_model(args.model or DEFAULT_MODEL)
+    model = load_model(resolved.require_path(), name=resolved.name)
+    opts = QualityOptions(
+        quants=quants, backend=args.backend, max_tokens=args.tokens, window=args.window,
+        speed_steps=args.speed_steps, threads=args.threads,
+    )  # fmt: skip
+    report = measure_quality(model, opts)
+    print(report.render())
+    return 0

@@ -1,0 +1,87 @@
+"""Run a reference runner and candidate runners in lockstep over the evaluation text.
+
+Lockstep keeps memory flat: each chunk's reference log-probabilities are compared with every
+candidate's and dropped, instead of holding ``tokens x vocab`` floats per runner.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from importlib import resources
+
+import numpy as np
+
+from localinfer.backends.base import Runner, SlotWork
+from localinfer.quality.metrics import MetricSums, log_softmax
+
+
+def eval_text() -> str:
+    """The shipped evaluation text (public-domain prose and Python code)."""
+    return resources.files("localinfer").joinpath("data/eval_text.txt").read_text("utf-8")
+
+
+def eval_windows(ids: Sequence[int], window: int, max_tokens: int | None) -> list[list[int]]:
+    """Split ids into consecutive windows of at most ``window`` tokens (each scored from a fresh
+    cache), keeping the first ``max_tokens`` ids."""
+    ids = list(ids[:max_tokens] if max_tokens else ids)
+    return [ids[i : i + window] for i in range(0, len(ids), window) if len(ids[i : i + window]) > 1]
+
+
+def compare(
+    reference: Runner,
+    candidates: Sequence[Runner],
+    windows: Sequence[Sequence[int]],
+    chunk: int = 128,
+) -> tuple[MetricSums, list[MetricSums]]:
+    """Teacher-forced perplexity of each runner; KL and top-1 of each candidate vs reference.
+    Uses slot 0 of every runner (released before and after each window)."""
+    ref_sums = MetricSums()
+    cand_sums = [MetricSums() for _ in candidates]
+    runners = [reference, *candidates]
+    for ids in windows:
+        for r in runners:
+            r.release(0)
+        for start in range(0, len(ids) - 1, chunk):
+            toks = tuple(ids[start : start + chunk])
+            targets = np.asarray(ids[start + 1 : start + 1 + len(toks)])
+            # The chunk's last token has no target inside the window when it ends the window.
+            n = len(targets)
+            ref_lp = log_softmax(reference.forward([SlotWork(0, toks, start, "all")])[0][:n])
+            ref_sums.add(ref_lp, targets)
+            for r, sums in zip(candidates, cand_sums, strict=True):
+                lp = log_softmax(r.forward([SlotWork(0, toks, start, "all")])[0][:n])
+                sums.add(lp, targets, ref_lp)
+    for r in runners:
+        r.release(0)
+    return ref_sums, cand_sums
+
+
+@dataclass(slots=True, frozen=True)
+class DecodeSpeed:
+    streams: int
+    tokens_per_s: float  # aggregate over streams
+
+
+def decode_speed(
+    runner: Runner, prompt: Sequence[int], steps: int = 32, streams: int = 1, repeats: int = 3
+) -> DecodeSpeed:
+    """Greedy decode of ``steps`` tokens in ``streams`` slots at once, straight on the runner
+    (no engine); the median of ``repeats`` runs. Needs ``runner`` built with >= streams slots."""
+    rates = []
+    for _ in range(repeats):
+        for s in range(streams):
+            runner.release(s)
+        outs = runner.forward([SlotWork(s, tuple(prompt), 0) for s in range(streams)])
+        nxt = [int(o[-1].argmax()) for o in outs]
+        pos = len(prompt)
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            outs = runner.forward([SlotWork(s, (nxt[s],), pos) for s in range(streams)])
+            nxt = [int(o[-1].argmax()) for o in outs]
+            pos += 1
+        rates.append(steps * streams / (time.perf_counter() - t0))
+    for s in range(streams):
+        runner.release(s)
+    return DecodeSpeed(streams, float(np.median(rates)))

@@ -1,0 +1,101 @@
+"""Build the reference and the quantized runners of one model and measure them together."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from localinfer.backends.base import Runner, RunnerConfig
+from localinfer.loading.model import LoadedModel
+from localinfer.quality.evaluate import compare, decode_speed, eval_text, eval_windows
+from localinfer.quality.report import QualityReport, QualityRow
+
+SPEED_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
+
+
+@dataclass(slots=True, frozen=True)
+class QualityOptions:
+    quants: Sequence[str] = ("int8", "int4")
+    backend: str = "torch"
+    max_tokens: int | None = None  # None: the whole evaluation text
+    window: int = 512  # tokens per scored window (each from a fresh cache)
+    chunk: int = 128  # tokens per forward pass
+    speed_steps: int = 32  # decode steps timed per runner; 0: skip
+    threads: int | None = None
+    text: str | None = None  # None: the shipped evaluation text
+    slots: int = 1  # slots of every runner built (bench-quant times 8 streams)
+
+
+def build_runner(model: LoadedModel, backend: str, quant: str | None, opts: QualityOptions):
+    from localinfer.backends.select import create_runner
+
+    config = RunnerConfig(
+        slots=opts.slots, max_ctx=max(opts.window, 64) + 64, dtype="float32",
+        threads=opts.threads,
+        quant=quant,
+    )  # fmt: skip
+    runner, _ = create_runner(model, config, backend)
+    return runner
+
+
+def budget_weights(model: LoadedModel, quant: str | None, backend: str) -> int | None:
+    """The budget's weight bytes for ``quant`` (None where it has no figure for it)."""
+    from localinfer.budget.compute import BudgetRequest, compute_budget
+    from localinfer.errors import LocalinferError
+
+    try:
+        report = compute_budget(
+            BudgetRequest(str(model.path), quant=quant or "f32", backend=backend, device="1TiB")
+        )
+    except LocalinferError:
+        return None
+    return report.weights_bytes
+
+
+def measure_quality(model: LoadedModel, opts: QualityOptions) -> QualityReport:
+    """Reference: the torch runner with the model dequantized to float32. One row each for the
+    reference and every ``opts.quants`` entry on ``opts.backend``."""
+    ids = model.tokenizer.encode(opts.text or eval_text(), add_special_tokens=True)
+    windows = eval_windows(ids, opts.window, opts.max_tokens)
+    reference = build_runner(model, "torch", "none", opts)
+    candidates: list[Runner] = []
+    try:
+        for q in opts.quants:
+            candidates.append(build_runner(model, opts.backend, q, opts))
+        ref_sums, sums = compare(reference, candidates, windows, opts.chunk)
+        prompt = model.tokenizer.encode(SPEED_PROMPT, add_special_tokens=True)
+
+        def speed(r: Runner) -> float | None:
+            if not opts.speed_steps:
+                return None
+            return decode_speed(r, prompt, opts.speed_steps).tokens_per_s
+
+        rows = [
+            QualityRow(
+                "torch", reference.info.quant, ref_sums.perplexity, 0.0, 1.0,
+                reference.memory().weights, budget_weights(model, "f32", "torch"),
+                speed(reference), reference=True,
+            )
+        ]  # fmt: skip
+        for r, s in zip(candidates, sums, strict=True):
+            rows.append(
+                QualityRow(
+                    r.info.backend, r.info.quant, s.perplexity, s.mean_kl, s.top1_agreement,
+                    r.memory().weights, budget_weights(model, _budget_name(r), r.info.backend),
+                    speed(r),
+                )
+            )  # fmt: skip
+        return QualityReport(model.name, ref_sums.tokens, rows)
+    finally:
+        for r in [reference, *candidates]:
+            r.close()
+
+
+def _budget_name(runner: Runner) -> str:
+    """The budget's name for what a runner holds: torch's labels are the budget's own
+    (int8, int4-g64 ...); MLX's affine int4-gN / int8-gN map to mlx-4bit / mlx-8bit names."""
+    label, backend = runner.info.quant, runner.info.backend
+    if backend == "mlx" and label.startswith("int"):
+        bits, _, group = label[3:].partition("-g")
+        return f"mlx-{bits}bit" + ("" if group in ("", "64") else f"-g{group}")
+    return label
