@@ -15,8 +15,9 @@ Invariants every runner enforces (and the engine relies on):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, Sequence, runtime_checkable
+from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 

@@ -21,7 +21,6 @@ from localinfer.errors import BackendUnavailableError, UnsupportedModelError
 
 if TYPE_CHECKING:
     from localinfer.backends.base import Runner, RunnerConfig
-
     from localinfer.loading.model import LoadedModel
 
 BACKENDS = ("torch", "llamacpp", "mlx")

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from localinfer.backends.base import SlotWork
 from pydantic import ValidationError
 
+from localinfer.backends.base import SlotWork
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.errors import ContextOverflowError, InvalidParameterError, QueueFullError
 from tests.test_engine_model import ByteTokenizer, HashRunner, ScriptRunner

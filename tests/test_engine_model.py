@@ -17,8 +17,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pytest
-from localinfer.backends.base import MemoryReport, RunnerInfo, SlotWork, check_batch
 
+from localinfer.backends.base import MemoryReport, RunnerInfo, SlotWork, check_batch
 from localinfer.errors import ContextOverflowError
 
 _MOD = (1 << 61) - 1

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from localinfer.backends.base import RunnerConfig, SlotWork
 
+from localinfer.backends.base import RunnerConfig, SlotWork
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.loading.model import LoadedModel
 from tests.test_engine_model import ByteTokenizer

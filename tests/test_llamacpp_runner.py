@@ -16,7 +16,6 @@ pytest.importorskip("llama_cpp")
 
 from localinfer.backends.base import Runner, RunnerConfig, SlotWork  # noqa: E402
 from localinfer.backends.llamacpp.runner import LlamaCppRunner, create_runner  # noqa: E402
-
 from localinfer.errors import (  # noqa: E402
     ContextOverflowError,
     ModelFileError,

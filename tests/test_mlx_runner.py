@@ -17,6 +17,7 @@ import pytest
 mx = pytest.importorskip("mlx.core")
 
 import gguf  # noqa: E402
+
 from localinfer.backends.base import MemoryReport, Runner, RunnerConfig, SlotWork  # noqa: E402
 from localinfer.backends.mlx.batch_layout import SMALL_ITEM, layout_batch  # noqa: E402
 from localinfer.backends.mlx.quant_spec import QuantSpec, parse_quant  # noqa: E402
@@ -25,7 +26,6 @@ from localinfer.backends.mlx.runner import (  # noqa: E402
     create_runner,
     recommended_working_set,
 )
-
 from localinfer.errors import ContextOverflowError, UnsupportedModelError  # noqa: E402
 from localinfer.loading.loader import load_model  # noqa: E402
 from localinfer.loading.model import DictWeights, LoadedModel  # noqa: E402

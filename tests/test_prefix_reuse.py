@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from localinfer.backends.base import Runner, RunnerConfig, SlotWork
 
+from localinfer.backends.base import Runner, RunnerConfig, SlotWork
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.loading.model import LoadedModel
 from tests.test_engine import reference_greedy, run_to_end
@@ -252,7 +252,6 @@ def runner_factory(backend: str, arch: str, tmp_path: Path) -> RunnerFactory:
         return lambda: mod.create_runner(tiny_model(arch), config)
     pytest.importorskip("llama_cpp")
     from localinfer.backends.llamacpp.runner import LlamaCppRunner
-
     from tests.gguf_writer import write_tiny_gguf
 
     # llama.cpp's llama architecture has no per-layer window: mistral runs as plain attention.
@@ -346,7 +345,6 @@ def test_llamacpp_reuse_is_exactly_a_cold_prefill_with_the_same_batch_shapes() -
     # tokens (KV cells, positions, masks) leaks into what follows.
     pytest.importorskip("llama_cpp")
     from localinfer.backends.llamacpp.runner import LlamaCppRunner
-
     from localinfer.loading.embedded import embedded_model_path
     from localinfer.loading.loader import load_model
 

@@ -6,9 +6,9 @@ import subprocess
 import sys
 
 import pytest
+
 from localinfer.backends import select
 from localinfer.backends.base import Runner, RunnerConfig
-
 from localinfer.errors import BackendUnavailableError, UnsupportedModelError
 
 

@@ -17,7 +17,6 @@ from pathlib import Path
 
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.cpu import physical_cores
-
 from localinfer.errors import InvalidParameterError, ModelFileError
 
 # --to name -> (llama_ftype constant name in llama_cpp, GGUF type label).

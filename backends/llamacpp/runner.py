@@ -21,10 +21,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+
 from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.cpu import physical_cores
-
 from localinfer.errors import (
     BackendUnavailableError,
     ModelFileError,

@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
 from localinfer.backends.base import SlotWork
 
 # Items up to this many tokens share one padded attention call; longer ones get their own call.

@@ -16,11 +16,11 @@ from dataclasses import dataclass
 import mlx.core as mx
 import mlx.nn as nn
 import numpy as np
+
 from localinfer.backends.mlx.batch_layout import AttentionGroup, BatchLayout
 from localinfer.backends.mlx.kv_cache import SlotKVCache
 from localinfer.backends.mlx.rope import apply_rope, rope_tables
 from localinfer.backends.mlx.weights import ModelWeights
-
 from localinfer.loading.model_config import ModelConfig
 
 MLX_ARCHS = ("llama", "mistral", "qwen2", "qwen3")

@@ -18,9 +18,9 @@ import logging
 
 import mlx.core as mx
 import numpy as np
+
 from localinfer.backends.mlx.layers import Matrix
 from localinfer.backends.mlx.quant_spec import GGUF_GROUP_SIZE, NATIVE_GGUF_BITS
-
 from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.loading.gguf_weights import PERMUTED_QK_ARCHS, unpermute_qk
 from localinfer.loading.model import LoadedModel

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 
 import mlx.core as mx
 import numpy as np
+
 from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
 from localinfer.backends.mlx.batch_layout import layout_batch
 from localinfer.backends.mlx.device import device_label, recommended_working_set, resolve_device
@@ -19,7 +20,6 @@ from localinfer.backends.mlx.kv_cache import SlotKVCache
 from localinfer.backends.mlx.model import MLX_ARCHS, LlamaModel
 from localinfer.backends.mlx.quant_spec import parse_quant
 from localinfer.backends.mlx.weights import load_weights
-
 from localinfer.errors import UnsupportedModelError
 from localinfer.loading.model import LoadedModel
 

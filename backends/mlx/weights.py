@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import mlx.core as mx
+
 from localinfer.backends.mlx.layers import Matrix, Projection
 from localinfer.backends.mlx.native import dequantized, is_mlx_quantized_dir, native_matrices
 from localinfer.backends.mlx.quant_spec import NATIVE_GGUF_BITS, QuantSpec
-
 from localinfer.errors import ModelFileError
 from localinfer.loading.model import LoadedModel
 from localinfer.loading.model_config import ModelConfig
