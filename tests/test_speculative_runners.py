@@ -1,4 +1,4 @@
-"""Speculation = plain decoding, token for token, on the real runners: torch fp32 and llama.cpp,
+"""Speculation = plain decoding, token for token, on the real runners: torch fp32, mlx, llama.cpp,
 tiny random models (a target and a different-seed draft sharing its vocabulary) and the
 embedded SmolLM2 model, one slot and several slots decoding in the same ragged forward."""
 
@@ -81,6 +81,24 @@ def torch_runner(seed: int, slots: int):
 def test_torch_tiny_models_speculation_is_token_identical(slots: int) -> None:
     ps = prompts(256)[:slots]
     check_parity(torch_runner(0, slots), torch_runner(1, slots), ps, max_tokens=40)
+
+
+# -- mlx -------------------------------------------------------------------------------------
+
+
+def mlx_runner(seed: int, slots: int):
+    pytest.importorskip("mlx.core")
+    from localinfer.backends.mlx.runner import create_runner
+    from tests.test_torch_runner import tiny_model
+
+    return create_runner(tiny_model("llama", seed=seed), RunnerConfig(slots=slots, max_ctx=128))
+
+
+@pytest.mark.mlx
+@pytest.mark.parametrize("slots", [1, 3])
+def test_mlx_tiny_models_speculation_is_token_identical(slots: int) -> None:
+    ps = prompts(256)[:slots]
+    check_parity(mlx_runner(0, slots), mlx_runner(1, slots), ps, max_tokens=24)
 
 
 # -- llama.cpp -------------------------------------------------------------------------------
