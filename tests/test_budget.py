@@ -635,3 +635,15 @@ def test_verify_needs_the_model_here(capsys: pytest.CaptureFixture[str]) -> None
     assert "localinfer pull qwen3-8b" in capsys.readouterr().err
     assert main(["budget", "smollm2-135m", "--device", "8GiB", "--verify"]) == 1
     assert "drop --device SIZE" in capsys.readouterr().err
+
+
+def test_friendly_quant_names_follow_the_backend() -> None:
+    # llama.cpp runs what `localinfer quantize --to int4/int8` writes (Q4_K_M / Q8_0); torch and
+    # mlx quantize in groups themselves (int4 g64 = 4.5 bits).
+    def weights(quant: str, backend: str) -> int:
+        request = BudgetRequest("qwen3-8b", quant=quant, device="64GiB", backend=backend)
+        return compute_budget(request).weights_bytes
+
+    assert weights("int4", "llamacpp") == weights("Q4_K_M", "llamacpp")
+    assert weights("int8", "llamacpp") == weights("Q8_0", "llamacpp")
+    assert weights("int4", "torch") < weights("int4", "llamacpp")

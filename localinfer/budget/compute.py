@@ -289,7 +289,11 @@ def choose_backend(memory: DeviceMemory, asked: str | None) -> str:
     return "torch"
 
 
-def resolve_quant(facts: ModelFacts, asked: str | None) -> str:
+# llama.cpp runs GGUF types: its int8/int4 are the files `localinfer quantize` writes.
+_LLAMACPP_FRIENDLY = {"int8": "Q8_0", "int4": "Q4_K_M"}
+
+
+def resolve_quant(facts: ModelFacts, asked: str | None, backend: str | None = None) -> str:
     if asked is None:
         return facts.native_quant
     if asked.strip().lower() == "none":  # unquantized: the safetensors dtype, else 16-bit
@@ -297,7 +301,10 @@ def resolve_quant(facts: ModelFacts, asked: str | None) -> str:
         if header is not None and facts.resolved.kind == "hf_dir":
             return header.quant
         return "bf16"
-    return normalize_quant(asked)
+    quant = normalize_quant(asked)
+    if backend == "llamacpp" and facts.resolved.kind != "hf_dir":  # GGUF models only
+        return _LLAMACPP_FRIENDLY.get(quant, quant)
+    return quant
 
 
 def compute_budget(request: BudgetRequest, memory: DeviceMemory | None = None) -> BudgetReport:
@@ -309,7 +316,6 @@ def compute_budget(request: BudgetRequest, memory: DeviceMemory | None = None) -
 
     resolved = resolve_model(request.model, request.quant, assemble=False)
     facts = model_facts(resolved, online=request.online)
-    quant = resolve_quant(facts, request.quant)
     arch = facts.arch
     ctx = request.ctx if request.ctx is not None else min(DEFAULT_CTX, arch.max_ctx)
     if ctx > arch.max_ctx:
@@ -318,6 +324,7 @@ def compute_budget(request: BudgetRequest, memory: DeviceMemory | None = None) -
         )
     memory = memory or device_memory(request.device)
     backend = choose_backend(memory, request.backend)
+    quant = resolve_quant(facts, request.quant, backend)
     profile = BACKEND_PROFILES[backend]
     chunk = request.prefill_chunk or profile.prefill_chunk
     planner = Planner(facts, profile, chunk, memory.kind, request.dtype)
