@@ -236,7 +236,7 @@ def _resolve_cached_repo(repo_id: str, quant: str | None) -> ResolvedModel | Non
     snapshot = _cached_snapshot(repo_id)
     if snapshot is None:
         return None
-    entry = _entry_for_repo(repo_id)
+    entry = catalog_entry_for_repo(repo_id)
     name = entry.name if entry else repo_id
     if _is_hf_dir(snapshot):
         return ResolvedModel(name, snapshot, "hf_dir", entry, None, repo_id)
@@ -247,7 +247,8 @@ def _resolve_cached_repo(repo_id: str, quant: str | None) -> ResolvedModel | Non
     raise ModelFileError(snapshot, "cached repo holds neither config.json + safetensors nor GGUF")
 
 
-def _entry_for_repo(repo_id: str) -> CatalogEntry | None:
+def catalog_entry_for_repo(repo_id: str) -> CatalogEntry | None:
+    """The catalog entry whose source is ``repo_id`` (original or GGUF repo), if any."""
     for entry in load_catalog().entries.values():
         src = entry.source
         if isinstance(src, HFSource) and repo_id in (src.repo, src.gguf_repo):

@@ -202,3 +202,14 @@ def test_catalog_original_weights_found_in_the_cache(hf_cache: Path) -> None:
     assert model.kind == "hf_dir" and model.path == snapshot and model.entry is not None
     # The same repo typed by id is linked back to its catalog entry.
     assert resolve_model("Qwen/Qwen3-0.6B").entry is model.entry
+
+
+def test_chat_model_picker_lists_cached_repos_outside_the_catalog(hf_cache: Path) -> None:
+    from localinfer.tui.model_list import list_model_choices
+    from localinfer.tui.settings import ChatSettings
+
+    tiny_hf_repo(hf_cache, "someone/tiny-llama")
+    choices = {c.name: c for c in list_model_choices(256, ChatSettings(), current=None)}
+    assert choices["someone/tiny-llama"].source == "local"
+    assert choices["someone/tiny-llama"].size_bytes  # the budget read its config and headers
+    assert "smollm2-135m" in choices

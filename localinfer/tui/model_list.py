@@ -13,8 +13,10 @@ from localinfer.tui.settings import ChatSettings
 
 
 def list_model_choices(ctx: int, settings: ChatSettings, current: str | None) -> list[ModelChoice]:
-    """Catalog models plus ``current`` (the loaded model's spec) when it is outside the catalog."""
+    """Catalog models, model repos in the local Hugging Face cache that the catalog does not
+    name, and ``current`` (the loaded model's spec) when it is neither."""
     from localinfer.catalog import load_catalog
+    from localinfer.resolve import catalog_entry_for_repo, list_cached_repos
 
     catalog = load_catalog()
     choices = []
@@ -22,7 +24,12 @@ def list_model_choices(ctx: int, settings: ChatSettings, current: str | None) ->
         entry = catalog.get(name)
         assert entry is not None
         choices.append(_choice(name, entry.source.kind, ctx, settings, current))
-    if current is not None and catalog.get(current) is None:
+    named = set(catalog.names())
+    for repo in list_cached_repos():
+        if catalog_entry_for_repo(repo.repo_id) is None:
+            choices.append(_choice(repo.repo_id, "local", ctx, settings, current))
+            named.add(repo.repo_id)
+    if current is not None and current not in named:
         choices.insert(0, _choice(current, "local", ctx, settings, current))
     # Models on this machine first, then by size.
     choices.sort(key=lambda c: (not c.current, c.note != "", c.size_bytes or 0))
