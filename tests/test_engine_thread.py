@@ -67,24 +67,47 @@ async def test_async_stream_validates_before_iteration(engine: Engine) -> None:
     assert engine.metrics().queue_depth == 0
 
 
-async def test_leaving_an_async_stream_early_aborts_the_request(engine: Engine) -> None:
-    request = Request([5, 6], SamplingParams(max_tokens=200), request_id="leaver")
-    seen = 0
-    async for _event in engine.stream(request):
-        seen += 1
-        if seen == 3:
-            break
-    for _ in range(200):  # the abort lands at the engine's next step
-        if engine.metrics().finish_reasons.get("abort"):
-            break
-        await asyncio.sleep(0.01)
-    m = engine.metrics()
-    assert m.finish_reasons == {"abort": 1} and m.slots_busy == 0
-    # The id is free again and the engine still serves.
-    again = await asyncio.to_thread(
-        engine.generate, Request([5, 6], SamplingParams(max_tokens=4), request_id="leaver")
-    )
-    assert list(again.token_ids) == reference_greedy([5, 6], 4)
+class GatedRunner(HashRunner):
+    """Holds every forward after the first ``free_steps`` until the test opens the gate, so the
+    test, not the machine's speed, decides how far a request got when its client left."""
+
+    def __init__(self, free_steps: int, **kwargs: object) -> None:
+        super().__init__(**kwargs)
+        self.free_steps = free_steps
+        self.calls = 0
+        self.gate = threading.Event()
+
+    def forward(self, batch):
+        self.calls += 1
+        if self.calls > self.free_steps:
+            self.gate.wait(timeout=30)
+        return super().forward(batch)
+
+
+async def test_leaving_an_async_stream_early_aborts_the_request() -> None:
+    runner = GatedRunner(free_steps=4, slots=3)
+    engine = Engine(runner, ByteTokenizer(), prefill_chunk=8)
+    try:
+        request = Request([5, 6], SamplingParams(max_tokens=200), request_id="leaver")
+        seen = 0
+        async for _event in engine.stream(request):
+            seen += 1
+            if seen == 3:
+                break
+        runner.gate.set()  # the engine may run again; the abort lands at its next step
+        for _ in range(200):
+            if engine.metrics().finish_reasons.get("abort"):
+                break
+            await asyncio.sleep(0.01)
+        m = engine.metrics()
+        assert m.finish_reasons == {"abort": 1} and m.slots_busy == 0
+        # The id is free again and the engine still serves.
+        again = await asyncio.to_thread(
+            engine.generate, Request([5, 6], SamplingParams(max_tokens=4), request_id="leaver")
+        )
+        assert list(again.token_ids) == reference_greedy([5, 6], 4)
+    finally:
+        engine.close()
 
 
 def test_close_aborts_what_is_in_flight_and_refuses_new_work() -> None:
