@@ -38,7 +38,7 @@ class TokenSampler:
         self.params = params
         self.vocab_size = vocab_size
         # A fresh OS-seeded generator when no seed is given; never a shared global one.
-        self._rng = np.random.default_rng(params.seed)
+        self.rng = np.random.default_rng(params.seed)
         self._uses_repetition = params.repetition_penalty != 1.0
         self._uses_counts = params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
         self._seen = np.zeros(vocab_size, dtype=bool)  # prompt + output, for repetition
@@ -59,13 +59,17 @@ class TokenSampler:
         raw = raw[: self.vocab_size]
         if not np.isfinite(raw).any():
             raise ValueError("model produced no finite logits")
-        x = self._penalised(raw)
-        token = int(np.argmax(x)) if self.params.greedy else self._draw(x)
-        chosen_lp, top = self._logprobs(raw, token)
+        x = self.penalised(raw)
+        if self.params.greedy:
+            token = int(np.argmax(x))
+        else:
+            token = draw(sampling_probs(self.params, x), self.rng)
+        chosen_lp, top = self.logprobs(raw, token)
         self.observe(token)
         return SampledToken(token_id=token, logprob=chosen_lp, top=top)
 
-    def _penalised(self, raw: np.ndarray) -> np.ndarray:
+    def penalised(self, raw: np.ndarray) -> np.ndarray:
+        """``raw`` [vocab] logits with this request's penalties applied (its counts so far)."""
         p = self.params
         if not (self._uses_repetition or self._uses_counts):
             return raw
@@ -79,36 +83,11 @@ class TokenSampler:
             x[idx] -= p.presence_penalty + p.frequency_penalty * self._counts[idx]
         return x
 
-    def _draw(self, x: np.ndarray) -> int:
-        p = self.params
-        x = x / np.float32(p.temperature)
-        if 0 < p.top_k < x.shape[0]:
-            kth = np.partition(x, -p.top_k)[-p.top_k]
-            x = np.where(x >= kth, x, -np.inf)
-        x = x - np.max(x)
-        probs = np.exp(x, dtype=np.float64)  # float64: cumulative sums over 50k+ entries
-        probs /= probs.sum()
-        if p.min_p > 0.0:
-            probs[probs < p.min_p * probs.max()] = 0.0
-        if p.top_p < 1.0:
-            order = np.argsort(-probs, kind="stable")
-            cum = np.cumsum(probs[order])
-            # Keep the smallest head whose mass reaches top_p (always at least one token).
-            keep = int(np.searchsorted(cum, p.top_p * cum[-1])) + 1
-            mask = np.zeros_like(probs, dtype=bool)
-            mask[order[:keep]] = True
-            probs = np.where(mask, probs, 0.0)
-        cum = np.cumsum(probs)
-        u = self._rng.random() * cum[-1]
-        token = int(np.searchsorted(cum, u, side="right"))
-        # Guard the float edge where u lands on the very end of the cumulative sum.
-        if token >= x.shape[0] or probs[token] == 0.0:
-            token = int(np.flatnonzero(probs)[-1])
-        return token
-
-    def _logprobs(
+    def logprobs(
         self, raw: np.ndarray, token: int
     ) -> tuple[float | None, tuple[tuple[int, float], ...]]:
+        """Log-probability of ``token`` and the top-N alternatives under the model's own
+        distribution (raw logits), or (None, ()) when the request asked for none."""
         n = self.params.logprobs
         if n is None:
             return None, ()
@@ -122,3 +101,40 @@ class TokenSampler:
             idx = idx[np.argsort(-lp[idx], kind="stable")]
             top = tuple((int(i), float(lp[i])) for i in idx)
         return float(lp[token]), top
+
+
+def sampling_probs(params: SamplingParams, x: np.ndarray) -> np.ndarray:
+    """[vocab] float64 summing to 1: temperature, top-k, softmax, min-p, top-p on (penalised)
+    logits ``x``; a point mass on the argmax when greedy. Speculative verification compares
+    exactly this distribution, so it is defined once, here."""
+    if params.greedy:
+        probs = np.zeros(x.shape[0], dtype=np.float64)
+        probs[int(np.argmax(x))] = 1.0
+        return probs
+    x = x / np.float32(params.temperature)
+    if 0 < params.top_k < x.shape[0]:
+        kth = np.partition(x, -params.top_k)[-params.top_k]
+        x = np.where(x >= kth, x, -np.inf)
+    x = x - np.max(x)
+    probs = np.exp(x, dtype=np.float64)  # float64: cumulative sums over 50k+ entries
+    probs /= probs.sum()
+    if params.min_p > 0.0:
+        probs[probs < params.min_p * probs.max()] = 0.0
+    if params.top_p < 1.0:
+        order = np.argsort(-probs, kind="stable")
+        cum = np.cumsum(probs[order])
+        # Keep the smallest head whose mass reaches top_p (always at least one token).
+        keep = int(np.searchsorted(cum, params.top_p * cum[-1])) + 1
+        mask = np.zeros_like(probs, dtype=bool)
+        mask[order[:keep]] = True
+        probs = np.where(mask, probs, 0.0)
+    return probs / probs.sum()
+
+
+def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
+    """One token from a distribution (inverse CDF, never a zero-probability id)."""
+    cum = np.cumsum(probs)
+    token = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
+    if token >= probs.shape[0] or probs[token] == 0.0:
+        token = int(np.flatnonzero(probs)[-1])  # the float edge at the very end of the sum
+    return token

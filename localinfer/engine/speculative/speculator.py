@@ -79,7 +79,7 @@ class Speculator:
                 if tokens:
                     out[cand.slot] = Proposal(tokens)
             else:
-                rng = cand.sampler._rng  # noqa: SLF001 - a seeded request stays reproducible
+                rng = cand.sampler.rng  # a seeded request stays reproducible
                 items.append(DraftItem(cand.slot, cand.tokens, k, cand.sampler.params, rng))
         if items and self.draft is not None:
             out.update(self.draft.propose(items))

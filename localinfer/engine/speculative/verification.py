@@ -49,7 +49,7 @@ def verify(
         raise ValueError(f"need {proposal.k + 1} logits rows, got shape {logits.shape}")
     if sampler.params.greedy:
         return _verify_greedy(sampler, proposal, logits)
-    return _verify_sampled(sampler, proposal, logits, rng or sampler._rng)  # noqa: SLF001
+    return _verify_sampled(sampler, proposal, logits, rng or sampler.rng)
 
 
 def _verify_greedy(sampler: TokenSampler, proposal: Proposal, logits: np.ndarray) -> Verdict:
@@ -95,6 +95,6 @@ def _verify_sampled(
 
 def _emit(sampler: TokenSampler, logits_row: np.ndarray, token: int) -> SampledToken:
     raw = np.asarray(logits_row, dtype=np.float32).reshape(-1)[: sampler.vocab_size]
-    logprob, top = sampler._logprobs(raw, token)  # noqa: SLF001 - same logprobs as plain decode
+    logprob, top = sampler.logprobs(raw, token)  # same logprobs as plain decode
     sampler.observe(token)
     return SampledToken(token_id=token, logprob=logprob, top=top)
