@@ -25,6 +25,7 @@ import numpy as np
 from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.cpu import physical_cores
+from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
     BackendUnavailableError,
     ModelFileError,
@@ -151,7 +152,7 @@ class LlamaCppRunner:
         vocab_ptr = self._llama.llama_model_get_vocab(self._model_ptr)
         self._vocab = int(self._llama.llama_vocab_n_tokens(vocab_ptr))
         self._memory = self._llama.llama_get_memory(self._ctx)
-        self._lengths = [0] * config.slots
+        self._lengths = SlotLengths(config.slots)
         self._buffer = _BatchBuffer(self._llama, self._n_batch)
         self._max_outputs = 0
         self.info = RunnerInfo(
@@ -279,16 +280,11 @@ class LlamaCppRunner:
         return [p[0] if len(p) == 1 else np.concatenate(p, axis=0) for p in pieces]
 
     def slot_length(self, slot: int) -> int:
-        self._check_slot(slot)
-        return self._lengths[slot]
+        return self._lengths.checked(slot)
 
     def truncate(self, slot: int, length: int) -> None:
         self._require_open()
-        self._check_slot(slot)
-        if not 0 <= length <= self._lengths[slot]:
-            raise ValueError(
-                f"slot {slot}: cannot truncate to {length}; it holds {self._lengths[slot]} tokens"
-            )
+        self._lengths.check_truncate(slot, length)
         if length == self._lengths[slot]:
             return
         if not self._llama.llama_memory_seq_rm(self._memory, slot, length, -1):
@@ -297,7 +293,7 @@ class LlamaCppRunner:
 
     def release(self, slot: int) -> None:
         self._require_open()
-        self._check_slot(slot)
+        self._lengths.checked(slot)
         self._llama.llama_memory_seq_rm(self._memory, slot, -1, -1)
         self._lengths[slot] = 0
 
@@ -402,10 +398,6 @@ class LlamaCppRunner:
             if not last or ctypes.addressof(last.contents) != expect:
                 return np.concatenate([self._copy_logits(rows[k : k + 1]) for k in range(n)])
         return np.ctypeslib.as_array(first, shape=(n, self._vocab)).copy()  # [n, vocab]
-
-    def _check_slot(self, slot: int) -> None:
-        if not 0 <= slot < len(self._lengths):
-            raise ValueError(f"slot {slot} out of range (runner has {len(self._lengths)} slots)")
 
     def _require_open(self) -> None:
         if self._ctx is None:

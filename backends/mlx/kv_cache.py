@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import mlx.core as mx
 
+from localinfer.backends.slot_lengths import SlotLengths
+
 
 class SlotKVCache:
     def __init__(
@@ -31,7 +33,7 @@ class SlotKVCache:
         # Zero-filled so masked-out reads see finite numbers, never NaN garbage.
         self.keys = [mx.zeros(shape, dtype=dtype) for _ in range(n_layers)]
         self.values = [mx.zeros(shape, dtype=dtype) for _ in range(n_layers)]
-        self.lengths = [0] * slots
+        self.lengths = SlotLengths(slots)
         self.max_ctx = max_ctx
 
     def write(
@@ -58,10 +60,5 @@ class SlotKVCache:
         return sum(a.nbytes for a in self.arrays())
 
     def truncate(self, slot: int, length: int) -> None:
-        if not 0 <= slot < len(self.lengths):
-            raise ValueError(f"slot {slot} out of range (runner has {len(self.lengths)} slots)")
-        if not 0 <= length <= self.lengths[slot]:
-            raise ValueError(
-                f"slot {slot}: cannot truncate to {length}, it holds {self.lengths[slot]} tokens"
-            )
+        self.lengths.check_truncate(slot, length)
         self.lengths[slot] = length

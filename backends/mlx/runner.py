@@ -20,6 +20,7 @@ from localinfer.backends.mlx.kv_cache import SlotKVCache
 from localinfer.backends.mlx.model import MLX_ARCHS, LlamaModel
 from localinfer.backends.mlx.quant_spec import parse_quant
 from localinfer.backends.mlx.weights import load_weights
+from localinfer.backends.slot_lengths import split_logits
 from localinfer.errors import UnsupportedModelError
 from localinfer.loading.model import LoadedModel
 
@@ -109,16 +110,10 @@ class MLXRunner:
         out = np.asarray(logits)  # [R, vocab] float32
         for work in batch:
             self._cache.lengths[work.slot] = work.start_pos + len(work.tokens)
-        results, start = [], 0
-        for rows in layout.logit_rows:
-            results.append(out[start : start + len(rows)])
-            start += len(rows)
-        return results
+        return split_logits(out, layout.logit_rows)
 
     def slot_length(self, slot: int) -> int:
-        if not 0 <= slot < self.config.slots:
-            raise ValueError(f"slot {slot} out of range (runner has {self.config.slots} slots)")
-        return self._cache.lengths[slot]
+        return self._cache.lengths.checked(slot)
 
     def truncate(self, slot: int, length: int) -> None:
         self._cache.truncate(slot, length)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import torch
 
+from localinfer.backends.slot_lengths import SlotLengths
+
 
 class StaticKVCache:
     def __init__(
@@ -27,7 +29,7 @@ class StaticKVCache:
         # Zero-filled so that masked-out (padding) reads see finite numbers, never NaN garbage.
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.lengths = [0] * slots
+        self.lengths = SlotLengths(slots)
         self.max_ctx = max_ctx
 
     def write(
@@ -47,10 +49,5 @@ class StaticKVCache:
         return sum(t.untyped_storage().nbytes() for t in self.keys + self.values)
 
     def truncate(self, slot: int, length: int) -> None:
-        if not 0 <= slot < len(self.lengths):
-            raise ValueError(f"slot {slot} out of range (runner has {len(self.lengths)} slots)")
-        if not 0 <= length <= self.lengths[slot]:
-            raise ValueError(
-                f"slot {slot}: cannot truncate to {length}, it holds {self.lengths[slot]} tokens"
-            )
+        self.lengths.check_truncate(slot, length)
         self.lengths[slot] = length

@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
+from localinfer.backends.slot_lengths import split_logits
 from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.batch_plan import plan_batch
 from localinfer.backends.torch.kv_cache import StaticKVCache
@@ -114,17 +115,10 @@ class TorchRunner:
             out = logits.cpu().numpy()
         for work in batch:
             self._cache.lengths[work.slot] = work.start_pos + len(work.tokens)
-        results = []
-        start = 0
-        for rows in plan.logit_rows:
-            results.append(out[start : start + len(rows)])
-            start += len(rows)
-        return results
+        return split_logits(out, plan.logit_rows)
 
     def slot_length(self, slot: int) -> int:
-        if not 0 <= slot < self.config.slots:
-            raise ValueError(f"slot {slot} out of range (runner has {self.config.slots} slots)")
-        return self._cache.lengths[slot]
+        return self._cache.lengths.checked(slot)
 
     def truncate(self, slot: int, length: int) -> None:
         self._cache.truncate(slot, length)
