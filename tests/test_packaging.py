@@ -64,3 +64,4 @@ def test_wheel_has_no_top_level_backends(tmp_path: Path) -> None:
     assert not any(n.startswith("backends/") for n in names)
     assert "localinfer/backends/base.py" in names
     assert "localinfer/models.toml" in names
+    assert "localinfer/backends/torch/cpu_kernels.c" in names  # compiled on first use

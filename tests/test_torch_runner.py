@@ -57,10 +57,17 @@ def tiny_model(arch: str = "llama", seed: int = 0, **overrides: object) -> Loade
     )
 
 
-def make_runner(model: LoadedModel, device: str = "cpu", **kw: object) -> TorchRunner:
+def make_runner(
+    model: LoadedModel, device: str = "cpu", native_max_tokens: int | None = None, **kw: object
+) -> TorchRunner:
     cfg = dict(slots=4, max_ctx=96, dtype="float32", device=device)
     cfg.update(kw)
-    return TorchRunner(model, RunnerConfig(**cfg))  # type: ignore[arg-type]
+    return TorchRunner(model, RunnerConfig(**cfg), native_max_tokens)  # type: ignore[arg-type]
+
+
+# The two CPU fp32 paths: the native kernels for every forward, or torch ops for every forward
+# (CUDA always runs torch ops). Tests run both where the path matters.
+PATHS = {"native": 10**6, "torch-ops": 0}
 
 
 def tokens_for(n: int, vocab: int = 256, seed: int = 1) -> list[int]:
@@ -104,14 +111,17 @@ ARCH_CASES = {
 }
 
 
+@pytest.mark.parametrize("path", ["native", "torch-ops"])
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", list(ARCH_CASES))
-def test_teacher_forced_logits_match_numpy_reference(case: str, device: str) -> None:
+def test_teacher_forced_logits_match_numpy_reference(case: str, device: str, path: str) -> None:
+    if device != "cpu" and path == "native":
+        pytest.skip("the native kernels are CPU-only")
     arch, overrides = ARCH_CASES[case]
     model = tiny_model(arch, **overrides)
     tokens = tokens_for(50)
     expected = reference_logits(model.config, model.weights, tokens)
-    runner = make_runner(model, device)
+    runner = make_runner(model, device, PATHS[path] if device == "cpu" else None)
     got = prefill_chunks(runner, 1, tokens, [17, 1, 20, 3, 9])
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
 
@@ -120,24 +130,29 @@ def test_teacher_forced_logits_match_numpy_reference(case: str, device: str) -> 
 def test_dense_matmul_path_matches_reference_on_cpu(
     arch: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """CPU runs oneDNN-packed matrices; CUDA (and fp16 on CPU) the dense F.linear path. Force
-    the dense path here so the code CUDA runs is also checked on a machine without a GPU."""
+    """CPU fp32 runs the native kernels and dense F.linear, or oneDNN-packed matrices without
+    them; CUDA (and fp16 on CPU) the dense F.linear path alone. Force that here so the code CUDA
+    runs is also checked on a machine without a GPU."""
     import localinfer.backends.torch.runner as runner_module
 
     monkeypatch.setattr(runner_module, "onednn_available", lambda dtype, device: False)
     model = tiny_model(arch)
-    runner = make_runner(model)
-    assert not runner.packed_weights
+    runner = make_runner(model, native_max_tokens=0)
+    assert not runner.packed_weights and runner.native_max_tokens == 0
     tokens = tokens_for(40)
     got = prefill_chunks(runner, 0, tokens, [25, 1, 14])
     want = reference_logits(model.config, model.weights, tokens)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("path", ["native", "torch-ops"])
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("arch", ["llama", "mistral"])
-def test_ragged_batch_equals_each_slot_alone(arch: str, device: str) -> None:
+@pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
+def test_ragged_batch_equals_each_slot_alone(arch: str, device: str, path: str) -> None:
+    if device != "cpu" and path == "native":
+        pytest.skip("the native kernels are CPU-only")
     model = tiny_model(arch, sliding_window=8) if arch == "mistral" else tiny_model(arch)
+    native = {"native_max_tokens": PATHS[path]} if device == "cpu" else {}
     histories = {0: tokens_for(10, seed=2), 2: tokens_for(25, seed=3), 3: tokens_for(40, seed=4)}
     # Mixed in one forward: a decode, a long prefill, a 4-token verify (all logits), a short
     # prefill; given out of slot order.
@@ -147,19 +162,23 @@ def test_ragged_batch_equals_each_slot_alone(arch: str, device: str) -> None:
         SlotWork(0, (7,), 10),
         SlotWork(3, tuple(tokens_for(5, seed=7)), 40),
     ]
-    batched = make_runner(model, device)
+    batched = make_runner(model, device, **native)
+    assert batched.native_max_tokens == PATHS[path] if device == "cpu" else True
     for slot, hist in histories.items():
         batched.forward([SlotWork(slot, tuple(hist), 0)])
     results = batched.forward(steps)
 
     for work, got in zip(steps, results, strict=True):
-        alone = make_runner(model, device, slots=1)
+        alone = make_runner(model, device, slots=1, **native)
         if work.slot in histories:
             alone.forward([SlotWork(0, tuple(histories[work.slot]), 0)])
         (want,) = alone.forward([SlotWork(0, work.tokens, work.start_pos, work.logits)])
         assert got.shape == want.shape == ((len(work.tokens) if work.logits == "all" else 1), 256)
         assert got.dtype == np.float32
-        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+        if path == "native":  # every token's sums run in the same order whatever the batch
+            np.testing.assert_array_equal(got, want)
+        else:
+            np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
         assert batched.slot_length(work.slot) == work.start_pos + len(work.tokens)
 
 
@@ -343,11 +362,14 @@ def embedded_reference(embedded: LoadedModel, embedded_tokens: list[int]) -> np.
     return reference_logits(embedded.config, embedded.weights, embedded_tokens, dtype=np.float64)
 
 
+@pytest.mark.parametrize("path", ["native", "torch-ops"])
 def test_embedded_model_matches_numpy_reference(
-    embedded: LoadedModel, embedded_tokens: list[int], embedded_reference: np.ndarray
+    embedded: LoadedModel, embedded_tokens: list[int], embedded_reference: np.ndarray, path: str
 ) -> None:
-    runner = make_runner(embedded, slots=2, max_ctx=512)
-    got = prefill_chunks(runner, 1, embedded_tokens, [64] * 8)
+    runner = make_runner(embedded, native_max_tokens=PATHS[path], slots=2, max_ctx=512)
+    # Chunks of 16 go through the native kernels (when they are in use), 64 through torch ops.
+    chunk = 16 if path == "native" else 64
+    got = prefill_chunks(runner, 1, embedded_tokens, [chunk] * (512 // chunk))
     err = np.abs(got - embedded_reference).max()
     scale = np.abs(embedded_reference).max()
     assert err < 1e-3 * scale, (err, scale)

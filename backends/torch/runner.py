@@ -13,8 +13,14 @@ from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, Slo
 from localinfer.backends.slot_lengths import split_logits
 from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.batch_plan import plan_batch
+from localinfer.backends.torch.cpu_kernels import load_kernels
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.model import LlamaModel
+from localinfer.backends.torch.native_forward import (
+    DEFAULT_MAX_TOKENS,
+    NativeForward,
+    native_supported,
+)
 from localinfer.backends.torch.quant import (
     QUANT_LAYOUT_VERSION,
     KernelChooser,
@@ -39,7 +45,11 @@ class TorchRunner:
     Not thread-safe: one engine thread owns it.
     """
 
-    def __init__(self, model: LoadedModel, config: RunnerConfig) -> None:
+    def __init__(
+        self, model: LoadedModel, config: RunnerConfig, native_max_tokens: int | None = None
+    ) -> None:
+        """native_max_tokens: forwards of up to this many tokens run the native CPU kernels
+        (native_forward.py; default DEFAULT_MAX_TOKENS, 0 = never, torch ops only)."""
         if config.dtype not in DTYPES:
             raise UnsupportedModelError(
                 f"torch runner dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}"
@@ -55,8 +65,23 @@ class TorchRunner:
         self.model_config = model.config
         self.dtype = DTYPES[config.dtype]
         mc = model.config
-        # oneDNN-packed matrices on CPU (see weights.py for the measurements behind this).
-        self.packed_weights = self.quant_spec is None and onednn_available(self.dtype, self.device)
+        # fp32 on CPU: dense matrices for the native kernels (native_forward.py) when they
+        # build here, else oneDNN-packed ones (see weights.py for the measurements behind this).
+        if native_max_tokens is None:
+            native_max_tokens = DEFAULT_MAX_TOKENS
+        kernels = None
+        if (
+            native_max_tokens > 0
+            and self.quant_spec is None
+            and self.device.type == "cpu"
+            and self.dtype == torch.float32
+        ):
+            kernels = load_kernels()
+        self.packed_weights = (
+            kernels is None
+            and self.quant_spec is None
+            and onednn_available(self.dtype, self.device)
+        )
         quantizer = self._quantizer(model) if self.quant_spec is not None else None
         self.quant_cache_hit = False  # the quantized weights came from the on-disk cache
         self.quant_kernels: dict[str, int] = {}  # kernel name -> matrices using it
@@ -72,6 +97,12 @@ class TorchRunner:
             mc.n_layers, config.slots, mc.n_kv_heads, config.max_ctx, mc.head_dim,
             self.dtype, self.device,
         )  # fmt: skip
+        self._native: NativeForward | None = None
+        if kernels is not None and native_supported(mc, weights, self.dtype, self.device):
+            self._native = NativeForward(
+                kernels, mc, weights, self._cache, self._model.cos, self._model.sin,
+                max_tokens=native_max_tokens,
+            )  # fmt: skip
         self._peak_activations = 0  # bytes of the largest forward's main intermediates
         self._closed = False
         self.info = RunnerInfo(
@@ -83,6 +114,11 @@ class TorchRunner:
             vocab_size=mc.vocab_size,
             quant=self.quant_spec.label if self.quant_spec else DTYPE_NAMES[config.dtype],
         )
+
+    @property
+    def native_max_tokens(self) -> int:
+        """Forwards up to this many tokens run the native kernels (0: they are not in use)."""
+        return self._native.max_tokens if self._native is not None else 0
 
     # -- Runner protocol -------------------------------------------------------------------
 
@@ -103,14 +139,22 @@ class TorchRunner:
             tokens = torch.tensor(plan.tokens, dtype=torch.long, device=dev)  # [T]
             slots = torch.tensor(plan.slots, dtype=torch.long, device=dev)  # [T]
             positions = torch.tensor(plan.positions, dtype=torch.long, device=dev)  # [T]
-            groups = build_groups(plan, self._model.q_per_kv, self._model.sliding_window, dev)
-            hidden = self._model.hidden_states(tokens, slots, positions, groups, self._cache)
+            native = self._native
+            if native is not None and native.handles(len(plan.tokens)):
+                hidden = native.hidden_states(tokens, slots, positions)
+            else:
+                q_per_kv, window = self._model.q_per_kv, self._model.sliding_window
+                groups = build_groups(plan, q_per_kv, window, dev)
+                hidden = self._model.hidden_states(tokens, slots, positions, groups, self._cache)
             flat_rows = [r for rows in plan.logit_rows for r in rows]
             if flat_rows == list(range(hidden.shape[0])):
                 wanted = hidden
             else:
                 wanted = hidden[torch.tensor(flat_rows, dtype=torch.long, device=dev)]
-            logits = self._model.logits(wanted)  # [R, vocab] float32
+            if native is not None and native.handles(len(flat_rows)):
+                logits = native.logits(wanted)
+            else:
+                logits = self._model.logits(wanted)  # [R, vocab] float32
             self._note_activations(hidden, logits)
             out = logits.cpu().numpy()
         for work in batch:

@@ -3,11 +3,13 @@
 Projections that read the same input are fused (q|k|v, gate|up) so a decode step issues one matrix
 product per input instead of three or two: fewer kernel launches and Python calls per layer.
 
-On CPU the matrices are packed once into oneDNN's blocked layout and multiplied with oneDNN
-(see ``onednn_available``): on the project's 2-core x86 machine that read the weights about 2x
-faster than torch's default matmul for the 4-8 row products of batched decode, and no slower for
-one row (measured per call, 1 thread, over the 540 MB of SmolLM2's fp32 matrices: 1 row
-12.7 vs 9.9 GB/s, 8 rows 11.8 vs 5.6 GB/s, 64 rows 2.9 vs 2.0 GB/s).
+CPU fp32 normally keeps the matrices dense: the native kernels (native_forward.py) read that
+layout, and larger prefill chunks use F.linear on it. Where the kernels cannot be built, the
+matrices are packed once into oneDNN's blocked layout instead (see ``onednn_available``): on the
+project's 2-core x86 machine that read the weights about 2x faster than torch's default matmul
+for the 4-8 row products of batched decode, and no slower for one row (measured per call,
+1 thread, over the 540 MB of SmolLM2's fp32 matrices: 1 row 12.7 vs 9.9 GB/s, 8 rows 11.8 vs
+5.6 GB/s, 64 rows 2.9 vs 2.0 GB/s). The native kernels stream one row at about 2x that.
 """
 
 from __future__ import annotations

@@ -1,0 +1,126 @@
+"""The torch runner's CPU fast path: a small batch's whole forward in one native call.
+
+Decode steps, speculative verification and small prefill chunks (up to ``max_tokens`` packed
+tokens) go through cpu_kernels.c over the runner's own tensors: the fp32 weight matrices in
+Hugging Face layout, the static KV cache and the RoPE tables. Larger prefill chunks, where the
+products are compute-bound and MKL/oneDNN are the better GEMM, stay on the torch ops in model.py.
+Both paths write the same cache, so a slot can move between them from one forward to the next.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import math
+
+import torch
+
+from localinfer.backends.torch.cpu_kernels import Dims, LayerPointers, NativeKernels
+from localinfer.backends.torch.kv_cache import StaticKVCache
+from localinfer.backends.torch.weights import ModelWeights
+from localinfer.loading.model_config import ModelConfig
+
+# Above this many tokens in one forward the torch GEMMs win (measured on the project's 2-core
+# machine with SmolLM2's shapes: see scripts/bench-runner --native-threshold).
+DEFAULT_MAX_TOKENS = 32
+
+
+MAX_HEAD_DIM = 512  # the kernels rotate a head in a stack buffer of this size
+
+
+def native_supported(
+    config: ModelConfig, weights: ModelWeights, dtype: torch.dtype, device: torch.device
+) -> bool:
+    """Dense float32 matrices on the CPU: the only layout the kernels read."""
+    return (
+        config.head_dim <= MAX_HEAD_DIM
+        and device.type == "cpu"
+        and dtype == torch.float32
+        and not weights.quantized
+        and not weights.packed
+    )
+
+
+def _addr(t: torch.Tensor | None) -> int | None:
+    if t is None:
+        return None
+    if t.dtype != torch.float32 or not t.is_contiguous():
+        raise ValueError("native forward needs contiguous float32 tensors")
+    return t.data_ptr()
+
+
+class NativeForward:
+    def __init__(
+        self,
+        kernels: NativeKernels,
+        config: ModelConfig,
+        weights: ModelWeights,
+        cache: StaticKVCache,
+        cos: torch.Tensor,
+        signed_sin: torch.Tensor,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        self.kernels = kernels
+        self.config = config
+        self.max_tokens = max_tokens
+        # The kernels hold raw addresses: keep every tensor they point into alive here.
+        self._weights, self._cache = weights, cache
+        self._cos, self._sin = cos.contiguous(), signed_sin.contiguous()
+        self.dims = Dims(
+            hidden=config.hidden_size, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads,
+            head_dim=config.head_dim, ffn=config.ffn_size, max_ctx=cache.max_ctx,
+            eps=config.rms_eps, attn_scale=1.0 / math.sqrt(config.head_dim),
+        )  # fmt: skip
+        window = config.sliding_window or 0
+        layers = (LayerPointers * config.n_layers)()
+        for i, lw in enumerate(weights.layers):
+            layers[i] = LayerPointers(
+                input_norm=_addr(lw.input_norm), qkv=_addr(lw.qkv), qkv_bias=_addr(lw.qkv_bias),
+                q_norm=_addr(lw.q_norm), k_norm=_addr(lw.k_norm), o=_addr(lw.o),
+                post_norm=_addr(lw.post_norm), gate_up=_addr(lw.gate_up), down=_addr(lw.down),
+                kcache=_addr(cache.keys[i]), vcache=_addr(cache.values[i]),
+                window=window if lw.sliding else 0,
+            )  # fmt: skip
+        self._layers = layers
+        self._scratch = torch.empty(0, dtype=torch.float32)
+
+    def handles(self, tokens: int) -> bool:
+        return tokens <= self.max_tokens
+
+    def _scratch_for(self, floats: int) -> torch.Tensor:
+        if self._scratch.numel() < floats:
+            self._scratch = torch.empty(floats, dtype=torch.float32)
+        return self._scratch
+
+    def hidden_states(
+        self, tokens: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor
+    ) -> torch.Tensor:
+        """tokens, slots, positions: [T] long (CPU). Writes K/V into the cache; returns
+        [T, hidden] before the final norm, as LlamaModel.hidden_states."""
+        n = tokens.shape[0]
+        threads = torch.get_num_threads()
+        x = self._weights.embed[tokens].contiguous()  # a fresh [T, hidden] the kernel updates
+        slots = slots.contiguous()
+        positions = positions.contiguous()
+        scratch = self._scratch_for(self.kernels.scratch_floats(self.dims, n, threads))
+        rc = self.kernels.forward(
+            ctypes.byref(self.dims), self._layers, self.config.n_layers, x.data_ptr(), n,
+            slots.data_ptr(), positions.data_ptr(), self._cos.data_ptr(), self._sin.data_ptr(),
+            scratch.data_ptr(), threads,
+        )  # fmt: skip
+        if rc != 0:
+            raise ValueError(f"native forward refused head_dim {self.config.head_dim}")
+        return x
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """[R, hidden] -> [R, vocab] float32: final norm + LM head."""
+        hidden = hidden.contiguous()
+        rows, h = hidden.shape
+        lm_head = self._weights.lm_head
+        vocab = lm_head.shape[0]
+        out = torch.empty(rows, vocab, dtype=torch.float32)
+        normed = self._scratch_for(rows * h)
+        self.kernels.norm_linear(
+            hidden.data_ptr(), rows, h, self._weights.norm.data_ptr(), self.config.rms_eps,
+            normed.data_ptr(), _addr(lm_head), vocab, out.data_ptr(), torch.get_num_threads(),
+        )  # fmt: skip
+        return out

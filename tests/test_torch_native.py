@@ -1,0 +1,115 @@
+"""The torch runner's native CPU kernels (backends/torch/cpu_kernels.c): the matrix product on its
+own, the whole forward with several threads, and what happens when they cannot be built."""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from localinfer.backends.base import RunnerConfig, SlotWork  # noqa: E402
+from localinfer.backends.torch import cpu_kernels  # noqa: E402
+from localinfer.backends.torch.runner import TorchRunner  # noqa: E402
+from tests.reference_numpy import reference_logits  # noqa: E402
+from tests.test_torch_runner import tiny_model, tokens_for  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def kernels() -> cpu_kernels.NativeKernels:
+    k = cpu_kernels.load_kernels()
+    if k is None:
+        pytest.fail("native kernels did not build on this machine (see the logged reason)")
+    return k
+
+
+@pytest.mark.parametrize("threads", [1, 2, 3])
+@pytest.mark.parametrize("tokens", [1, 2, 7, 8, 9, 17])
+def test_linear_matches_torch_with_tails_and_bias(
+    kernels: cpu_kernels.NativeKernels, tokens: int, threads: int
+) -> None:
+    # in = 100: six 16-wide blocks and a 4-element tail; out = 37 rows split unevenly.
+    g = torch.Generator().manual_seed(tokens)
+    x = torch.randn(tokens, 100, generator=g)
+    w = torch.randn(37, 100, generator=g)
+    b = torch.randn(37, generator=g)
+    got = kernels.linear(x, w, b, threads)
+    want = (x.double() @ w.double().T + b.double()).float()
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-4)
+    # Each token's row is the same computed alone: the result does not depend on the batch.
+    for t in range(tokens):
+        assert torch.equal(kernels.linear(x[t : t + 1].contiguous(), w, b, threads)[0], got[t])
+
+
+def test_linear_rejects_other_dtypes(kernels: cpu_kernels.NativeKernels) -> None:
+    with pytest.raises(ValueError, match="float32"):
+        kernels.linear(torch.ones(1, 4, dtype=torch.float64), torch.ones(2, 4), None, 1)
+
+
+@pytest.mark.parametrize("arch", ["llama", "qwen3"])
+def test_forward_with_two_threads_matches_reference(arch: str) -> None:
+    """The module-wide fixture in test_torch_runner keeps torch at one thread; the kernels split
+    every phase over threads, so check a ragged batch with two."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        model = tiny_model(arch)
+        runner = TorchRunner(model, RunnerConfig(slots=3, max_ctx=64, dtype="float32"))
+        assert runner.native_max_tokens > 0
+        seqs = {0: tokens_for(9, seed=1), 1: tokens_for(3, seed=2), 2: tokens_for(14, seed=3)}
+        runner.forward([SlotWork(s, tuple(t[:-2]), 0) for s, t in seqs.items()])
+        outs = runner.forward(
+            [SlotWork(s, tuple(t[-2:]), len(t) - 2, logits="all") for s, t in seqs.items()]
+        )
+        for (slot, toks), got in zip(seqs.items(), outs, strict=True):
+            want = reference_logits(model.config, model.weights, toks)[-2:]
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4, err_msg=f"slot {slot}")
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_without_a_compiler_the_runner_keeps_torch_ops(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path))  # nothing built yet there
+    monkeypatch.setenv("CC", "no-such-compiler")
+    monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
+    cpu_kernels._load.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert cpu_kernels.load_kernels() is None
+        assert "no C compiler found" in caplog.text
+        runner = TorchRunner(tiny_model(), RunnerConfig(slots=1, max_ctx=32, dtype="float32"))
+        assert runner.native_max_tokens == 0
+        tokens = tokens_for(5)
+        (got,) = runner.forward([SlotWork(0, tuple(tokens), 0, logits="all")])
+        want = reference_logits(runner.model_config, tiny_model().weights, tokens)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        cpu_kernels._load.cache_clear()
+
+
+def test_build_is_cached_and_a_failed_compile_is_reported(
+    monkeypatch: pytest.MonkeyPatch, tmp_path
+) -> None:
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path))
+    first = cpu_kernels._build()
+    assert first.parent == tmp_path / "kernels"
+    stamp = first.stat().st_mtime_ns
+    assert cpu_kernels._build() == first and first.stat().st_mtime_ns == stamp  # not rebuilt
+    assert [p.name for p in first.parent.iterdir()] == [first.name]  # no temporary left
+
+    broken = tmp_path / "broken.c"
+    broken.write_text("this is not C\n")
+    monkeypatch.setattr(cpu_kernels, "SOURCE", broken)
+    with pytest.raises(cpu_kernels.BuildError, match="failed"):
+        cpu_kernels._build()
+    assert sorted(p.name for p in first.parent.iterdir()) == [first.name]
+
+
+def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(cpu_kernels.DISABLE_ENV, "0")
+    runner = TorchRunner(tiny_model(), RunnerConfig(slots=1, max_ctx=16, dtype="float32"))
+    assert runner.native_max_tokens == 0
