@@ -362,13 +362,20 @@ def embedded_reference(embedded: LoadedModel, embedded_tokens: list[int]) -> np.
     return reference_logits(embedded.config, embedded.weights, embedded_tokens, dtype=np.float64)
 
 
-@pytest.mark.parametrize("path", ["native", "torch-ops"])
+# (native_max_tokens, prefill chunk): the default runner takes 16-token chunks through the native
+# kernels and 64-token ones through torch ops on dense matrices; with the kernels off the
+# matrices are oneDNN-packed.
+EMBEDDED_PATHS = {"native": (None, 16), "torch-ops-dense": (None, 64), "torch-ops-packed": (0, 64)}
+
+
+@pytest.mark.parametrize("path", list(EMBEDDED_PATHS))
 def test_embedded_model_matches_numpy_reference(
     embedded: LoadedModel, embedded_tokens: list[int], embedded_reference: np.ndarray, path: str
 ) -> None:
-    runner = make_runner(embedded, native_max_tokens=PATHS[path], slots=2, max_ctx=512)
-    # Chunks of 16 go through the native kernels (when they are in use), 64 through torch ops.
-    chunk = 16 if path == "native" else 64
+    native_max_tokens, chunk = EMBEDDED_PATHS[path]
+    runner = make_runner(embedded, native_max_tokens=native_max_tokens, slots=2, max_ctx=512)
+    assert runner.packed_weights == (path == "torch-ops-packed")
+    assert (runner.native_max_tokens >= chunk) == (path == "native")
     got = prefill_chunks(runner, 1, embedded_tokens, [chunk] * (512 // chunk))
     err = np.abs(got - embedded_reference).max()
     scale = np.abs(embedded_reference).max()

@@ -92,6 +92,7 @@ class TorchRunner:
         )  # fmt: skip
         if quantizer is not None:
             self._save_quantized(model, quantizer)
+        weights.onednn_dense = kernels is not None and onednn_available(self.dtype, self.device)
         self._model = LlamaModel(mc, weights, config.max_ctx, self.dtype, self.device)
         self._cache = StaticKVCache(
             mc.n_layers, config.slots, mc.n_kv_heads, config.max_ctx, mc.head_dim,
