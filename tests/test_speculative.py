@@ -100,7 +100,9 @@ def test_ngram_greedy_output_is_identical_to_plain_decoding(slots: int, runner_c
     plain, _ = run(engine_for(runner_cls(slots=slots), prefill_chunk=8))
     runner = runner_cls(slots=slots)
     # 1-grams on the random HashRunner: proposals happen and are mostly rejected (rollback).
-    config = SpecConfig(max_busy_slots=slots, ngram_min=1 if runner_cls is HashRunner else 2)
+    # (A 1-token match is then also a full-length one, which a slot without evidence needs.)
+    n = 1 if runner_cls is HashRunner else 2
+    config = SpecConfig(max_busy_slots=slots, ngram_min=n, ngram_max=max(n, 4 if n == 2 else 1))
     engine = engine_for(runner, Speculator(config), prefill_chunk=8)
     spec, reports = run(engine)
     assert ids(spec) == ids(plain)
@@ -270,22 +272,64 @@ def test_adaptive_k_follows_the_acceptance_rate() -> None:
     assert best_k(0.9, 8, 0.05) == 8
     assert best_k(0.02, 8, 0.05) == 0
     assert 0 < best_k(0.6, 8, 0.2) < 8
-    ctl = AdaptiveK(k_max=6, k_start=4, step_cost=0.05, probe_every=4)
-    assert ctl.next_k() >= 4
+    ctl = AdaptiveK(k_max=6, prior_acceptance=0.9, step_cost=0.05, probe_every=4)
+    assert ctl.tentative and ctl.next_k() >= 4  # the prior pays for a long first try
     for _ in range(10):
         ctl.update(proposed=6, accepted=6)
-    assert ctl.next_k() == 6 and ctl.acceptance > 0.95
-    for _ in range(20):
-        ctl.update(proposed=ctl.next_k() or 1, accepted=0)
-    ks = [ctl.next_k() for _ in range(8)]
-    assert ks.count(0) == 6 and ks.count(1) == 2  # paused, probing every 4th step
+    assert ctl.next_k() == 6 and ctl.acceptance > 0.95 and not ctl.tentative
+    while (k := ctl.next_k()) > 0:  # the text stops being predictable
+        ctl.update(proposed=k, accepted=0)
+    ks = [ctl.next_k() for _ in range(3)]  # paused: the 4th paused step probes
+    assert ks == [0, 0, ctl.probe_k] and ctl.probe_k == 6 and ctl.probing
     with pytest.raises(ValueError):
         ctl.update(2, 3)
 
 
+def test_a_fixed_verification_cost_never_pays_for_one_token() -> None:
+    """llama.cpp on a CPU: a 2-token forward costs ~2 steps, each further token ~0.5."""
+    assert best_k(0.99, 16, 0.5, fixed_cost=0.7) == 16
+    assert best_k(0.8, 16, 0.5, fixed_cost=0.7) == 0
+    for a in (0.5, 0.9, 0.99):
+        assert best_k(a, 16, 0.5, fixed_cost=0.7) != 1
+    # The probe of a paused slot is the prior's k, not 1 (which could only lose there).
+    assert AdaptiveK(k_max=16, step_cost=0.5, fixed_cost=0.7).probe_k > 1
+
+
+def test_failed_probes_back_off_and_a_full_probe_restarts_from_the_prior() -> None:
+    ctl = AdaptiveK(k_max=8, prior_acceptance=0.9, step_cost=0.3, fixed_cost=0.5, probe_every=4)
+    while (k := ctl.next_k()) > 0:  # free text: every try fails until the slot pauses
+        ctl.update(k, 0)
+    assert not ctl.tentative
+
+    def steps_to_probe() -> int:
+        for n in range(1, 200):
+            if ctl.next_k() > 0:
+                assert ctl.probing and ctl.tentative
+                return n
+        raise AssertionError("never probed")
+
+    waits = []
+    for _ in range(4):  # failed probes: 4, 8, 16, 32 steps apart, then capped at 8 x 4
+        waits.append(steps_to_probe() + (1 if not waits else 0))  # the pausing step counted
+        ctl.update(ctl.probe_k, 0)
+    assert waits == [4, 8, 16, 32]
+    assert steps_to_probe() == 32
+    ctl.defer_probe()  # nothing to verify this step: the probe waits one step, no more
+    assert steps_to_probe() == 1
+    ctl.update(ctl.probe_k, ctl.probe_k)  # copying started: back to the prior at once
+    assert ctl.acceptance >= 0.9 and ctl.next_k() > 0 and not ctl.probing
+    while (k := ctl.next_k()) > 0:
+        ctl.update(k, 0)
+    assert steps_to_probe() == 3  # the backoff was reset too (4 steps with the pausing one)
+
+
 def test_config_is_validated() -> None:
     with pytest.raises(ValueError):
-        SpecConfig(k_start=9, k_max=8)
+        SpecConfig(prior_acceptance=1.0)
+    with pytest.raises(ValueError):
+        SpecConfig(k_max=0)
+    with pytest.raises(ValueError):
+        SpecConfig(verify_fixed=-0.1)
     with pytest.raises(ValueError):
         SpecConfig(ngram_min=3, ngram_max=2)
     with pytest.raises(ValueError):

@@ -2,14 +2,23 @@
 
 Model: each proposed token is accepted with probability a (given the ones before it were), so a
 verification of k proposals yields E(k) = 1 + a + ... + a^k = (1 - a^(k+1)) / (1 - a) tokens,
-and costs 1 + k * (verify_cost + draft_cost) decode steps. k is the argmax of E(k) / cost(k) over
-0..k_max; k = 0 (plain decoding) wins when acceptance is too low to pay for the extra work. A
-paused slot probes with k = 1 every ``probe_every`` steps so it notices when the text turns
-predictable again (say, the answer starts quoting the prompt).
+and costs 1 + fixed + k * (verify_cost + draft_cost) decode steps (config.py). k is the argmax of
+E(k) / cost(k) over 0..k_max; k = 0 (plain decoding) wins when acceptance is too low to pay for
+the extra work.
 
 The acceptance estimate a is a decayed ratio: after a verification with m proposals of which
 j were accepted, j successes and (1 if j < m) failures are added (the maximum-likelihood estimate
-of a geometric run), old evidence fading by ``decay``.
+of a geometric run), old evidence fading by ``decay``. A new request starts from a prior
+(``prior_acceptance``, weighted like ``PRIOR_WEIGHT`` proposals), so its first verification
+tries the k that acceptance would pay for, and a text that copies its prompt speculates from its
+first few tokens.
+
+A paused slot (k = 0) probes now and then, so it notices when the text turns predictable again
+(say, the answer starts quoting the prompt). A probe proposes the prior's k, not 1: on a backend
+whose multi-token forward has a fixed cost (llama.cpp on a CPU) one extra token can never pay,
+so a k = 1 probe would be pure loss. A fully accepted probe restarts the estimate from the prior
+(the text has changed regime); a failed one doubles the wait before the next, up to
+``MAX_PROBE_BACKOFF`` times ``probe_every``, which bounds what probing costs on free text.
 """
 
 from __future__ import annotations
@@ -22,14 +31,18 @@ def expected_tokens(a: float, k: int) -> float:
     return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-def best_k(a: float, k_max: int, step_cost: float) -> int:
-    """The k in 0..k_max with the most expected tokens per unit of cost."""
+def best_k(a: float, k_max: int, step_cost: float, fixed_cost: float = 0.0) -> int:
+    """The k in 0..k_max with the most expected tokens per unit of cost (k = 0 costs 1)."""
     best, best_rate = 0, 1.0
     for k in range(1, k_max + 1):
-        rate = expected_tokens(a, k) / (1.0 + k * step_cost)
+        rate = expected_tokens(a, k) / (1.0 + fixed_cost + k * step_cost)
         if rate > best_rate + 1e-12:
             best, best_rate = k, rate
     return best
+
+
+PRIOR_WEIGHT = 4.0  # the prior counts like this many proposals of evidence
+MAX_PROBE_BACKOFF = 8
 
 
 class AdaptiveK:
@@ -37,21 +50,30 @@ class AdaptiveK:
 
     def __init__(
         self,
-        k_max: int = 8,
-        k_start: int = 4,
+        k_max: int = 16,
+        prior_acceptance: float = 0.9,
         step_cost: float = 0.05,
         decay: float = 0.7,
-        probe_every: int = 8,
+        probe_every: int = 16,
+        fixed_cost: float = 0.0,
     ) -> None:
         self.k_max = k_max
         self.step_cost = step_cost
+        self.fixed_cost = fixed_cost
         self.decay = decay
         self.probe_every = probe_every
-        # Prior: as if k_start proposals had just been verified with one rejection at the end,
-        # weighted like one observation, so early steps try k_start and then follow the data.
-        self._hits = float(k_start - 1)
-        self._tries = float(k_start)
+        self.prior_acceptance = prior_acceptance
+        self.probe_k = max(1, best_k(prior_acceptance, k_max, step_cost, fixed_cost))
+        self._hits = self._tries = 0.0
+        self._restart()
         self._paused_steps = 0
+        self._probe_interval = probe_every
+        self.probing = False  # the k last returned is a probe of a paused slot
+        self._verified = 0  # verifications seen by this controller
+
+    def _restart(self) -> None:
+        self._hits = self.prior_acceptance * PRIOR_WEIGHT
+        self._tries = PRIOR_WEIGHT
 
     @property
     def acceptance(self) -> float:
@@ -59,20 +81,42 @@ class AdaptiveK:
 
     def next_k(self) -> int:
         """k for this step (0: decode plainly). Call once per decode step of the slot."""
-        k = best_k(self.acceptance, self.k_max, self.step_cost)
+        k = best_k(self.acceptance, self.k_max, self.step_cost, self.fixed_cost)
+        self.probing = False
         if k > 0:
             self._paused_steps = 0
+            self._probe_interval = self.probe_every
             return k
         self._paused_steps += 1
-        if self._paused_steps >= self.probe_every:
-            self._paused_steps = 0
-            return 1
+        if self._paused_steps >= self._probe_interval:
+            self.probing = True
+            return self.probe_k
         return 0
+
+    @property
+    def tentative(self) -> bool:
+        """This step's k rests on no evidence of this request's own: a probe, or the prior."""
+        return self.probing or self._verified == 0
+
+    def defer_probe(self) -> None:
+        """The probe found nothing worth verifying: try again next step, at no cost."""
+        self.probing = False
 
     def update(self, proposed: int, accepted: int) -> None:
         if proposed <= 0:
             return
         if not 0 <= accepted <= proposed:
             raise ValueError(f"accepted {accepted} of {proposed}")
+        self._verified += 1
+        if self.probing:
+            self.probing = False
+            self._paused_steps = 0
+            if accepted == proposed:
+                self._restart()
+                self._probe_interval = self.probe_every
+            else:
+                self._probe_interval = min(
+                    self._probe_interval * 2, self.probe_every * MAX_PROBE_BACKOFF
+                )
         self._hits = self.decay * self._hits + accepted
         self._tries = self.decay * self._tries + accepted + (1 if accepted < proposed else 0)

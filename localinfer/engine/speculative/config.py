@@ -9,36 +9,48 @@ from dataclasses import dataclass
 class SpecConfig:
     """How speculation runs.
 
-    ``verify_cost``: the extra cost of one more token in a target forward, as a fraction of a
-    one-token decode step. ``draft_cost``: the cost of one draft-model step, same unit (0 for
-    n-gram lookup). The adaptive controller picks the k that maximises expected tokens per unit
-    of cost with these; scripts/bench-speculative measures both for a model and backend.
+    A verification of k proposals costs ``1 + verify_fixed + k * (verify_cost + draft_cost)``
+    one-token decode steps. ``verify_cost``: the extra cost of one more token in a target
+    forward. ``verify_fixed``: what any multi-token forward costs beyond a one-token step on a
+    backend whose one-token path is special (llama.cpp's CPU matrix-vector kernels: a 2-token
+    forward there costs ~1.7-1.9 steps, but each further token only ~0.5). ``draft_cost``: one
+    draft-model step (0 for n-gram lookup). The adaptive controller picks the k that maximises
+    expected tokens per unit of cost with these; scripts/bench-speculative measures them for a
+    model and backend.
 
     ``max_busy_slots``: speculation runs only while at most this many slots are decoding; a busy
     batch already fills the machine, so verifying extra tokens costs real compute and stops
     paying. Measured by scripts/bench-speculative (see its output); configurable per engine.
     ``factory.default_config`` picks costs and this threshold per backend.
 
-    ``k_start`` sets the prior acceptance, (k_start - 1) / k_start, that a new request starts
-    from before its own verifications take over.
+    ``prior_acceptance`` is the acceptance a new request starts from before its own
+    verifications take over (adaptive.py); paused slots probe every ``probe_every`` steps at
+    first, backing off while probes fail. Until a request has evidence of its own (its first
+    verification, and each probe) an n-gram proposal needs a match of ``ngram_max`` tokens: a
+    short match in free text is not worth a multi-token forward.
     """
 
-    k_max: int = 8
-    k_start: int = 4
+    k_max: int = 16
+    prior_acceptance: float = 0.9
     ngram_max: int = 4  # longest suffix looked up
     ngram_min: int = 2  # shortest suffix that counts as a match
     verify_cost: float = 0.1
+    verify_fixed: float = 0.0
     draft_cost: float = 0.0
     max_busy_slots: int = 2
     ema_decay: float = 0.7  # weight of the past in the running acceptance estimate
-    probe_every: int = 16  # a slot whose k fell to 0 tries k=1 again after this many steps
+    probe_every: int = 16  # a paused slot first probes again after this many steps
 
     def __post_init__(self) -> None:
-        if not 1 <= self.k_start <= self.k_max:
-            raise ValueError(f"need 1 <= k_start <= k_max, got {self.k_start}, {self.k_max}")
+        if self.k_max < 1:
+            raise ValueError(f"k_max must be >= 1, got {self.k_max}")
+        if not 0.0 <= self.prior_acceptance < 1.0:
+            raise ValueError(f"prior_acceptance must be in [0, 1), got {self.prior_acceptance}")
+        if self.probe_every < 1:
+            raise ValueError(f"probe_every must be >= 1, got {self.probe_every}")
         if not 1 <= self.ngram_min <= self.ngram_max:
             raise ValueError(f"need 1 <= ngram_min <= ngram_max, got {self.ngram_min}")
-        if self.verify_cost < 0 or self.draft_cost < 0:
+        if self.verify_cost < 0 or self.draft_cost < 0 or self.verify_fixed < 0:
             raise ValueError("costs must be >= 0")
         if self.max_busy_slots < 1:
             raise ValueError(f"max_busy_slots must be >= 1, got {self.max_busy_slots}")

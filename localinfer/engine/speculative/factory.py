@@ -17,19 +17,25 @@ if TYPE_CHECKING:
 
 OFF = ("", "off", "none")
 
-# Extra cost of one more token in a target forward, as a fraction of a one-token decode step.
-# CPU figures from FACTS.md's decode table (k tokens in one forward vs k single steps):
-# llama.cpp Q4_1 on 2 cores does 4 streams at 203 tok/s against 158 alone, so 4 tokens cost
-# about 3.1 steps (~0.7 per extra token; scripts/bench-speculative measured 0.69-1.03 for
-# k = 1..8 on 1 thread, median 0.77); torch fp32 is memory-bound, 8 streams at 141 tok/s
-# against 28 alone (~0.09; the bench measured 0.05).
-# A GPU verifies a handful of tokens for nearly the price of one.
-VERIFY_COST = {("llamacpp", "cpu"): 0.75, ("torch", "cpu"): 0.1, ("mlx", "cpu"): 0.1}
+# Verification cost model per backend on a CPU, in one-token decode steps: (per extra token,
+# fixed extra of any multi-token forward); see SpecConfig. Measured by scripts/bench-speculative
+# on the embedded SmolLM2-135M on the project's 2-core machine, a (k+1)-token forward after a
+# 300-token prompt over a one-token one, k = 1..16, fit 1 + fixed + per_token * k:
+# llama.cpp Q4_1, 2 threads: 2.00 / 2.29 / 3.56 / 5.24 / 9.16 at k = 1 / 2 / 4 / 8 / 16, fit
+# 0.38-0.48 fixed + 0.47-0.48 per token (1 thread: 0.48-0.66 + 0.52-0.57). Its one-token path
+# is a matrix-vector kernel and a batch is compute-bound on Q4_1 blocks, hence both parts.
+# torch fp32 with the native kernels, 2 threads: 1.09 / 1.20 / 1.70 / 3.30 at k = 2 / 4 / 8 / 16,
+# fit 0.12 per token, nothing fixed (1 thread: 0.16).
+VERIFY_COST = {
+    ("llamacpp", "cpu"): (0.48, 0.45),
+    ("torch", "cpu"): (0.14, 0.0),
+    ("mlx", "cpu"): (0.1, 0.0),
+}
 GPU_VERIFY_COST = 0.02
 # Most slots decoding at once while speculation still pays, from scripts/bench-speculative's
-# busy-batch table on the embedded model (editing prompts on every slot, 1 thread, median of 3):
-# llama.cpp 1.02x / 1.05x / 0.71x at 1 / 2 / 4 slots, torch fp32 7.4x / 1.65x / 0.93x (a
-# 1-repeat run gave 1.22x at 4: close to break-even). GPUs: not measured here.
+# busy-batch table on the embedded model (editing prompts on every slot, 2 threads, median of
+# 3): llama.cpp 1.51x / 1.04x at 1 / 2 slots, torch fp32 2.79x / 0.99x (earlier, 1 thread:
+# llama.cpp 0.71x and torch 0.93x at 4). GPUs: not measured here.
 MAX_BUSY_SLOTS = {"llamacpp": 2, "torch": 2, "mlx": 2}
 
 # Default cost of a draft-model step relative to a target decode step when the draft is a
@@ -40,11 +46,12 @@ DRAFT_STEP_COST = 0.3
 def default_config(backend: str, device: str, *, with_draft: bool = False) -> SpecConfig:
     """Speculation settings for a target on ``backend``/``device`` (see VERIFY_COST)."""
     if device.startswith(("cuda", "metal")):
-        cost = GPU_VERIFY_COST
+        cost, fixed = GPU_VERIFY_COST, 0.0
     else:
-        cost = VERIFY_COST.get((backend, "cpu"), 0.3)
+        cost, fixed = VERIFY_COST.get((backend, "cpu"), (0.3, 0.0))
     return SpecConfig(
         verify_cost=cost,
+        verify_fixed=fixed,
         draft_cost=DRAFT_STEP_COST if with_draft else 0.0,
         max_busy_slots=MAX_BUSY_SLOTS.get(backend, 2),
     )

@@ -22,8 +22,12 @@ class NgramProposer:
 
     def propose(self, tokens: Sequence[int], k: int) -> tuple[int, ...]:
         """Up to ``k`` tokens that followed the latest earlier match of the context's suffix."""
+        return self.lookup(tokens, k)[0]
+
+    def lookup(self, tokens: Sequence[int], k: int) -> tuple[tuple[int, ...], int]:
+        """(proposal, length of the suffix that matched); ((), 0) when nothing matched."""
         if k < 1 or len(tokens) < self.n_min + 1:
-            return ()
+            return (), 0
         arr = np.asarray(tokens, dtype=np.int64)  # [L]
         length = arr.shape[0]
         for n in range(min(self.n_max, length - 1), self.n_min - 1, -1):
@@ -35,5 +39,5 @@ class NgramProposer:
             if hits.size == 0:
                 continue
             start = int(hits[-1]) + n  # the token after the most recent match
-            return tuple(int(t) for t in arr[start : start + k])
-        return ()
+            return tuple(int(t) for t in arr[start : start + k]), n
+        return (), 0

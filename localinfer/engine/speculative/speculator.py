@@ -50,10 +50,11 @@ class Speculator:
         c = self.config
         self._controllers[slot] = AdaptiveK(
             k_max=c.k_max,
-            k_start=c.k_start,
+            prior_acceptance=c.prior_acceptance,
             step_cost=c.verify_cost + c.draft_cost,
             decay=c.ema_decay,
             probe_every=c.probe_every,
+            fixed_cost=c.verify_fixed,
         )
 
     def controller(self, slot: int) -> AdaptiveK:
@@ -71,12 +72,17 @@ class Speculator:
         out: dict[int, Proposal] = {}
         items: list[DraftItem] = []
         for cand in candidates:
-            k = min(self.controller(cand.slot).next_k(), cand.room)
+            ctl = self.controller(cand.slot)
+            k = min(ctl.next_k(), cand.room)
             if k <= 0:
                 continue
             if self.draft is None:
-                tokens = self.ngram.propose(cand.tokens, k)
-                if tokens:
+                tokens, matched = self.ngram.lookup(cand.tokens, k)
+                # Without evidence of its own (first try, probe) a slot verifies only on a
+                # full-length match: a 2-token match in free text is not worth a big forward.
+                if ctl.tentative and matched < self.config.ngram_max:
+                    ctl.defer_probe()
+                elif tokens:
                     out[cand.slot] = Proposal(tokens)
             else:
                 rng = cand.sampler.rng  # a seeded request stays reproducible
