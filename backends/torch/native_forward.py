@@ -60,8 +60,12 @@ class NativeForward:
         cos: torch.Tensor,
         signed_sin: torch.Tensor,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        threads: int | None = None,
     ) -> None:
         self.kernels = kernels
+        # The runner's thread count (RunnerConfig.threads, else torch's setting when built),
+        # passed to every OpenMP region explicitly.
+        self.threads = threads or torch.get_num_threads()
         self.config = config
         self.max_tokens = max_tokens
         # The kernels hold raw addresses: keep every tensor they point into alive here.
@@ -99,7 +103,7 @@ class NativeForward:
         """tokens, slots, positions: [T] long (CPU). Writes K/V into the cache; returns
         [T, hidden] before the final norm, as LlamaModel.hidden_states."""
         n = tokens.shape[0]
-        threads = torch.get_num_threads()
+        threads = self.threads
         x = self._weights.embed[tokens].contiguous()  # a fresh [T, hidden] the kernel updates
         slots = slots.contiguous()
         positions = positions.contiguous()
@@ -123,6 +127,6 @@ class NativeForward:
         normed = self._scratch_for(rows * h)
         self.kernels.norm_linear(
             hidden.data_ptr(), rows, h, self._weights.norm.data_ptr(), self.config.rms_eps,
-            normed.data_ptr(), _addr(lm_head), vocab, out.data_ptr(), torch.get_num_threads(),
+            normed.data_ptr(), _addr(lm_head), vocab, out.data_ptr(), self.threads,
         )  # fmt: skip
         return out

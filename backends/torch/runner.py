@@ -102,7 +102,7 @@ class TorchRunner:
         if kernels is not None and native_supported(mc, weights, self.dtype, self.device):
             self._native = NativeForward(
                 kernels, mc, weights, self._cache, self._model.cos, self._model.sin,
-                max_tokens=native_max_tokens,
+                max_tokens=native_max_tokens, threads=config.threads,
             )  # fmt: skip
         self._peak_activations = 0  # bytes of the largest forward's main intermediates
         self._closed = False
