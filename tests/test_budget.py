@@ -565,10 +565,18 @@ def test_cpu_budget_counts_what_is_resident() -> None:
         return compute_budget(request).compute_bytes
 
     assert llamacpp("8GiB") - llamacpp("cpu") == (512 - 4) * 49152 * 4
-    # torch on the CPU: float32 weights, the oneDNN-packed copy of the tied LM head beside the
-    # dense embedding table, and the Q4_1 file the session keeps mapped.
-    torch_cpu = compute_budget(BudgetRequest("smollm2-135m", device="cpu", backend="torch"))
-    assert torch_cpu.weights_bytes == 134_515_008 * 4 + 49152 * 576 * 4 + 96_576_768
+
+    # torch on the CPU: float32 weights and the Q4_1 file the session keeps mapped; the native
+    # kernels multiply by the dense embedding table itself. Without them (switched off, or no C
+    # compiler) the oneDNN-packed copy of the tied LM head is held beside it.
+    def torch_cpu_weights() -> int:
+        request = BudgetRequest("smollm2-135m", device="cpu", backend="torch")
+        return compute_budget(request).weights_bytes
+
+    assert torch_cpu_weights() == 134_515_008 * 4 + 96_576_768
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("LOCALINFER_NATIVE_KERNELS", "0")
+        assert torch_cpu_weights() == 134_515_008 * 4 + 49152 * 576 * 4 + 96_576_768
     planned = compute_budget(BudgetRequest("smollm2-135m", device="8GiB", backend="torch"))
     assert planned.weights_bytes == 134_515_008 * 4
 
@@ -619,9 +627,10 @@ def test_verify_with_torch(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([*argv, "--backend", "torch", "--device", "cpu", "--verify", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     check = data["verify"]
-    # torch dequantizes the Q4_1 file to float32 (holding the tied LM head twice: dense and
-    # oneDNN-packed) and caches K/V in float32; the budget adds the Q4_1 file left mapped.
-    assert check["measured_weights"] == 134_515_008 * 4 + 49152 * 576 * 4
+    # torch dequantizes the Q4_1 file to float32 and caches K/V in float32; the native kernels
+    # read the tied LM head from the embedding table itself (without them, a oneDNN-packed copy
+    # is held beside it); the budget adds the Q4_1 file left mapped.
+    assert check["measured_weights"] == 134_515_008 * 4
     assert check["predicted_weights"] == check["measured_weights"] + 96_576_768
     assert check["measured_kv_cache"] == check["predicted_kv_cache"] == 30 * 2 * 192 * 4 * 1024 * 2
     # Everything the process gained (library, tokenizer, weights, cache, activations) lands

@@ -11,7 +11,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from localinfer.backends.base import RunnerConfig, SlotWork  # noqa: E402
-from localinfer.backends.torch import cpu_kernels  # noqa: E402
+from localinfer.backends.torch import cpu_kernels, native_build  # noqa: E402
 from localinfer.backends.torch.runner import TorchRunner  # noqa: E402
 from tests.reference_numpy import reference_logits  # noqa: E402
 from tests.test_torch_runner import tiny_model, tokens_for  # noqa: E402
@@ -75,9 +75,10 @@ def test_without_a_compiler_the_runner_keeps_torch_ops(
 ) -> None:
     monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path))  # nothing built yet there
     monkeypatch.setenv("CC", "no-such-compiler")
-    monkeypatch.setattr(cpu_kernels.shutil, "which", lambda name: None)
+    monkeypatch.setattr(native_build.shutil, "which", lambda name: None)
     cpu_kernels._load.cache_clear()
     try:
+        assert not native_build.native_kernels_expected()  # what the budget asks
         with caplog.at_level(logging.WARNING):
             assert cpu_kernels.load_kernels() is None
         assert "no C compiler found" in caplog.text
@@ -95,21 +96,22 @@ def test_build_is_cached_and_a_failed_compile_is_reported(
     monkeypatch: pytest.MonkeyPatch, tmp_path
 ) -> None:
     monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path))
-    first = cpu_kernels._build()
+    first = native_build.build()
     assert first.parent == tmp_path / "kernels"
     stamp = first.stat().st_mtime_ns
-    assert cpu_kernels._build() == first and first.stat().st_mtime_ns == stamp  # not rebuilt
+    assert native_build.build() == first and first.stat().st_mtime_ns == stamp  # not rebuilt
     assert [p.name for p in first.parent.iterdir()] == [first.name]  # no temporary left
 
     broken = tmp_path / "broken.c"
     broken.write_text("this is not C\n")
-    monkeypatch.setattr(cpu_kernels, "SOURCE", broken)
-    with pytest.raises(cpu_kernels.BuildError, match="failed"):
-        cpu_kernels._build()
+    monkeypatch.setattr(native_build, "SOURCE", broken)
+    with pytest.raises(native_build.BuildError, match="failed"):
+        native_build.build()
     assert sorted(p.name for p in first.parent.iterdir()) == [first.name]
 
 
 def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(cpu_kernels.DISABLE_ENV, "0")
+    monkeypatch.setenv(native_build.DISABLE_ENV, "0")
     runner = TorchRunner(tiny_model(), RunnerConfig(slots=1, max_ctx=16, dtype="float32"))
     assert runner.native_max_tokens == 0
+    assert not native_build.native_kernels_expected()

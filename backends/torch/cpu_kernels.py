@@ -1,10 +1,8 @@
-"""Build, load and call cpu_kernels.c: the torch runner's native fp32 forward for small batches.
+"""Load and call cpu_kernels.c: the torch runner's native fp32 forward for small batches.
 
-The C file is compiled once per machine with the system C compiler (``-O3 -march=native
--fopenmp``) into the localinfer cache, keyed by a hash of the source, the flags and the compiler's
-version, and loaded with ctypes. ``import torch`` comes first so the library binds to the libgomp
-torch has already loaded (same soname): torch's OpenMP threads and the kernels' are one pool,
-never two pools fighting over the cores.
+native_build.py compiles the C file for this machine; it is loaded here with ctypes. ``import
+torch`` comes first so the library binds to the libgomp torch has already loaded (same soname):
+torch's OpenMP threads and the kernels' are one pool, never two pools fighting over the cores.
 
 Where no compiler is found, or the build fails, ``load_kernels`` returns None once with a logged
 reason, and the runner keeps its pure-torch path.
@@ -13,25 +11,17 @@ reason, and the runner keeps its pure-torch path.
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import logging
-import os
-import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
 import torch
 
-from localinfer.paths import cache_dir
+from localinfer.backends.torch.native_build import BuildError, build, native_kernels_enabled
 
 log = logging.getLogger(__name__)
-
-SOURCE = Path(__file__).with_name("cpu_kernels.c")
-FLAGS = ("-O3", "-march=native", "-fopenmp", "-fPIC", "-shared", "-std=gnu11", "-ffp-contract=fast")
-DISABLE_ENV = "LOCALINFER_NATIVE_KERNELS"  # "0" turns the native path off (benchmarks, tests)
 
 
 class LayerPointers(ctypes.Structure):
@@ -103,10 +93,6 @@ def _check_f32(*tensors: torch.Tensor) -> None:
             raise ValueError("native kernels take contiguous float32 CPU tensors")
 
 
-def native_kernels_enabled() -> bool:
-    return os.environ.get(DISABLE_ENV, "1") != "0"
-
-
 def load_kernels() -> NativeKernels | None:
     """The compiled library, building it on first use; None (logged once) when unavailable
     or turned off with LOCALINFER_NATIVE_KERNELS=0."""
@@ -116,7 +102,7 @@ def load_kernels() -> NativeKernels | None:
 @cache
 def _load() -> NativeKernels | None:
     try:
-        path = _build()
+        path = build()
         lib = ctypes.CDLL(str(path))
     except (OSError, subprocess.SubprocessError, BuildError) as exc:
         log.warning("native CPU kernels unavailable, using torch ops: %s", exc)
@@ -131,57 +117,3 @@ def _load() -> NativeKernels | None:
     lib.li_linear.argtypes = [p, i64, i64, p, i64, p, p, i32]
     lib.li_linear.restype = None
     return NativeKernels(lib, path)
-
-
-class BuildError(RuntimeError):
-    pass
-
-
-def _compiler() -> str:
-    for candidate in (os.environ.get("CC"), "cc", "gcc", "clang"):
-        if candidate and shutil.which(candidate):
-            return candidate
-    raise BuildError("no C compiler found (set CC, or install gcc or clang)")
-
-
-def _build() -> Path:
-    cc = _compiler()
-    version = subprocess.run(
-        [cc, "--version"], capture_output=True, text=True, timeout=30, check=False
-    ).stdout
-    key = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join(FLAGS).encode() + version.encode() + _cpu_id().encode()
-    ).hexdigest()[:16]
-    out_dir = cache_dir() / "kernels"
-    target = out_dir / f"cpu_kernels-{key}.so"
-    if target.exists():
-        return target
-    out_dir.mkdir(parents=True, exist_ok=True)
-    # Built under a temporary name and renamed: a concurrent build or a crash never leaves a
-    # half-written library under the final name.
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=out_dir)
-    os.close(fd)
-    try:
-        proc = subprocess.run(
-            [cc, *FLAGS, str(SOURCE), "-o", tmp, "-lm"],
-            capture_output=True, text=True, timeout=300, check=False,
-        )  # fmt: skip
-        if proc.returncode != 0:
-            raise BuildError(f"{cc} failed: {proc.stderr.strip()[-500:]}")
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
-
-
-def _cpu_id() -> str:
-    """-march=native code is only valid on this CPU model: part of the cache key."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        import platform
-
-        return platform.processor() or platform.machine()
-    lines = [line for line in text.splitlines() if line.startswith(("model name", "flags"))]
-    return "\n".join(sorted(set(lines)))

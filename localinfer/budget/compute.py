@@ -231,7 +231,7 @@ class Planner:
             self.device_kind == "cpu"
             and self.profile.tied_head_copy_on_cpu
             and arch.tied_embeddings
-            and stored in ("f32", "bf16")  # the dtypes oneDNN packs
+            and _packs_tied_head(stored)
         ):
             weights += arch.vocab_size * arch.hidden_size * (4 if stored == "f32" else 2)
             source += " + a packed copy of the tied LM head"
@@ -379,3 +379,15 @@ def ensure_fits(report: BudgetReport) -> BudgetReport:
         f"{human_bytes(report.total_bytes)} but {report.device} has "
         f"{human_bytes(report.available_bytes)}" + (f"; {'; '.join(hints)}" if hints else "")
     )
+
+
+def _packs_tied_head(stored: str) -> bool:
+    """torch on CPU packs bf16 matrices for oneDNN, and f32 ones only where its native kernels
+    (which read the dense table itself) will not be built: switched off, or no C compiler."""
+    if stored == "bf16":
+        return True
+    if stored != "f32":
+        return False
+    from localinfer.backends.torch.native_build import native_kernels_expected  # torch-free
+
+    return not native_kernels_expected()

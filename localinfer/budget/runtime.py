@@ -35,9 +35,10 @@ class BackendProfile:
     # row per sequence. A backend that allocates per pass (torch, MLX) never holds more rows than
     # asked, so only one row per sequence counts anywhere.
     chunk_logits_on: tuple[str, ...] = ()
-    # torch on CPU packs the LM head for oneDNN; with tied embeddings the dense table the
-    # embedding lookup reads stays beside the packed copy, so the vocab x hidden matrix is held
-    # twice (backends/torch/weights.py).
+    # torch on CPU packs the LM head for oneDNN when its native kernels are not in use (bf16,
+    # or f32 without a C compiler); with tied embeddings the dense table the embedding lookup
+    # reads stays beside the packed copy, so the vocab x hidden matrix is held twice
+    # (backends/torch/weights.py, compute._packs_tied_head).
     tied_head_copy_on_cpu: bool = False
     # torch dequantizes GGUF through the loaded model's file mapping, which the session keeps
     # open (it holds the LoadedModel for the tokenizer): the quantized file's pages read during
