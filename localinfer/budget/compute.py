@@ -231,7 +231,7 @@ class Planner:
             self.device_kind == "cpu"
             and self.profile.tied_head_copy_on_cpu
             and arch.tied_embeddings
-            and _packs_tied_head(stored)
+            and _packs_matrices(stored)
         ):
             weights += arch.vocab_size * arch.hidden_size * (4 if stored == "f32" else 2)
             source += " + a packed copy of the tied LM head"
@@ -381,9 +381,10 @@ def ensure_fits(report: BudgetReport) -> BudgetReport:
     )
 
 
-def _packs_tied_head(stored: str) -> bool:
+def _packs_matrices(stored: str) -> bool:
     """torch on CPU packs bf16 matrices for oneDNN, and f32 ones only where its native kernels
-    (which read the dense table itself) will not be built: switched off, or no C compiler."""
+    (which read dense matrices, the tied table itself) will not be built: switched off, or no C
+    compiler."""
     if stored == "bf16":
         return True
     if stored != "f32":

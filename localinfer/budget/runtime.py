@@ -38,7 +38,7 @@ class BackendProfile:
     # torch on CPU packs the LM head for oneDNN when its native kernels are not in use (bf16,
     # or f32 without a C compiler); with tied embeddings the dense table the embedding lookup
     # reads stays beside the packed copy, so the vocab x hidden matrix is held twice
-    # (backends/torch/weights.py, compute._packs_tied_head).
+    # (backends/torch/weights.py, compute._packs_matrices).
     tied_head_copy_on_cpu: bool = False
     # torch dequantizes GGUF through the loaded model's file mapping, which the session keeps
     # open (it holds the LoadedModel for the tokenizer): the quantized file's pages read during
@@ -55,14 +55,15 @@ BACKEND_PROFILES: dict[str, BackendProfile] = {
     "torch": BackendProfile(
         "torch",
         # Measured 2026-11-30, torch 2.13.0+cpu, 2 threads, x86_64, with `scripts/budget-accuracy
-        # --cell torch 1024 2` (a cell outside the checked grid): a fresh process's RSS growth from
-        # before `load_model` to after the runner's first 256-token forward, minus the predicted
-        # weights (incl. tied-head copy and file mapping) + KV + compute: 336.7 and 339.0 MiB in 2
-        # runs. That is the library (`import torch` alone: 213 MiB; oneDNN code and scratch
-        # during the first pass) plus localinfer's loader: 48 MiB for the embedded model, mostly
-        # its 49152-token tokenizer, so it grows with the vocabulary. (Earlier figure: 301.5 MiB
-        # for import + fp32/bf16 kernel warm-up alone, no loader.)
-        runtime_bytes=338 * 2**20,
+        # --backends torch` (fresh process per cell): RSS growth from before `load_model` to
+        # after the runner's first 256-token forward, minus the predicted weights (incl. file
+        # mapping) + KV + compute, over the 9 cells of ctx {512, 2048, 8192} x {1, 4, 8}:
+        # 257-279 MiB with the native fp32 kernels, 252-270 MiB with them off (oneDNN-packed
+        # matrices; ctx {512, 8192} x {1, 8}). That is the library (`import torch` alone:
+        # 213 MiB) plus localinfer's loader: 48 MiB for the embedded model, mostly its
+        # 49152-token tokenizer, so it grows with the vocabulary. (An earlier single-cell figure,
+        # 338 MiB, was not reproduced by the grid.)
+        runtime_bytes=268 * 2**20,
         # UNMEASURED placeholder: CUDA context + cuBLAS workspace; measure nvidia-smi's used memory
         # of an idle runner minus torch.cuda.memory_allocated() on a GPU machine.
         accelerator_runtime_bytes=512 * 2**20,
