@@ -4,6 +4,7 @@ own, the whole forward with several threads, and what happens when they cannot b
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -115,3 +116,57 @@ def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     runner = TorchRunner(tiny_model(), RunnerConfig(slots=1, max_ctx=16, dtype="float32"))
     assert runner.native_max_tokens == 0
     assert not native_build.native_kernels_expected()
+
+
+def _vma_flags(address: int) -> list[str]:
+    """VmFlags of the mapping holding ``address`` (Linux /proc/self/smaps)."""
+    current = False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()[0]
+        if "-" in head and ":" not in head:
+            lo, hi = (int(x, 16) for x in head.split("-"))
+            current = lo <= address < hi
+        elif current and line.startswith("VmFlags:"):
+            return line.split()[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux only")
+def test_dense_fp32_weights_sit_on_huge_pages_with_their_own_storage(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    big_vocab = tiny_model(vocab_size=16384)  # 4 MiB of embeddings: worth an arena
+    runner = TorchRunner(big_vocab, RunnerConfig(slots=1, max_ctx=16, dtype="float32"))
+    weights = runner._model.weights
+    matrices = [weights.embed] + [m for layer in weights.layers for m in (layer.qkv, layer.down)]
+    for m in matrices:
+        assert "hg" in _vma_flags(m.data_ptr())  # advised MADV_HUGEPAGE
+        assert m.untyped_storage().nbytes() == m.nbytes  # accounting sees the tensor alone
+    assert runner.memory().weights == weights.nbytes()
+    # The arena is only for the dense fp32 CPU path: bf16 (oneDNN-packed) never asks for one.
+    from localinfer.backends.torch import huge_pages
+
+    asked: list[int] = []
+    real = huge_pages.HugePageArena.create.__func__
+    spy = classmethod(lambda cls, n: asked.append(n) or real(cls, n))
+    monkeypatch.setattr(huge_pages.HugePageArena, "create", spy)
+    TorchRunner(big_vocab, RunnerConfig(slots=1, max_ctx=16, dtype="bfloat16"))
+    assert asked == []
+    TorchRunner(big_vocab, RunnerConfig(slots=1, max_ctx=16, dtype="float32"))
+    assert len(asked) == 1
+
+
+def test_arena_hands_out_aligned_separate_tensors() -> None:
+    from localinfer.backends.torch.huge_pages import HUGE_PAGE, HugePageArena
+
+    shapes = [(3, 5), (1000, 700), (7,)]
+    arena = HugePageArena.create(max(HUGE_PAGE, HugePageArena.padded_bytes(shapes, 4)))
+    if arena is None:
+        pytest.skip("no huge-page arena on this platform")
+    tensors = [arena.empty(s, torch.float32) for s in shapes]
+    for t, s in zip(tensors, shapes, strict=True):
+        assert t.shape == s and t.data_ptr() % 64 == 0
+        t.fill_(float(len(s)))
+    assert [float(t.sum()) for t in tensors] == [15 * 2.0, 700_000 * 2.0, 7 * 1.0]
+    with pytest.raises(MemoryError):
+        arena.empty((HUGE_PAGE,), torch.float32)

@@ -27,6 +27,10 @@
 #include <omp.h>
 
 #define MAX_TILE 8   /* tokens multiplied against one weight row while it is in L1 */
+/* Above this many tokens, rows go in pairs: one x load feeds two FMAs. Measured over SmolLM2's
+ * matrices, 2 threads, GB/s single rows vs pairs: 2 tokens 27.4 vs 26.1, 4: 28.5 vs 26.5,
+ * 8: 21.8 vs 23.1, 16: 9.0 vs 13.6. */
+#define PAIR_ROWS_ABOVE 4
 #ifndef PREFETCH_FLOATS
 #define PREFETCH_FLOATS 1024   /* 4 KB ahead of the row stream */
 #endif
@@ -95,6 +99,49 @@ INLINE void dot_tile(const float *w, const float *x, int64_t xs, int64_t n, int 
     }
 }
 
+/* The same for two weight rows at once (ra from wa, rb from wb): each x load feeds two FMAs, so
+ * a multi-token tile is no longer bound by loads. Every (row, token) sum runs in exactly the
+ * order dot_tile uses, so pairing rows changes no result. */
+INLINE void dot_tile2(const float *wa, const float *wb, const float *x, int64_t xs, int64_t n,
+                      int tt, float *ra, float *rb) {
+    int64_t i = 0;
+    v16 acc_a[MAX_TILE], acc_b[MAX_TILE];
+    for (int t = 0; t < tt; t++) acc_a[t] = acc_b[t] = (v16){0};
+    for (; i + 16 <= n; i += 16) {
+        __builtin_prefetch(wa + i + PREFETCH_FLOATS, 0, PREFETCH_LOCALITY);
+        __builtin_prefetch(wb + i + PREFETCH_FLOATS, 0, PREFETCH_LOCALITY);
+        v16 va = load16(wa + i), vb = load16(wb + i);
+        for (int t = 0; t < tt; t++) {
+            v16 xv = load16(x + t * xs + i);
+            acc_a[t] += va * xv;
+            acc_b[t] += vb * xv;
+        }
+    }
+    for (int t = 0; t < tt; t++) {
+        float sa = hsum16(acc_a[t]), sb = hsum16(acc_b[t]);
+        for (int64_t j = i; j < n; j++) {
+            sa += wa[j] * x[t * xs + j];
+            sb += wb[j] * x[t * xs + j];
+        }
+        ra[t] = sa;
+        rb[t] = sb;
+    }
+}
+
+static void dot_rows2(const float *wa, const float *wb, const float *x, int64_t xs, int64_t n,
+                      int tt, float *ra, float *rb) {
+    switch (tt) {
+    case 1: dot_tile(wa, x, xs, n, 1, ra); dot_tile(wb, x, xs, n, 1, rb); break;
+    case 2: dot_tile2(wa, wb, x, xs, n, 2, ra, rb); break;
+    case 3: dot_tile2(wa, wb, x, xs, n, 3, ra, rb); break;
+    case 4: dot_tile2(wa, wb, x, xs, n, 4, ra, rb); break;
+    case 5: dot_tile2(wa, wb, x, xs, n, 5, ra, rb); break;
+    case 6: dot_tile2(wa, wb, x, xs, n, 6, ra, rb); break;
+    case 7: dot_tile2(wa, wb, x, xs, n, 7, ra, rb); break;
+    default: dot_tile2(wa, wb, x, xs, n, 8, ra, rb); break;
+    }
+}
+
 /* Dispatch on the tile size so each case gets a fully unrolled dot_tile. */
 static void dot_rows(const float *w, const float *x, int64_t xs, int64_t n, int tt, float *res) {
     switch (tt) {
@@ -111,19 +158,34 @@ static void dot_rows(const float *w, const float *x, int64_t xs, int64_t n, int 
 
 /* y[t, o] (+)= x[t] . w[o] (+ bias[o]) for rows o in [o0, o1): each weight row is read from
  * memory once and multiplied by every token while it sits in L1. */
+INLINE void store_row(float *y, int64_t ys, int64_t t0, int tt, int64_t o, const float *res,
+                      const float *bias, int accumulate) {
+    for (int t = 0; t < tt; t++) {
+        float v = res[t] + (bias ? bias[o] : 0.0f);
+        float *dst = y + (t0 + t) * ys + o;
+        *dst = accumulate ? *dst + v : v;
+    }
+}
+
 static void linear_rows(const float *x, int64_t T, int64_t in, const float *w, const float *bias,
                         float *y, int64_t ys, int64_t o0, int64_t o1, int accumulate) {
-    float res[MAX_TILE];
-    for (int64_t o = o0; o < o1; o++) {
-        const float *row = w + o * in;
+    float ra[MAX_TILE], rb[MAX_TILE];
+    int64_t o = o0;
+    if (T > PAIR_ROWS_ABOVE) {  /* rows in pairs (dot_tile2) */
+        for (; o + 2 <= o1; o += 2) {
+            for (int64_t t0 = 0; t0 < T; t0 += MAX_TILE) {
+                int tt = (int)(T - t0 < MAX_TILE ? T - t0 : MAX_TILE);
+                dot_rows2(w + o * in, w + (o + 1) * in, x + t0 * in, in, in, tt, ra, rb);
+                store_row(y, ys, t0, tt, o, ra, bias, accumulate);
+                store_row(y, ys, t0, tt, o + 1, rb, bias, accumulate);
+            }
+        }
+    }
+    for (; o < o1; o++) {
         for (int64_t t0 = 0; t0 < T; t0 += MAX_TILE) {
             int tt = (int)(T - t0 < MAX_TILE ? T - t0 : MAX_TILE);
-            dot_rows(row, x + t0 * in, in, in, tt, res);
-            for (int t = 0; t < tt; t++) {
-                float v = res[t] + (bias ? bias[o] : 0.0f);
-                float *dst = y + (t0 + t) * ys + o;
-                *dst = accumulate ? *dst + v : v;
-            }
+            dot_rows(w + o * in, x + t0 * in, in, in, tt, ra);
+            store_row(y, ys, t0, tt, o, ra, bias, accumulate);
         }
     }
 }
@@ -138,8 +200,12 @@ static void gate_up_rows(const float *x, int64_t T, int64_t in, const float *gat
     for (int64_t o = o0; o < o1; o++) {
         for (int64_t t0 = 0; t0 < T; t0 += MAX_TILE) {
             int tt = (int)(T - t0 < MAX_TILE ? T - t0 : MAX_TILE);
-            dot_rows(gate_up + o * in, x + t0 * in, in, in, tt, g);
-            dot_rows(gate_up + (ffn + o) * in, x + t0 * in, in, in, tt, u);
+            if (tt > PAIR_ROWS_ABOVE) {
+                dot_rows2(gate_up + o * in, gate_up + (ffn + o) * in, x + t0 * in, in, in, tt, g, u);
+            } else {
+                dot_rows(gate_up + o * in, x + t0 * in, in, in, tt, g);
+                dot_rows(gate_up + (ffn + o) * in, x + t0 * in, in, in, tt, u);
+            }
             for (int t = 0; t < tt; t++) act[(t0 + t) * ffn + o] = silu(g[t]) * u[t];
         }
     }

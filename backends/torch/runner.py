@@ -88,7 +88,7 @@ class TorchRunner:
         self._dequant_buffer = quantizer.chooser.buffer if quantizer is not None else None
         weights = load_weights(
             mc, model.weights, self.dtype, self.device, pack=self.packed_weights,
-            quantizer=quantizer,
+            quantizer=quantizer, huge_pages=kernels is not None,
         )  # fmt: skip
         if quantizer is not None:
             self._save_quantized(model, quantizer)

@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from localinfer.backends.torch.huge_pages import HugePageArena
 from localinfer.backends.torch.quant import QuantLinear, WeightQuantizer
 from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.loading.model import WeightSource
@@ -152,14 +153,21 @@ def load_weights(
     device: torch.device,
     pack: bool = False,
     quantizer: WeightQuantizer | None = None,
+    huge_pages: bool = False,
 ) -> ModelWeights:
     """Copy the source's tensors to ``device`` in ``dtype``; with ``pack`` (CPU, see
     onednn_available) the matrices are packed for oneDNN; with ``quantizer`` every matrix and
-    the embedding table are quantized (or taken from its cache without reading the source)."""
+    the embedding table are quantized (or taken from its cache without reading the source).
+    ``huge_pages``: dense float32 CPU matrices go to a huge-page arena (huge_pages.py) where
+    the platform allows."""
     if config.arch not in TORCH_ARCHS:
         raise UnsupportedModelError(
             f"the torch backend runs {', '.join(TORCH_ARCHS)}; this model is {config.arch!r}"
         )
+    arena = None
+    dense_f32_cpu = device.type == "cpu" and dtype == torch.float32 and not pack
+    if huge_pages and dense_f32_cpu and quantizer is None:
+        arena = HugePageArena.create(HugePageArena.padded_bytes(dense_matrix_shapes(config), 4))
 
     def get(name: str) -> np.ndarray:
         try:
@@ -172,6 +180,10 @@ def load_weights(
     ) -> torch.Tensor:
         if tuple(array.shape) != shape:
             raise ModelFileError(name, f"shape {tuple(array.shape)}, expected {shape}")
+        if arena is not None and len(shape) == 2 and as_dtype == torch.float32:
+            out = arena.empty(shape, torch.float32)
+            np.copyto(out.numpy(), array, casting="same_kind")
+            return out
         # torch.tensor copies: the runner never aliases (and so never pins) the source's arrays.
         return torch.tensor(np.ascontiguousarray(array), dtype=as_dtype, device=device)
 
@@ -253,3 +265,13 @@ def load_weights(
         lm_head=lm_head,
         packed=pack,
     )
+
+
+def dense_matrix_shapes(config: ModelConfig) -> list[tuple[int, int]]:
+    """Every 2-D tensor load_weights makes for a dense model, in the order it makes them."""
+    h, q, kv, f = config.hidden_size, config.q_size, config.kv_size, config.ffn_size
+    per_layer = [(q + 2 * kv, h), (h, q), (2 * f, h), (h, f)]
+    shapes = per_layer * config.n_layers + [(config.vocab_size, h)]
+    if not config.tied_embeddings:
+        shapes.append((config.vocab_size, h))
+    return shapes
