@@ -4,6 +4,7 @@ switch-off, metrics, and the proposer/controller units. Steps are driven by hand
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 
 import numpy as np
@@ -387,3 +388,37 @@ def test_draft_choice_turns_into_a_speculator() -> None:
     entry = SimpleNamespace(draft=None)
     with pytest.raises(InvalidParameterError, match="no recommended draft"):
         make_speculator("auto", **{**kw, "target_entry": entry})
+
+
+class _Timed(MarkovRunner):
+    """A MarkovRunner whose forwards take ``seconds`` (a stand-in for a slow or fast model)."""
+
+    def __init__(self, seconds: float, **kw: object) -> None:
+        super().__init__(**kw)  # type: ignore[arg-type]
+        self.seconds = seconds
+
+    def forward(self, batch):
+        time.sleep(self.seconds)
+        return super().forward(batch)
+
+
+def test_a_draft_measured_slower_than_it_pays_stops_being_asked() -> None:
+    """The configured draft cost is a guess; the measured one decides. A draft model whose step
+    takes 20x a target step can never pay, whatever it was configured as: after the first few
+    proposals the slot decodes plainly (probing now and then). A cheap draft keeps drafting."""
+    prompts, lengths = [[1, 2, 3, 4, 5]], [150]
+
+    def drafted(draft_seconds: float) -> tuple[int, float]:
+        proposer = DraftProposer(_Timed(draft_seconds, seed=0), 256)  # = target: all accepted
+        spec = Speculator(SpecConfig(verify_cost=0.05, draft_cost=0.01), proposer)
+        engine = engine_for(_Timed(0.002), spec)
+        plain, _ = run(engine_for(MarkovRunner()), prompts, lengths)
+        got, _ = run(engine, prompts, lengths)
+        assert ids(got) == ids(plain)
+        return engine.metrics().spec_proposed, spec.draft_cost
+
+    slow_proposed, slow_cost = drafted(0.04)
+    fast_proposed, fast_cost = drafted(0.0)
+    assert slow_cost > 5 and fast_cost < 1
+    assert fast_proposed >= 120  # nearly every token came from a proposal
+    assert slow_proposed < fast_proposed / 2

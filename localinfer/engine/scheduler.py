@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -138,7 +139,14 @@ class Scheduler:
         self._admit(report)
         planned = self._plan(report)
         if planned:
+            started = time.perf_counter()
             outputs = self._forward(planned)
+            if self.speculator is not None:
+                self.speculator.observe_forward(
+                    time.perf_counter() - started,
+                    [p.proposal.k if p.proposal else 0 for p in planned if p.is_decode],
+                    prefill=any(not p.is_decode for p in planned),
+                )
             for item, out in zip(planned, outputs, strict=True):
                 self._after_forward(item, out, report)
         self._step_no += 1

@@ -63,7 +63,6 @@ class AdaptiveK:
         self.decay = decay
         self.probe_every = probe_every
         self.prior_acceptance = prior_acceptance
-        self.probe_k = max(1, best_k(prior_acceptance, k_max, step_cost, fixed_cost))
         self._hits = self._tries = 0.0
         self._restart()
         self._paused_steps = 0
@@ -74,6 +73,12 @@ class AdaptiveK:
     def _restart(self) -> None:
         self._hits = self.prior_acceptance * PRIOR_WEIGHT
         self._tries = PRIOR_WEIGHT
+
+    @property
+    def probe_k(self) -> int:
+        """What a probe proposes: the k the prior would pay for at today's costs (at least 1;
+        step_cost can change as the speculator measures a draft model)."""
+        return max(1, best_k(self.prior_acceptance, self.k_max, self.step_cost, self.fixed_cost))
 
     @property
     def acceptance(self) -> float:

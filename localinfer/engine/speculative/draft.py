@@ -73,6 +73,7 @@ class DraftProposer:
         for slot in range(runner.info.slots):
             runner.release(slot)  # the draft's view of its cache starts empty: make it so
         self.forwards = 0  # draft forward passes run (for cost accounting and tests)
+        self.last_prefilled = False  # the last propose() also fed a new prompt to the draft
 
     @property
     def max_ctx(self) -> int:
@@ -112,6 +113,7 @@ class DraftProposer:
                 prefill.append(SlotWork(it.slot, tuple(it.context[keep:-1]), keep))
                 keep = len(it.context) - 1
             batch.append(SlotWork(it.slot, tuple(it.context[keep:]), keep))
+        self.last_prefilled = bool(prefill)
         if prefill:
             self.runner.forward(prefill)
             self.forwards += 1

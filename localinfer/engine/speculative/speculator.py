@@ -9,6 +9,7 @@ from the sequence at its next proposal.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -21,6 +22,13 @@ from localinfer.engine.speculative.draft import DraftItem, DraftProposer
 from localinfer.engine.speculative.ngram import NgramProposer
 from localinfer.engine.speculative.proposal import Proposal
 from localinfer.engine.speculative.verification import Verdict, verify
+
+COST_DECAY = 0.8  # weight of the past in the measured times
+MAX_DRAFT_COST = 10.0  # a draft slower than this many target steps per token never pays anyway
+
+
+def _ema(old: float | None, new: float) -> float:
+    return new if old is None else COST_DECAY * old + (1.0 - COST_DECAY) * new
 
 
 @dataclass(slots=True, frozen=True)
@@ -40,6 +48,11 @@ class Speculator:
         self.draft = draft
         self.ngram = NgramProposer(self.config.ngram_max, self.config.ngram_min)
         self._controllers: dict[int, AdaptiveK] = {}
+        # Measured online (decayed averages): seconds per drafted token and per one-token
+        # target step. A draft model's cost depends on the pair and the machine; the
+        # configured draft_cost is only a starting guess.
+        self._draft_token_s: float | None = None
+        self._step_s: float | None = None
 
     @property
     def kind(self) -> str:
@@ -51,7 +64,7 @@ class Speculator:
         self._controllers[slot] = AdaptiveK(
             k_max=c.k_max,
             prior_acceptance=c.prior_acceptance,
-            step_cost=c.verify_cost + c.draft_cost,
+            step_cost=c.verify_cost + self.draft_cost,
             decay=c.ema_decay,
             probe_every=c.probe_every,
             fixed_cost=c.verify_fixed,
@@ -88,8 +101,40 @@ class Speculator:
                 rng = cand.sampler.rng  # a seeded request stays reproducible
                 items.append(DraftItem(cand.slot, cand.tokens, k, cand.sampler.params, rng))
         if items and self.draft is not None:
-            out.update(self.draft.propose(items))
+            started = time.perf_counter()
+            drafted = self.draft.propose(items)
+            n = sum(p.k for p in drafted.values())
+            if n and not self.draft.last_prefilled:  # a prompt catch-up is no per-token cost
+                self._draft_token_s = _ema(self._draft_token_s, (time.perf_counter() - started) / n)
+                self._refresh_costs()
+            out.update(drafted)
         return out
+
+    def observe_forward(self, seconds: float, decode_ks: Sequence[int], prefill: bool) -> None:
+        """A target forward took ``seconds``: its decoding slots verified ``decode_ks``
+        proposals (0: a plain decode). With the configured verification model this gives the
+        one-token step time, the unit a draft model's measured cost is expressed in."""
+        if prefill or not decode_ks:
+            return
+        c = self.config
+        steps = 1.0 + max((c.verify_fixed + c.verify_cost * k) if k else 0.0 for k in decode_ks)
+        self._step_s = _ema(self._step_s, seconds / steps)
+        self._refresh_costs()
+
+    @property
+    def draft_cost(self) -> float:
+        """One draft step in target decode steps: measured once both times are known, the
+        configured figure until then."""
+        if self.draft is None:
+            return 0.0
+        if self._draft_token_s is None or self._step_s is None or self._step_s <= 0:
+            return self.config.draft_cost
+        return min(self._draft_token_s / self._step_s, MAX_DRAFT_COST)
+
+    def _refresh_costs(self) -> None:
+        step_cost = self.config.verify_cost + self.draft_cost
+        for ctl in self._controllers.values():
+            ctl.step_cost = step_cost
 
     def verify(
         self, slot: int, sampler: TokenSampler, proposal: Proposal, logits: np.ndarray
