@@ -69,6 +69,7 @@ class AdaptiveK:
         self._probe_interval = probe_every
         self.probing = False  # the k last returned is a probe of a paused slot
         self._verified = 0  # verifications seen by this controller
+        self.pinned = False  # step_cost stays as configured (a seeded sampled request)
 
     def _restart(self) -> None:
         self._hits = self.prior_acceptance * PRIOR_WEIGHT

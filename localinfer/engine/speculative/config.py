@@ -14,9 +14,10 @@ class SpecConfig:
     forward. ``verify_fixed``: what any multi-token forward costs beyond a one-token step on a
     backend whose one-token path is special (llama.cpp's CPU matrix-vector kernels: a 2-token
     forward there costs ~1.7-1.9 steps, but each further token only ~0.5). ``draft_cost``: one
-    draft-model step (0 for n-gram lookup). The adaptive controller picks the k that maximises
-    expected tokens per unit of cost with these; scripts/bench-speculative measures them for a
-    model and backend.
+    draft-model step (0 for n-gram lookup); only a starting guess, the Speculator measures it
+    while it runs (seeded sampled requests keep the guess, so they repeat exactly). The
+    adaptive controller picks the k that maximises expected tokens per unit of cost with these;
+    scripts/bench-speculative measures them for a model and backend.
 
     ``max_busy_slots``: speculation runs only while at most this many slots are decoding; a busy
     batch already fills the machine, so verifying extra tokens costs real compute and stops

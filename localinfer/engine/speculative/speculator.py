@@ -86,6 +86,12 @@ class Speculator:
         items: list[DraftItem] = []
         for cand in candidates:
             ctl = self.controller(cand.slot)
+            params = cand.sampler.params
+            if params.seed is not None and not params.greedy and not ctl.pinned:
+                # A seeded sampled answer must repeat exactly, and its tokens depend on every k
+                # chosen: this slot keeps the configured costs, not timings of this machine.
+                ctl.pinned = True
+                ctl.step_cost = self.config.verify_cost + self.config.draft_cost
             k = min(ctl.next_k(), cand.room)
             if k <= 0:
                 continue
@@ -134,7 +140,8 @@ class Speculator:
     def _refresh_costs(self) -> None:
         step_cost = self.config.verify_cost + self.draft_cost
         for ctl in self._controllers.values():
-            ctl.step_cost = step_cost
+            if not ctl.pinned:
+                ctl.step_cost = step_cost
 
     def verify(
         self, slot: int, sampler: TokenSampler, proposal: Proposal, logits: np.ndarray
