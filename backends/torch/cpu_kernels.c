@@ -202,6 +202,36 @@ static void linear_rows(const float *x, int64_t T, int64_t in, const float *w, c
 
 INLINE float silu(float g) { return g / (1.0f + expf(-g)); }
 
+/* out[i] = silu(gate[i]) * up[i] for i in [0, n). With AVX-512, exp is a Cephes-style
+ * range reduction and degree-6 polynomial (about 1 ulp) on 16 lanes; scalar expf cost about
+ * 1 ms of a 24 ms 8-slot decode step. Elementwise, so no result depends on the batch. */
+static void silu_mul(const float *gate, const float *up, float *out, int64_t n) {
+    int64_t i = 0;
+#ifdef __AVX512F__
+    const __m512 one = _mm512_set1_ps(1.0f);
+    for (; i + 16 <= n; i += 16) {
+        __m512 g = _mm512_loadu_ps(gate + i);
+        __m512 x = _mm512_sub_ps(_mm512_setzero_ps(), g);  /* exp(-g) */
+        x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+        __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
+        r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
+        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+        p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, one));
+        __m512 e = _mm512_scalef_ps(p, k);  /* p * 2^k */
+        __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
+        _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+#endif
+    for (; i < n; i++) out[i] = silu(gate[i]) * up[i];
+}
+
 /* out = x * rsqrt(mean(x^2) + eps) * w over n elements (float accumulation in double-free
  * float, as torch's fp32 rms_norm). */
 static void rms_norm_row(const float *x, const float *w, int64_t n, float eps, float *out) {
@@ -326,10 +356,9 @@ int li_forward(const li_dims *d, const li_layer *layers, int64_t n_layers, float
             split(2 * F, nt, tid, &a, &b);
             linear_rows(h, T, H, L->gate_up, NULL, gu, 2 * F, a, b, 0);
             #pragma omp barrier
-            split(T * F, nt, tid, &a, &b);
-            for (int64_t r = a; r < b; r++) {
-                int64_t t = r / F, o = r % F;
-                act[t * F + o] = silu(gu[t * 2 * F + o]) * gu[t * 2 * F + F + o];
+            for (int64_t t = 0; t < T; t++) {  /* each thread a slice of every token's row */
+                split(F, nt, tid, &a, &b);
+                silu_mul(gu + t * 2 * F + a, gu + t * 2 * F + F + a, act + t * F + a, b - a);
             }
             #pragma omp barrier
             split(H, nt, tid, &a, &b);
