@@ -72,6 +72,8 @@ class MarkovRunner:
         pass
 
 
+# Draft costs as configured, not measured: these tests need speculation to run every time.
+FIXED_COSTS = dict(max_busy_slots=4, measure_draft_cost=False)
 PROMPTS = [[3, 4, 5, 6, 7], list(range(1, 23)) * 2, [9], [5, 6, 5, 6, 11, 12]]
 LENGTHS = [40, 25, 60, 33]
 
@@ -133,7 +135,7 @@ def test_draft_model_greedy_output_is_identical_to_plain_decoding(
 ) -> None:
     plain, _ = run(engine_for(MarkovRunner(slots=slots)))
     draft = DraftProposer(MarkovRunner(slots=slots, seed=draft_seed), vocab_size=256)
-    engine = engine_for(MarkovRunner(slots=slots), Speculator(SpecConfig(max_busy_slots=4), draft))
+    engine = engine_for(MarkovRunner(slots=slots), Speculator(SpecConfig(**FIXED_COSTS), draft))
     spec, _ = run(engine)
     assert ids(spec) == ids(plain)
     m = engine.metrics()
@@ -222,7 +224,7 @@ def test_a_proposed_token_that_breaks_the_runner_does_not_fail_the_request() -> 
 def test_sampled_requests_run_and_are_reproducible_with_a_seed() -> None:
     def once(draft: bool):
         d = DraftProposer(MarkovRunner(seed=3), 256) if draft else None
-        engine = engine_for(MarkovRunner(), Speculator(SpecConfig(max_busy_slots=4), d))
+        engine = engine_for(MarkovRunner(), Speculator(SpecConfig(**FIXED_COSTS), d))
         res, _ = run(engine, temperature=0.8, top_k=10, seed=5)
         return ids(res), engine.metrics()
 
@@ -292,6 +294,8 @@ def test_a_fixed_verification_cost_never_pays_for_one_token() -> None:
     assert best_k(0.8, 16, 0.5, fixed_cost=0.7) == 0
     for a in (0.5, 0.9, 0.99):
         assert best_k(a, 16, 0.5, fixed_cost=0.7) != 1
+    # A promised gain below the margin is not worth the risk of a cost model that is off.
+    assert best_k(0.5, 8, 0.2) > 0 and best_k(0.5, 8, 0.2, min_gain=1.3) == 0
     # The probe of a paused slot is the prior's k, not 1 (which could only lose there).
     assert AdaptiveK(k_max=16, step_cost=0.5, fixed_cost=0.7).probe_k > 1
 
@@ -361,7 +365,7 @@ def test_a_failing_draft_model_only_turns_speculation_off() -> None:
 
     plain, _ = run(engine_for(MarkovRunner()))
     draft = DraftProposer(Broken(), 256)
-    engine = engine_for(MarkovRunner(), Speculator(SpecConfig(max_busy_slots=4), draft))
+    engine = engine_for(MarkovRunner(), Speculator(SpecConfig(**FIXED_COSTS), draft))
     spec, _ = run(engine)
     assert ids(spec) == ids(plain)
     assert engine.metrics().spec_proposed == 0

@@ -31,12 +31,15 @@ def expected_tokens(a: float, k: int) -> float:
     return (1.0 - a ** (k + 1)) / (1.0 - a)
 
 
-def best_k(a: float, k_max: int, step_cost: float, fixed_cost: float = 0.0) -> int:
-    """The k in 0..k_max with the most expected tokens per unit of cost (k = 0 costs 1)."""
+def best_k(
+    a: float, k_max: int, step_cost: float, fixed_cost: float = 0.0, min_gain: float = 1.0
+) -> int:
+    """The k in 0..k_max with the most expected tokens per unit of cost (k = 0 costs 1); a k > 0
+    must beat plain decoding by ``min_gain``, a margin for a cost model that is only measured."""
     best, best_rate = 0, 1.0
     for k in range(1, k_max + 1):
         rate = expected_tokens(a, k) / (1.0 + fixed_cost + k * step_cost)
-        if rate > best_rate + 1e-12:
+        if rate > best_rate + 1e-12 and rate >= min_gain:
             best, best_rate = k, rate
     return best
 
@@ -56,10 +59,12 @@ class AdaptiveK:
         decay: float = 0.7,
         probe_every: int = 16,
         fixed_cost: float = 0.0,
+        min_gain: float = 1.0,
     ) -> None:
         self.k_max = k_max
         self.step_cost = step_cost
         self.fixed_cost = fixed_cost
+        self.min_gain = min_gain
         self.decay = decay
         self.probe_every = probe_every
         self.prior_acceptance = prior_acceptance
@@ -79,7 +84,8 @@ class AdaptiveK:
     def probe_k(self) -> int:
         """What a probe proposes: the k the prior would pay for at today's costs (at least 1;
         step_cost can change as the speculator measures a draft model)."""
-        return max(1, best_k(self.prior_acceptance, self.k_max, self.step_cost, self.fixed_cost))
+        prior = self.prior_acceptance
+        return max(1, best_k(prior, self.k_max, self.step_cost, self.fixed_cost, self.min_gain))
 
     @property
     def acceptance(self) -> float:
@@ -87,7 +93,7 @@ class AdaptiveK:
 
     def next_k(self) -> int:
         """k for this step (0: decode plainly). Call once per decode step of the slot."""
-        k = best_k(self.acceptance, self.k_max, self.step_cost, self.fixed_cost)
+        k = best_k(self.acceptance, self.k_max, self.step_cost, self.fixed_cost, self.min_gain)
         self.probing = False
         if k > 0:
             self._paused_steps = 0

@@ -38,6 +38,8 @@ class SpecConfig:
     verify_cost: float = 0.1
     verify_fixed: float = 0.0
     draft_cost: float = 0.0
+    min_gain: float = 1.05  # a k > 0 must promise this much over plain decoding
+    measure_draft_cost: bool = True  # False: keep draft_cost as given (tests, fixed setups)
     max_busy_slots: int = 2
     ema_decay: float = 0.7  # weight of the past in the running acceptance estimate
     probe_every: int = 16  # a paused slot first probes again after this many steps
@@ -47,6 +49,8 @@ class SpecConfig:
             raise ValueError(f"k_max must be >= 1, got {self.k_max}")
         if not 0.0 <= self.prior_acceptance < 1.0:
             raise ValueError(f"prior_acceptance must be in [0, 1), got {self.prior_acceptance}")
+        if self.min_gain < 1.0:
+            raise ValueError(f"min_gain must be >= 1, got {self.min_gain}")
         if self.probe_every < 1:
             raise ValueError(f"probe_every must be >= 1, got {self.probe_every}")
         if not 1 <= self.ngram_min <= self.ngram_max:

@@ -10,6 +10,7 @@ again batched, produce the remaining proposals.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -73,7 +74,9 @@ class DraftProposer:
         for slot in range(runner.info.slots):
             runner.release(slot)  # the draft's view of its cache starts empty: make it so
         self.forwards = 0  # draft forward passes run (for cost accounting and tests)
-        self.last_prefilled = False  # the last propose() also fed a new prompt to the draft
+        # Seconds the last propose() spent feeding a new prompt to the draft: a once-per-request
+        # cost, left out of the draft's measured per-token cost.
+        self.last_prefill_s = 0.0
 
     @property
     def max_ctx(self) -> int:
@@ -113,9 +116,11 @@ class DraftProposer:
                 prefill.append(SlotWork(it.slot, tuple(it.context[keep:-1]), keep))
                 keep = len(it.context) - 1
             batch.append(SlotWork(it.slot, tuple(it.context[keep:]), keep))
-        self.last_prefilled = bool(prefill)
+        self.last_prefill_s = 0.0
         if prefill:
+            started = time.perf_counter()
             self.runner.forward(prefill)
+            self.last_prefill_s = time.perf_counter() - started
             self.forwards += 1
             for work in prefill:
                 self.cached[work.slot].extend(work.tokens)

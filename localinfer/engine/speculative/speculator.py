@@ -24,6 +24,7 @@ from localinfer.engine.speculative.proposal import Proposal
 from localinfer.engine.speculative.verification import Verdict, verify
 
 COST_DECAY = 0.8  # weight of the past in the measured times
+YARDSTICK_STEPS = 3  # plain decode steps timed before a draft model first proposes
 MAX_DRAFT_COST = 10.0  # a draft slower than this many target steps per token never pays anyway
 
 
@@ -52,7 +53,9 @@ class Speculator:
         # target step. A draft model's cost depends on the pair and the machine; the
         # configured draft_cost is only a starting guess.
         self._draft_token_s: float | None = None
-        self._step_s: float | None = None
+        self._plain_step_s: float | None = None  # from plain decode forwards
+        self._plain_steps = 0
+        self._step_s: float | None = None  # implied by verification forwards (cost model)
 
     @property
     def kind(self) -> str:
@@ -68,6 +71,7 @@ class Speculator:
             decay=c.ema_decay,
             probe_every=c.probe_every,
             fixed_cost=c.verify_fixed,
+            min_gain=c.min_gain,
         )
 
     def controller(self, slot: int) -> AdaptiveK:
@@ -81,6 +85,11 @@ class Speculator:
         ``busy`` is how many slots decode this step: above ``max_busy_slots`` nobody speculates.
         """
         if busy > self.config.max_busy_slots:
+            return {}
+        measuring = self.draft is not None and self.config.measure_draft_cost
+        if measuring and self._plain_steps < YARDSTICK_STEPS:
+            # Plain steps first: the yardstick a draft's measured cost is divided by (the
+            # fastest of a few; the first decode after a prompt runs cold).
             return {}
         out: dict[int, Proposal] = {}
         items: list[DraftItem] = []
@@ -110,21 +119,30 @@ class Speculator:
             started = time.perf_counter()
             drafted = self.draft.propose(items)
             n = sum(p.k for p in drafted.values())
-            if n and not self.draft.last_prefilled:  # a prompt catch-up is no per-token cost
-                self._draft_token_s = _ema(self._draft_token_s, (time.perf_counter() - started) / n)
+            if n:  # a prompt catch-up is no per-token cost
+                spent = time.perf_counter() - started - self.draft.last_prefill_s
+                self._draft_token_s = _ema(self._draft_token_s, max(spent, 0.0) / n)
                 self._refresh_costs()
             out.update(drafted)
         return out
 
     def observe_forward(self, seconds: float, decode_ks: Sequence[int], prefill: bool) -> None:
         """A target forward took ``seconds``: its decoding slots verified ``decode_ks``
-        proposals (0: a plain decode). With the configured verification model this gives the
-        one-token step time, the unit a draft model's measured cost is expressed in."""
+        proposals (0: a plain decode). Plain steps give the one-token step time directly (the
+        unit a draft model's measured cost is expressed in); until there are any, verification
+        forwards give it through the configured cost model."""
         if prefill or not decode_ks:
             return
-        c = self.config
-        steps = 1.0 + max((c.verify_fixed + c.verify_cost * k) if k else 0.0 for k in decode_ks)
-        self._step_s = _ema(self._step_s, seconds / steps)
+        if not any(decode_ks):  # a plain decode step: measured directly, preferred
+            # The fastest seen: a step's noise only ever adds time (the first decode after a
+            # prompt runs cold), and erring slow would make a draft look cheaper than it is.
+            old = self._plain_step_s
+            self._plain_step_s = seconds if old is None else min(old, seconds)
+            self._plain_steps += 1
+        else:
+            c = self.config
+            steps = 1.0 + max((c.verify_fixed + c.verify_cost * k) if k else 0.0 for k in decode_ks)
+            self._step_s = _ema(self._step_s, seconds / steps)
         self._refresh_costs()
 
     @property
@@ -133,9 +151,12 @@ class Speculator:
         configured figure until then."""
         if self.draft is None:
             return 0.0
-        if self._draft_token_s is None or self._step_s is None or self._step_s <= 0:
+        if not self.config.measure_draft_cost:
             return self.config.draft_cost
-        return min(self._draft_token_s / self._step_s, MAX_DRAFT_COST)
+        step = self._plain_step_s if self._plain_step_s is not None else self._step_s
+        if self._draft_token_s is None or step is None or step <= 0:
+            return self.config.draft_cost
+        return min(self._draft_token_s / step, MAX_DRAFT_COST)
 
     def _refresh_costs(self) -> None:
         step_cost = self.config.verify_cost + self.draft_cost
