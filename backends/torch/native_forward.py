@@ -24,22 +24,7 @@ from localinfer.loading.model_config import ModelConfig
 # 16: 275 vs 152, 32: 316 vs 259, 48: 326 vs 332, 128: 319 vs 406 (oneDNN, used above the
 # limit, is faster than F.linear again).
 DEFAULT_MAX_TOKENS = 32
-
-
 MAX_HEAD_DIM = 512  # the kernels rotate a head in a stack buffer of this size
-
-
-def native_supported(
-    config: ModelConfig, weights: ModelWeights, dtype: torch.dtype, device: torch.device
-) -> bool:
-    """Dense float32 matrices on the CPU: the only layout the kernels read."""
-    return (
-        config.head_dim <= MAX_HEAD_DIM
-        and device.type == "cpu"
-        and dtype == torch.float32
-        and not weights.quantized
-        and not weights.packed
-    )
 
 
 def _addr(t: torch.Tensor | None) -> int | None:

@@ -18,8 +18,8 @@ from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.model import LlamaModel
 from localinfer.backends.torch.native_forward import (
     DEFAULT_MAX_TOKENS,
+    MAX_HEAD_DIM,
     NativeForward,
-    native_supported,
 )
 from localinfer.backends.torch.quant import (
     QUANT_LAYOUT_VERSION,
@@ -75,13 +75,11 @@ class TorchRunner:
             and self.quant_spec is None
             and self.device.type == "cpu"
             and self.dtype == torch.float32
+            and mc.head_dim <= MAX_HEAD_DIM
         ):
             kernels = load_kernels()
-        self.packed_weights = (
-            kernels is None
-            and self.quant_spec is None
-            and onednn_available(self.dtype, self.device)
-        )
+        onednn = self.quant_spec is None and onednn_available(self.dtype, self.device)
+        self.packed_weights = kernels is None and onednn
         quantizer = self._quantizer(model) if self.quant_spec is not None else None
         self.quant_cache_hit = False  # the quantized weights came from the on-disk cache
         self.quant_kernels: dict[str, int] = {}  # kernel name -> matrices using it
@@ -89,17 +87,17 @@ class TorchRunner:
         weights = load_weights(
             mc, model.weights, self.dtype, self.device, pack=self.packed_weights,
             quantizer=quantizer, huge_pages=kernels is not None,
+            onednn_dense=kernels is not None and onednn,
         )  # fmt: skip
         if quantizer is not None:
             self._save_quantized(model, quantizer)
-        weights.onednn_dense = kernels is not None and onednn_available(self.dtype, self.device)
         self._model = LlamaModel(mc, weights, config.max_ctx, self.dtype, self.device)
         self._cache = StaticKVCache(
             mc.n_layers, config.slots, mc.n_kv_heads, config.max_ctx, mc.head_dim,
             self.dtype, self.device,
         )  # fmt: skip
         self._native: NativeForward | None = None
-        if kernels is not None and native_supported(mc, weights, self.dtype, self.device):
+        if kernels is not None:
             self._native = NativeForward(
                 kernels, mc, weights, self._cache, self._model.cos, self._model.sin,
                 max_tokens=native_max_tokens, threads=config.threads,

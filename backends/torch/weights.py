@@ -154,12 +154,13 @@ def load_weights(
     pack: bool = False,
     quantizer: WeightQuantizer | None = None,
     huge_pages: bool = False,
+    onednn_dense: bool = False,
 ) -> ModelWeights:
     """Copy the source's tensors to ``device`` in ``dtype``; with ``pack`` (CPU, see
     onednn_available) the matrices are packed for oneDNN; with ``quantizer`` every matrix and
     the embedding table are quantized (or taken from its cache without reading the source).
     ``huge_pages``: dense float32 CPU matrices go to a huge-page arena (huge_pages.py) where
-    the platform allows."""
+    the platform allows; ``onednn_dense``: dense matrices are multiplied with oneDNN."""
     if config.arch not in TORCH_ARCHS:
         raise UnsupportedModelError(
             f"the torch backend runs {', '.join(TORCH_ARCHS)}; this model is {config.arch!r}"
@@ -264,6 +265,7 @@ def load_weights(
         norm=norm("model.norm.weight", h),
         lm_head=lm_head,
         packed=pack,
+        onednn_dense=onednn_dense,
     )
 
 

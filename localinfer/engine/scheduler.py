@@ -141,12 +141,9 @@ class Scheduler:
         if planned:
             started = time.perf_counter()
             outputs = self._forward(planned)
-            if self.speculator is not None:
-                self.speculator.observe_forward(
-                    time.perf_counter() - started,
-                    [p.proposal.k if p.proposal else 0 for p in planned if p.is_decode],
-                    prefill=any(not p.is_decode for p in planned),
-                )
+            if self.speculator is not None and self.speculator.measuring:
+                plain = all(p.is_decode and p.proposal is None for p in planned)
+                self.speculator.observe_forward(time.perf_counter() - started, plain)
             for item, out in zip(planned, outputs, strict=True):
                 self._after_forward(item, out, report)
         self._step_no += 1

@@ -23,7 +23,7 @@ from localinfer.engine.speculative.ngram import NgramProposer
 from localinfer.engine.speculative.proposal import Proposal
 from localinfer.engine.speculative.verification import Verdict, verify
 
-COST_DECAY = 0.8  # weight of the past in the measured times
+COST_DECAY = 0.8  # weight of the past in the measured draft time
 YARDSTICK_STEPS = 3  # plain decode steps timed before a draft model first proposes
 MAX_DRAFT_COST = 10.0  # a draft slower than this many target steps per token never pays anyway
 
@@ -49,13 +49,12 @@ class Speculator:
         self.draft = draft
         self.ngram = NgramProposer(self.config.ngram_max, self.config.ngram_min)
         self._controllers: dict[int, AdaptiveK] = {}
-        # Measured online (decayed averages): seconds per drafted token and per one-token
-        # target step. A draft model's cost depends on the pair and the machine; the
-        # configured draft_cost is only a starting guess.
+        # Measured online: seconds per drafted token (decayed average) and per plain one-token
+        # target step (the fastest seen). A draft model's cost depends on the pair and the
+        # machine; the configured draft_cost is only a starting guess.
         self._draft_token_s: float | None = None
-        self._plain_step_s: float | None = None  # from plain decode forwards
+        self._plain_step_s: float | None = None
         self._plain_steps = 0
-        self._step_s: float | None = None  # implied by verification forwards (cost model)
 
     @property
     def kind(self) -> str:
@@ -86,8 +85,7 @@ class Speculator:
         """
         if busy > self.config.max_busy_slots:
             return {}
-        measuring = self.draft is not None and self.config.measure_draft_cost
-        if measuring and self._plain_steps < YARDSTICK_STEPS:
+        if self.measuring and self._plain_steps < YARDSTICK_STEPS:
             # Plain steps first: the yardstick a draft's measured cost is divided by (the
             # fastest of a few; the first decode after a prompt runs cold).
             return {}
@@ -126,37 +124,34 @@ class Speculator:
             out.update(drafted)
         return out
 
-    def observe_forward(self, seconds: float, decode_ks: Sequence[int], prefill: bool) -> None:
-        """A target forward took ``seconds``: its decoding slots verified ``decode_ks``
-        proposals (0: a plain decode). Plain steps give the one-token step time directly (the
-        unit a draft model's measured cost is expressed in); until there are any, verification
-        forwards give it through the configured cost model."""
-        if prefill or not decode_ks:
+    @property
+    def measuring(self) -> bool:
+        """Whether this speculator times the target's forwards (a draft model, measured)."""
+        return self.draft is not None and self.config.measure_draft_cost
+
+    def observe_forward(self, seconds: float, plain: bool) -> None:
+        """A target forward took ``seconds``; ``plain``: it was decode steps only, nothing
+        proposed. Those give the one-token step time, the unit a draft model's measured cost is
+        expressed in (no draft proposes before YARDSTICK_STEPS of them)."""
+        if not plain or not self.measuring:
             return
-        if not any(decode_ks):  # a plain decode step: measured directly, preferred
-            # The fastest seen: a step's noise only ever adds time (the first decode after a
-            # prompt runs cold), and erring slow would make a draft look cheaper than it is.
-            old = self._plain_step_s
-            self._plain_step_s = seconds if old is None else min(old, seconds)
-            self._plain_steps += 1
-        else:
-            c = self.config
-            steps = 1.0 + max((c.verify_fixed + c.verify_cost * k) if k else 0.0 for k in decode_ks)
-            self._step_s = _ema(self._step_s, seconds / steps)
+        # The fastest seen: a step's noise only ever adds time (the first decode after a prompt
+        # runs cold), and erring slow would make a draft look cheaper than it is.
+        old = self._plain_step_s
+        self._plain_step_s = seconds if old is None else min(old, seconds)
+        self._plain_steps += 1
         self._refresh_costs()
 
     @property
     def draft_cost(self) -> float:
         """One draft step in target decode steps: measured once both times are known, the
-        configured figure until then."""
+        configured figure until then (or when not measuring)."""
         if self.draft is None:
             return 0.0
-        if not self.config.measure_draft_cost:
+        step, per_token = self._plain_step_s, self._draft_token_s
+        if not self.measuring or per_token is None or step is None or step <= 0:
             return self.config.draft_cost
-        step = self._plain_step_s if self._plain_step_s is not None else self._step_s
-        if self._draft_token_s is None or step is None or step <= 0:
-            return self.config.draft_cost
-        return min(self._draft_token_s / step, MAX_DRAFT_COST)
+        return min(per_token / step, MAX_DRAFT_COST)
 
     def _refresh_costs(self) -> None:
         step_cost = self.config.verify_cost + self.draft_cost
