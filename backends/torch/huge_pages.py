@@ -1,10 +1,11 @@
 """Host memory for dense CPU weights on transparent huge pages (Linux).
 
 A decode step streams every weight once. On 4 KB pages that is a TLB miss every 4 KB, and the
-hardware prefetchers stop at each page boundary; on 2 MB pages neither happens. Measured on the
-project's 2-core machine, the native kernels' matrix-vector product over SmolLM2's 540 MB of fp32
-matrices, 2 threads, alternating in one process: 44.1 vs 36.6 GB/s and 31.0 vs 28.8 GB/s in two
-runs. Most Linux systems run THP in ``madvise`` mode, so the memory has to ask for it.
+hardware prefetchers stop at each page boundary; on 2 MB pages neither happens. On the project's
+2-core VM the gain is small and depends on the host's memory phase: `scripts/bench-native-kernels`
+(one-token product over SmolLM2's 538 MB of fp32 matrices, 2 threads) prints 2-5% more GB/s on
+huge pages at ~33 GB/s and none at 8-16 tokens; one fast-phase A/B during development gave
+44.1 vs 36.6 GB/s. Most Linux systems run THP in ``madvise`` mode, so the memory has to ask.
 
 An arena is one anonymous mapping advised with MADV_HUGEPAGE; each tensor taken from it is a
 separate torch storage (``torch.frombuffer`` on its own slice), so memory accounting per tensor

@@ -19,10 +19,10 @@ from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.weights import ModelWeights
 from localinfer.loading.model_config import ModelConfig
 
-# Above about this many tokens in one forward the torch GEMMs catch up: a chunk after a 256-token
-# prompt on the embedded model, 2 threads, native vs F.linear tokens/s: 8 tokens 258 vs 79,
-# 16: 275 vs 152, 32: 316 vs 259, 48: 326 vs 332, 128: 319 vs 406 (oneDNN, used above the
-# limit, is faster than F.linear again).
+# Above about this many tokens in one forward the torch GEMMs catch up. scripts/bench-native-kernels
+# (a chunk after a 256-token prompt, embedded model, 2 threads), native vs the torch ops used
+# above the limit, tokens/s: 8 tokens 342 vs 153, 16: 366 vs 248, 32: 440 vs 367, 48: 433 vs
+# 412, 64: 476 vs 487, 128: 472 vs 603.
 DEFAULT_MAX_TOKENS = 32
 MAX_HEAD_DIM = 512  # the kernels rotate a head in a stack buffer of this size
 

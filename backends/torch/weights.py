@@ -88,7 +88,7 @@ class ModelWeights:
     quantized: bool = False
     # Dense matrices multiplied with oneDNN all the same (it takes the plain layout too): for
     # prefill chunks on CPU, 676 vs 586 tokens/s for F.linear on a 256-token SmolLM2 prompt
-    # (packed: 712).
+    # (packed: 712; one ad-hoc A/B while choosing, not a committed benchmark).
     onednn_dense: bool = False
 
     @property
