@@ -263,7 +263,11 @@ def test_ngram_lookup_prefers_the_longest_and_latest_match() -> None:
     # The 3-gram "7 2 3" beats the more recent 1-gram "3".
     assert p.propose([7, 2, 3, 4, 4, 3, 5, 7, 2, 3], k=2) == (4, 4)
     assert p.propose([1, 2, 3, 4], k=4) == ()
-    assert p.propose([5, 5, 5], k=4) == (5,)  # a run: continues to the end of the context
+    # A match that runs into the end of the context goes on with the tokens just proposed:
+    # a run or a loop is proposed k ahead, not only up to its period.
+    assert p.propose([5, 5, 5], k=4) == (5, 5, 5, 5)
+    assert p.propose([1, 2, 3, 9, 9, 1, 2, 3], k=7) == (9, 9, 1, 2, 3, 9, 9)
+    assert p.propose([4, 1, 2, 1, 2], k=5) == (1, 2, 1, 2, 1)
     assert NgramProposer(n_max=3, n_min=2).propose([1, 2, 3, 1], k=2) == ()  # 1-gram too short
     assert p.propose([1, 2, 1], k=0) == ()
 

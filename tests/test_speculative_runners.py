@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from localinfer.backends.base import Runner, RunnerConfig
+from localinfer.bench.spec_workloads import EDITING
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
 from tests.test_engine_model import ByteTokenizer
@@ -135,11 +136,8 @@ def test_llamacpp_tiny_models_speculation_is_token_identical(tmp_path: Path, slo
 
 # -- the embedded model ------------------------------------------------------------------------
 
-EDIT_PROMPT = (
-    "Rewrite this function so it is called total_price instead of price_sum, changing nothing "
-    "else:\n\ndef price_sum(items):\n    total = 0\n    for item in items:\n        total += "
-    "item.price * item.quantity\n    return total\n"
-)
+# The answer copies the prompt's paragraph (the model does not make the change, as it happens).
+EDIT_PROMPT = EDITING[2]
 
 
 @pytest.fixture(scope="module")
@@ -166,8 +164,8 @@ def test_embedded_llamacpp_speculation_is_token_identical(embedded, slots: int) 
     target = llamacpp_runner(path, "Q4_1", slots, max_ctx=512)
     draft = llamacpp_runner(path, "Q4_1", slots, max_ctx=512)  # a self-draft
     m_ngram, m_draft = check_parity(target, draft, ps[:slots], 48, embedded.tokenizer)
-    # The edit copies its prompt: lookups pay off (the free-chat prompt in slot 1 less so).
-    assert m_ngram.tokens_per_target_forward is not None and m_ngram.tokens_per_target_forward > 1.2
+    # The edit copies its prompt: lookups pay off (the free-chat prompt in slot 1 does not).
+    assert m_ngram.tokens_per_target_forward is not None and m_ngram.tokens_per_target_forward > 1.5
     assert m_draft.spec_acceptance_rate is not None and m_draft.spec_acceptance_rate > 0.9
 
 

@@ -39,5 +39,18 @@ class NgramProposer:
             if hits.size == 0:
                 continue
             start = int(hits[-1]) + n  # the token after the most recent match
-            return tuple(int(t) for t in arr[start : start + k]), n
+            return _continue_from(arr, start, k), n
         return (), 0
+
+
+def _continue_from(arr: np.ndarray, start: int, k: int) -> tuple[int, ...]:
+    """k tokens copied from ``start`` on. When the copy reaches the end of the context it goes
+    on from the tokens it has just proposed: the match was ``length - start`` tokens back, so a
+    text repeating a period that short (a loop, a table row, a list pattern) is proposed k tokens
+    ahead instead of only up to the period."""
+    length = arr.shape[0]
+    out = [int(t) for t in arr[start : start + k]]
+    period = length - start
+    while len(out) < k:
+        out.append(out[len(out) - period])
+    return tuple(out)
