@@ -1,4 +1,5 @@
-"""Load and call cpu_kernels.c: the torch runner's native fp32 forward for small batches.
+"""Load and call cpu_kernels.c: the torch runner's native CPU forward (float32 activations, weights
+as float32 rows or GGUF block rows).
 
 native_build.py compiles the C file for this machine; it is loaded here with ctypes. ``import
 torch`` comes first so the library binds to the libgomp torch has already loaded (same soname):
@@ -19,9 +20,31 @@ from pathlib import Path
 
 import torch
 
+from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.native_build import BuildError, build, native_kernels_enabled
 
 log = logging.getLogger(__name__)
+
+F32_FORMAT = 0  # li_mat.format for float32 rows
+
+
+class Mat(ctypes.Structure):
+    """li_mat in cpu_kernels.c: one weight matrix, float32 rows or GGUF block rows."""
+
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("row_bytes", ctypes.c_int64),
+        ("format", ctypes.c_int32),
+    ]
+
+
+def mat(w: torch.Tensor | BlockMatrix) -> Mat:
+    """The li_mat for a dense float32 [out, in] tensor or a BlockMatrix (the caller keeps
+    ``w`` alive while the kernels may read it)."""
+    if isinstance(w, BlockMatrix):
+        return Mat(w.blocks.data_ptr(), w.row_bytes, w.format)
+    _check_f32(w)
+    return Mat(w.data_ptr(), w.shape[1] * 4, F32_FORMAT)
 
 
 class LayerPointers(ctypes.Structure):
@@ -29,14 +52,14 @@ class LayerPointers(ctypes.Structure):
 
     _fields_ = [
         ("input_norm", ctypes.c_void_p),
-        ("qkv", ctypes.c_void_p),
+        ("qkv", Mat),
         ("qkv_bias", ctypes.c_void_p),
         ("q_norm", ctypes.c_void_p),
         ("k_norm", ctypes.c_void_p),
-        ("o", ctypes.c_void_p),
+        ("o", Mat),
         ("post_norm", ctypes.c_void_p),
-        ("gate_up", ctypes.c_void_p),
-        ("down", ctypes.c_void_p),
+        ("gate_up", Mat),
+        ("down", Mat),
         ("kcache", ctypes.c_void_p),
         ("vcache", ctypes.c_void_p),
         ("window", ctypes.c_int64),
@@ -75,16 +98,35 @@ class NativeKernels:
         self.lib.li_norm_linear(*args)
 
     def linear(
-        self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, threads: int
+        self,
+        x: torch.Tensor,
+        w: torch.Tensor | BlockMatrix,
+        bias: torch.Tensor | None,
+        threads: int,
     ) -> torch.Tensor:
-        """x [T, in] . w[out, in]^T (+ bias), float32 contiguous: the bare matrix product."""
-        _check_f32(x, w, *([bias] if bias is not None else []))
+        """x [T, in] . w[out, in]^T (+ bias), float32 contiguous (or w as blocks): the bare
+        matrix product."""
+        _check_f32(x, *([bias] if bias is not None else []))
+        if x.shape[1] != w.shape[1]:
+            raise ValueError(f"x has {x.shape[1]} columns, w {w.shape[1]}")
         y = torch.empty(x.shape[0], w.shape[0], dtype=torch.float32)
+        m = mat(w)
         self.lib.li_linear(
-            x.data_ptr(), x.shape[0], x.shape[1], w.data_ptr(), w.shape[0],
+            x.data_ptr(), x.shape[0], x.shape[1], ctypes.byref(m), w.shape[0],
             bias.data_ptr() if bias is not None else None, y.data_ptr(), threads,
         )  # fmt: skip
         return y
+
+    def dequant_rows(self, w: BlockMatrix, rows: torch.Tensor) -> torch.Tensor:
+        """w's rows ``rows`` ([n] long, in range) as float32 [n, in]: the embedding lookup of a
+        table kept as blocks, equal to indexing its dequantized float32 table."""
+        rows = rows.contiguous()
+        out = torch.empty(rows.shape[0], w.in_features, dtype=torch.float32)
+        m = mat(w)
+        self.lib.li_dequant_rows(
+            ctypes.byref(m), w.in_features, rows.data_ptr(), rows.shape[0], out.data_ptr()
+        )
+        return out
 
 
 def _check_f32(*tensors: torch.Tensor) -> None:
@@ -116,4 +158,6 @@ def _load() -> NativeKernels | None:
     lib.li_norm_linear.restype = None
     lib.li_linear.argtypes = [p, i64, i64, p, i64, p, p, i32]
     lib.li_linear.restype = None
+    lib.li_dequant_rows.argtypes = [p, i64, p, i64, p]
+    lib.li_dequant_rows.restype = None
     return NativeKernels(lib, path)

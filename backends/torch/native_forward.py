@@ -1,10 +1,13 @@
 """The torch runner's CPU fast path: a small batch's whole forward in one native call.
 
 Decode steps, speculative verification and small prefill chunks (up to ``max_tokens`` packed
-tokens) go through cpu_kernels.c over the runner's own tensors: the fp32 weight matrices in
-Hugging Face layout, the static KV cache and the RoPE tables. Larger prefill chunks, where the
-products are compute-bound and MKL/oneDNN are the better GEMM, stay on the torch ops in model.py.
-Both paths write the same cache, so a slot can move between them from one forward to the next.
+tokens) go through cpu_kernels.c over the runner's own tensors: the weight matrices in Hugging
+Face layout (float32, or GGUF blocks: block_weights.py), the static KV cache and the RoPE tables.
+Larger prefill chunks, where the products are compute-bound and MKL/oneDNN are the better GEMM,
+stay on the torch ops in model.py. Both paths write the same cache, so a slot can move between
+them from one forward to the next. With block matrices the torch ops cannot run: every forward
+comes here, a long one in chunks of ``CHUNK_TOKENS`` (scratch stays bounded; each token's result
+does not depend on the batch, so chunked equals one-shot).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import math
 
 import torch
 
-from localinfer.backends.torch.cpu_kernels import Dims, LayerPointers, NativeKernels
+from localinfer.backends.torch.block_weights import BlockMatrix
+from localinfer.backends.torch.cpu_kernels import Dims, LayerPointers, NativeKernels, mat
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.weights import ModelWeights
 from localinfer.loading.model_config import ModelConfig
@@ -25,6 +29,9 @@ from localinfer.loading.model_config import ModelConfig
 # 412, 64: 476 vs 487, 128: 472 vs 603.
 DEFAULT_MAX_TOKENS = 32
 MAX_HEAD_DIM = 512  # the kernels rotate a head in a stack buffer of this size
+# Tokens per native call when every forward must run natively (block weights): scratch is about
+# 7 MB at this size for the embedded model, and chunks this long are compute-bound anyway.
+CHUNK_TOKENS = 256
 
 
 def _addr(t: torch.Tensor | None) -> int | None:
@@ -46,13 +53,19 @@ class NativeForward:
         signed_sin: torch.Tensor,
         max_tokens: int = DEFAULT_MAX_TOKENS,
         threads: int | None = None,
+        chunk_tokens: int = CHUNK_TOKENS,
     ) -> None:
+        """max_tokens: forwards of up to this many tokens come here, unless the weights hold
+        block matrices (then every forward does, ``chunk_tokens`` at a time)."""
         self.kernels = kernels
         # The runner's thread count (RunnerConfig.threads, else torch's setting when built),
         # passed to every OpenMP region explicitly.
         self.threads = threads or torch.get_num_threads()
         self.config = config
         self.max_tokens = max_tokens
+        self.chunk_tokens = chunk_tokens
+        # The torch ops cannot multiply by block matrices: then this path takes every forward.
+        self.required = weights.has_blocks()
         # The kernels hold raw addresses: keep every tensor they point into alive here.
         self._weights, self._cache = weights, cache
         self._cos, self._sin = cos.contiguous(), signed_sin.contiguous()
@@ -65,17 +78,25 @@ class NativeForward:
         layers = (LayerPointers * config.n_layers)()
         for i, lw in enumerate(weights.layers):
             layers[i] = LayerPointers(
-                input_norm=_addr(lw.input_norm), qkv=_addr(lw.qkv), qkv_bias=_addr(lw.qkv_bias),
-                q_norm=_addr(lw.q_norm), k_norm=_addr(lw.k_norm), o=_addr(lw.o),
-                post_norm=_addr(lw.post_norm), gate_up=_addr(lw.gate_up), down=_addr(lw.down),
+                input_norm=_addr(lw.input_norm), qkv=mat(lw.qkv), qkv_bias=_addr(lw.qkv_bias),
+                q_norm=_addr(lw.q_norm), k_norm=_addr(lw.k_norm), o=mat(lw.o),
+                post_norm=_addr(lw.post_norm), gate_up=mat(lw.gate_up), down=mat(lw.down),
                 kcache=_addr(cache.keys[i]), vcache=_addr(cache.values[i]),
                 window=window if lw.sliding else 0,
             )  # fmt: skip
         self._layers = layers
+        self._lm_head = mat(weights.lm_head)
         self._scratch = torch.empty(0, dtype=torch.float32)
 
     def handles(self, tokens: int) -> bool:
-        return tokens <= self.max_tokens
+        return self.required or tokens <= self.max_tokens
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[T] ids -> a fresh [T, hidden] float32 tensor (the kernels update it in place)."""
+        table = self._weights.embed
+        if isinstance(table, BlockMatrix):
+            return self.kernels.dequant_rows(table, tokens)
+        return table[tokens].contiguous()
 
     def _scratch_for(self, floats: int) -> torch.Tensor:
         if self._scratch.numel() < floats:
@@ -87,11 +108,19 @@ class NativeForward:
     ) -> torch.Tensor:
         """tokens, slots, positions: [T] long (CPU). Writes K/V into the cache; returns
         [T, hidden] before the final norm, as LlamaModel.hidden_states."""
-        n = tokens.shape[0]
-        threads = self.threads
-        x = self._weights.embed[tokens].contiguous()  # a fresh [T, hidden] the kernel updates
+        x = self.embed(tokens)
         slots = slots.contiguous()
         positions = positions.contiguous()
+        n = tokens.shape[0]
+        # In order: a chunk's tokens see the K/V every earlier chunk wrote.
+        for start in range(0, n, self.chunk_tokens):
+            end = min(n, start + self.chunk_tokens)
+            self._run(x[start:end], slots[start:end], positions[start:end])
+        return x
+
+    def _run(self, x: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -> None:
+        """One native call over contiguous row slices; updates x [n, hidden] in place."""
+        n, threads = x.shape[0], self.threads
         scratch = self._scratch_for(self.kernels.scratch_floats(self.dims, n, threads))
         rc = self.kernels.forward(
             ctypes.byref(self.dims), self._layers, self.config.n_layers, x.data_ptr(), n,
@@ -100,18 +129,16 @@ class NativeForward:
         )  # fmt: skip
         if rc != 0:
             raise ValueError(f"native forward refused head_dim {self.config.head_dim}")
-        return x
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[R, hidden] -> [R, vocab] float32: final norm + LM head."""
         hidden = hidden.contiguous()
         rows, h = hidden.shape
-        lm_head = self._weights.lm_head
-        vocab = lm_head.shape[0]
+        vocab = self._weights.lm_head.shape[0]
         out = torch.empty(rows, vocab, dtype=torch.float32)
         normed = self._scratch_for(rows * h)
         self.kernels.norm_linear(
             hidden.data_ptr(), rows, h, self._weights.norm.data_ptr(), self.config.rms_eps,
-            normed.data_ptr(), _addr(lm_head), vocab, out.data_ptr(), self.threads,
+            normed.data_ptr(), ctypes.byref(self._lm_head), vocab, out.data_ptr(), self.threads,
         )  # fmt: skip
         return out

@@ -13,6 +13,7 @@ from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, Slo
 from localinfer.backends.slot_lengths import split_logits
 from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.batch_plan import plan_batch
+from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.cpu_kernels import load_kernels
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.model import LlamaModel
@@ -28,7 +29,7 @@ from localinfer.backends.torch.quant import (
     WeightQuantizer,
     parse_quant,
 )
-from localinfer.backends.torch.weights import load_weights, onednn_available
+from localinfer.backends.torch.weights import ModelWeights, load_weights, onednn_available
 from localinfer.errors import BackendUnavailableError, UnsupportedModelError
 from localinfer.loading.model import LoadedModel
 from localinfer.quant_cache import QuantCache, quant_cache_enabled
@@ -46,10 +47,18 @@ class TorchRunner:
     """
 
     def __init__(
-        self, model: LoadedModel, config: RunnerConfig, native_max_tokens: int | None = None
+        self,
+        model: LoadedModel,
+        config: RunnerConfig,
+        native_max_tokens: int | None = None,
+        stored_blocks: bool = True,
     ) -> None:
         """native_max_tokens: forwards of up to this many tokens run the native CPU kernels
-        (native_forward.py; default DEFAULT_MAX_TOKENS, 0 = never, torch ops only)."""
+        (native_forward.py; default DEFAULT_MAX_TOKENS, 0 = never, torch ops only).
+        stored_blocks: where the native kernels run (CPU, float32) and the file keeps matrices
+        as GGUF Q8_0/Q4_0/Q4_1 blocks, hold those blocks instead of float32 (block_weights.py:
+        same results, ~5x fewer bytes; every forward then runs natively). Not when the config
+        asks for float weights by name (quant "none", "fp32" ...) or False: float32 as before."""
         if config.dtype not in DTYPES:
             raise UnsupportedModelError(
                 f"torch runner dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}"
@@ -80,6 +89,14 @@ class TorchRunner:
             kernels = load_kernels()
         onednn = self.quant_spec is None and onednn_available(self.dtype, self.device)
         self.packed_weights = kernels is None and onednn
+        blocks = None  # a source that can hand out stored block rows (GGUF)
+        if (
+            kernels is not None
+            and stored_blocks
+            and config.quant in (None, model.file_quant)
+            and hasattr(model.weights, "stored_rows")
+        ):
+            blocks = model.weights
         quantizer = self._quantizer(model) if self.quant_spec is not None else None
         self.quant_cache_hit = False  # the quantized weights came from the on-disk cache
         self.quant_kernels: dict[str, int] = {}  # kernel name -> matrices using it
@@ -87,7 +104,7 @@ class TorchRunner:
         weights = load_weights(
             mc, model.weights, self.dtype, self.device, pack=self.packed_weights,
             quantizer=quantizer, huge_pages=kernels is not None,
-            onednn_dense=kernels is not None and onednn,
+            onednn_dense=kernels is not None and onednn, blocks=blocks,
         )  # fmt: skip
         if quantizer is not None:
             self._save_quantized(model, quantizer)
@@ -111,7 +128,7 @@ class TorchRunner:
             slots=config.slots,
             max_ctx=config.max_ctx,
             vocab_size=mc.vocab_size,
-            quant=self.quant_spec.label if self.quant_spec else DTYPE_NAMES[config.dtype],
+            quant=self._quant_label(model, weights),
         )
 
     @property
@@ -179,7 +196,7 @@ class TorchRunner:
             embed = weights.embed
             total -= (
                 embed.nbytes()
-                if isinstance(embed, QuantLinear)
+                if isinstance(embed, (QuantLinear, BlockMatrix))
                 else (embed.untyped_storage().nbytes())
             )
         return total
@@ -211,6 +228,16 @@ class TorchRunner:
             torch.cuda.empty_cache()
 
     # -- internals ------------------------------------------------------------------------
+
+    def _quant_label(self, model: LoadedModel, weights: ModelWeights) -> str:
+        """What the weights are held as: the int8/int4 label, the GGUF type most of the block
+        bytes are in (the file's own where it is one of them), else the float dtype."""
+        if self.quant_spec is not None:
+            return self.quant_spec.label
+        kept = weights.block_types()
+        if kept:
+            return model.file_quant if model.file_quant in kept else max(kept, key=kept.get)
+        return DTYPE_NAMES[self.config.dtype]
 
     def _quant_cache_method(self) -> str:
         return f"torch-{self.quant_spec.label}-v{QUANT_LAYOUT_VERSION}"

@@ -216,7 +216,28 @@ class Planner:
             return DTYPES[self.compute_dtype()]
         return quant
 
+    def kept_blocks(self, quant: str) -> int | None:
+        """Bytes the torch runner holds when its native CPU kernels keep the file's Q8_0/Q4_0/
+        Q4_1 matrices as stored blocks (this CPU, float32, kernels buildable, the file's own
+        quant): None where it dequantizes everything instead."""
+        header = self.facts.header
+        if (
+            self.profile.name != "torch"
+            or self.device_kind != "cpu"
+            or self.compute_dtype() != "float32"
+            or header is None
+            or header.kept_block_bytes is None
+            or quant != header.quant
+        ):
+            return None
+        from localinfer.backends.torch.native_build import native_kernels_expected  # torch-free
+
+        return header.kept_block_bytes if native_kernels_expected() else None
+
     def breakdown(self, quant: str, ctx: int, sequences: int, kv: KVDtype) -> Breakdown:
+        kept = self.kept_blocks(quant)
+        if kept is not None:
+            return self._breakdown(quant, ctx, sequences, kv, kept)
         stored = self.stored_quant(quant)
         weights, source = self.facts.weights(stored)
         arch = self.facts.arch
@@ -235,6 +256,27 @@ class Planner:
         ):
             weights += arch.vocab_size * arch.hidden_size * (4 if stored == "f32" else 2)
             source += " + a packed copy of the tied LM head"
+        return self._breakdown(quant, ctx, sequences, kv, weights, source)
+
+    def _breakdown(
+        self,
+        quant: str,
+        ctx: int,
+        sequences: int,
+        kv: KVDtype,
+        weights: int,
+        source: str | None = None,
+    ) -> Breakdown:
+        arch = self.facts.arch
+        kept_blocks = source is None
+        if kept_blocks:  # the torch runner keeping the file's blocks (kept_blocks)
+            assert self.facts.header is not None
+            mapped = self.facts.header.weight_bytes
+            source = (
+                f"torch keeps the {quant} blocks for its native kernels, other tensors float32"
+                f" (GGUF header) + the {quant} file mapping"
+            )
+            weights += mapped if self.profile.source_mapping_on_cpu else 0
         return Breakdown(
             weights=weights,
             weights_source=source,
@@ -242,7 +284,7 @@ class Planner:
             compute=compute_buffer_bytes(
                 arch, ctx, sequences, self.chunk, self.profile, self.device_kind
             ),
-            runtime=self.profile.runtime_for(self.device_kind),
+            runtime=self.profile.runtime_for(self.device_kind, kept_blocks),
         )
 
     def fits(self, budget: int, quant: str, ctx: int, sequences: int, kv: KVDtype) -> bool:

@@ -44,8 +44,14 @@ class BackendProfile:
     # open (it holds the LoadedModel for the tokenizer): the quantized file's pages read during
     # the load stay in the process's RSS (clean, evictable, but resident).
     source_mapping_on_cpu: bool = False
+    # torch on CPU keeping a GGUF's Q8_0/Q4_0/Q4_1 blocks for its native kernels: nothing is
+    # dequantized while loading, which leaves the heap smaller than runtime_bytes assumes.
+    # None: runtime_bytes.
+    kept_blocks_runtime_bytes: int | None = None
 
-    def runtime_for(self, device_kind: str) -> int:
+    def runtime_for(self, device_kind: str, kept_blocks: bool = False) -> int:
+        if kept_blocks and self.kept_blocks_runtime_bytes is not None:
+            return self.kept_blocks_runtime_bytes
         if device_kind in ("cuda", "metal"):
             return self.accelerator_runtime_bytes
         return self.runtime_bytes
@@ -76,6 +82,11 @@ BACKEND_PROFILES: dict[str, BackendProfile] = {
         chunk_logits_on=(),  # logits only for the rows asked (peak activations: 6.1 MiB, ctx 512)
         tied_head_copy_on_cpu=True,  # measured: weights() reports 621.1 MiB = 513.1 + 108.0
         source_mapping_on_cpu=True,  # measured: RssFile drops 93 MiB when the model is released
+        # Measured 2026-11-30 the same way (scripts/budget-accuracy --backends torch, 9 cells)
+        # with the embedded model's Q4_1/Q8_0 blocks kept as stored: RSS growth minus the
+        # predicted weights (blocks + file mapping) + KV + compute, 214-219 MiB. The fp32 path's
+        # 268 MiB holds ~50 MiB more: heap the load's float32 dequantization leaves behind.
+        kept_blocks_runtime_bytes=216 * 2**20,
     ),
     "llamacpp": BackendProfile(
         "llamacpp",

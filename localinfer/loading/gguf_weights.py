@@ -46,6 +46,9 @@ _GEMMA3_LAYER_NAMES = {
 }
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.([a-z0-9_]+)\.(weight|bias)$")
 
+# Types whose blocks runners may keep as stored (backends/torch/block_weights.py).
+_BLOCK_TYPES = ("Q8_0", "Q4_0", "Q4_1")
+
 # Archs whose GGUF Q/K rows were permuted by the converter (llama.cpp rope type "normal").
 PERMUTED_QK_ARCHS = ("llama", "mistral")
 
@@ -120,6 +123,22 @@ class GGUFWeights:
         if cfg.arch == "gemma3" and name.endswith("norm.weight"):
             w = w - 1.0
         return np.ascontiguousarray(w, dtype=np.float32)
+
+    def stored_rows(self, name: str) -> tuple[str, np.ndarray] | None:
+        """A 2-D tensor stored in Q8_0, Q4_0 or Q4_1 as (type, uint8 block rows [out, bytes])
+        in Hugging Face row order: Q/K rows un-permuted as ``get`` does (a row permutation, so
+        whole block rows move); None for any other type. A view of the file when no rows move."""
+        info = self.gguf.tensors[self._hf_to_gguf[name]]  # KeyError if absent
+        if info.type_name not in _BLOCK_TYPES or len(info.shape) != 2:
+            return None
+        rows = self.gguf.raw(info.name)
+        cfg = self.config
+        if cfg.arch in PERMUTED_QK_ARCHS:
+            if ".self_attn.q_proj." in name:
+                rows = unpermute_qk(rows, cfg.n_heads)
+            elif ".self_attn.k_proj." in name:
+                rows = unpermute_qk(rows, cfg.n_kv_heads)
+        return info.type_name, rows
 
     def raw(self, name: str) -> np.ndarray:
         """Stored bytes in GGUF layout (no un-permutation), for runners with quantized kernels."""
