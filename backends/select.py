@@ -1,7 +1,9 @@
 """Which backend runs a model on this machine, and building its runner.
 
 Default order (DESIGN.md): Apple Silicon with Metal -> mlx; an NVIDIA GPU -> torch (CUDA);
-otherwise llama.cpp when installed (the fast CPU path), else torch on CPU. ``--backend`` overrides.
+otherwise, on CPU: torch with its native kernels for a GGUF they read as stored where they were
+measured faster than llama.cpp (backends/torch/support.py), else llama.cpp when installed (the
+fast CPU path), else torch. ``--backend`` overrides.
 Nothing here imports a framework at module import: detection uses ``find_spec``, the platform and
 ``nvidia-smi``; a backend's module is imported only when its runner is built.
 """
@@ -89,6 +91,12 @@ def _require(backend: str) -> None:
         raise BackendUnavailableError(f"backend '{backend}' is not installed: {hint}")
 
 
+def _native_blocks_preferred(file_quant: str | None, arch: str | None) -> bool:
+    from localinfer.backends.torch.support import native_blocks_preferred  # torch-free
+
+    return native_blocks_preferred(file_quant, arch)
+
+
 def _has_mlx_runner() -> bool:
     try:
         return importlib.util.find_spec("localinfer.backends.mlx.runner") is not None
@@ -96,11 +104,18 @@ def _has_mlx_runner() -> bool:
         return False
 
 
-def choose_backend(requested: str | None = None, model_format: str | None = None) -> BackendChoice:
+def choose_backend(
+    requested: str | None = None,
+    model_format: str | None = None,
+    file_quant: str | None = None,
+    arch: str | None = None,
+) -> BackendChoice:
     """The backend to use; ``requested`` (from --backend) wins when it is installed.
 
     ``model_format`` ("gguf" | "safetensors"), when known, keeps safetensors models off llama.cpp,
-    which only reads GGUF.
+    which only reads GGUF. ``file_quant`` and ``arch`` (a GGUF's dominant type and architecture),
+    when known, let a CPU pick the torch runner's native kernels for files they read as stored
+    (backends/torch/support.py).
     """
     if requested:
         name = requested.lower()
@@ -123,9 +138,21 @@ def choose_backend(requested: str | None = None, model_format: str | None = None
         if is_installed("torch"):
             return BackendChoice("torch", "NVIDIA GPU found: PyTorch on CUDA", "cuda")
         note = f"; an NVIDIA GPU is present, to use it: {_REQUIREMENTS['torch'][1]}"
+    if (
+        model_format == "gguf"
+        and is_installed("torch")
+        and _native_blocks_preferred(file_quant, arch)
+    ):
+        return BackendChoice(
+            "torch",
+            f"CPU: localinfer's native kernels on the file's {file_quant} blocks, faster than "
+            "llama.cpp on this CPU",
+        )
     if is_installed("llamacpp"):
         if model_format in (None, "gguf"):
-            return BackendChoice("llamacpp", "CPU: llama.cpp is the fastest CPU path" + note)
+            return BackendChoice(
+                "llamacpp", "CPU: llama.cpp, the fast CPU path for this file" + note
+            )
         if is_installed("torch"):
             return BackendChoice(
                 "torch", f"CPU: llama.cpp reads GGUF only and this model is {model_format}"
@@ -143,7 +170,7 @@ def create_runner(
     model: LoadedModel, config: RunnerConfig, backend: str | None = None
 ) -> tuple[Runner, str]:
     """Build the chosen backend's runner; returns it with the one-line notice to show."""
-    choice = choose_backend(backend, model.format)
+    choice = choose_backend(backend, model.format, model.file_quant, model.config.arch)
     module = importlib.import_module(f"localinfer.backends.{choice.name}.runner")
     runner = module.create_runner(model, config)
     return runner, choice.notice

@@ -122,7 +122,7 @@ def open_session(
         raise InvalidParameterError(
             f"--ctx {ctx} is more than {model.name} was trained for ({trained} tokens)"
         )
-    choice = choose_backend(backend, model.format)
+    choice = choose_backend(backend, model.format, model.file_quant, model.config.arch)
     if dtype is None:
         dtype = "bfloat16" if choice.device in ("cuda", "metal") else "float32"
     config = RunnerConfig(
@@ -147,6 +147,7 @@ def open_session(
             runner_config=dataclasses.replace(config, quant=None),
             backend=draft_backend or choice.name,
             target_backend=choice.name,
+            target_weights=runner.info.quant,
             config=spec_config,
         )
         engine = Engine(

@@ -62,7 +62,7 @@ def test_models_and_budget_work_offline(offline: dict[str, str]) -> None:
     assert remote.returncode == 0, remote.stderr
     assert json.loads(remote.stdout)["model_kind"] == "catalog_remote"
     local = cli(offline, "budget", "smollm2-360m", "--json")
-    assert json.loads(local.stdout)["weights_source"] == "GGUF header"
+    assert "GGUF header" in json.loads(local.stdout)["weights_source"]
 
 
 def test_generate_works_offline(offline: dict[str, str]) -> None:

@@ -92,7 +92,7 @@ def test_pull_resumes_a_dropped_download_and_rm_frees_it(
     budget = cli(offline, "budget", "smollm2-360m", "--json")
     assert budget.returncode == 0, budget.stderr
     report = json.loads(budget.stdout)
-    assert report["model_path"] == str(path) and report["weights_source"] == "GGUF header"
+    assert report["model_path"] == str(path) and "GGUF header" in report["weights_source"]
 
     # A second pull finds everything cached and downloads nothing.
     gets = len(hub.file_gets(FILE_Q8))

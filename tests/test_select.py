@@ -108,10 +108,68 @@ def test_nothing_installed_lists_every_install_command(machine) -> None:
         assert f"localinfer[{extra}]" in str(err.value)
 
 
+@pytest.fixture
+def native_cpu(monkeypatch: pytest.MonkeyPatch):
+    """Pretend the CPU has AVX-512 (or not) and a C compiler for the native kernels."""
+    from localinfer.backends.torch import native_build, support
+
+    def configure(avx512: bool = True, compiler: bool = True) -> None:
+        monkeypatch.setattr(support, "cpu_has_avx512", lambda: avx512)
+
+        def find() -> str:
+            if not compiler:
+                raise native_build.BuildError("no C compiler found")
+            return "cc"
+
+        monkeypatch.setattr(native_build, "compiler", find)
+        monkeypatch.delenv(native_build.DISABLE_ENV, raising=False)
+
+    return configure
+
+
+def test_cpu_picks_the_native_kernels_for_gguf_blocks_they_read_as_stored(
+    machine, native_cpu, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    machine({"llamacpp", "torch"})
+    native_cpu()
+    for quant in ("Q4_1", "Q4_0", "Q8_0"):
+        choice = select.choose_backend(None, "gguf", quant, "llama")
+        assert (choice.name, choice.device) == ("torch", "cpu")
+        assert f"native kernels on the file's {quant} blocks" in choice.reason
+    # Types the kernels would dequantize to float32, architectures the torch runner lacks,
+    # safetensors, and an explicit --backend: as before.
+    assert select.choose_backend(None, "gguf", "Q4_K_M", "llama").name == "llamacpp"
+    assert select.choose_backend(None, "gguf", "F16", "qwen2").name == "llamacpp"
+    assert select.choose_backend(None, "gguf", "Q4_1", "gemma3").name == "llamacpp"
+    assert select.choose_backend("llamacpp", "gguf", "Q4_1", "llama").name == "llamacpp"
+    assert select.choose_backend(None, "gguf").name == "llamacpp"  # type unknown
+    monkeypatch.setenv("LOCALINFER_NATIVE_KERNELS", "0")
+    assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"
+
+
+def test_native_kernels_are_not_preferred_where_they_were_not_measured(machine, native_cpu) -> None:
+    machine({"llamacpp", "torch"})
+    native_cpu(avx512=False)
+    assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"
+    native_cpu(compiler=False)
+    assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"
+    machine({"llamacpp"})  # no torch
+    native_cpu()
+    assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"
+
+
+def test_native_block_types_are_the_ones_the_kernels_read() -> None:
+    from localinfer.backends.torch.block_weights import BLOCK_FORMATS
+    from localinfer.backends.torch.support import NATIVE_BLOCK_TYPES
+
+    assert sorted(NATIVE_BLOCK_TYPES) == sorted(BLOCK_FORMATS)
+
+
 def test_selection_imports_no_framework() -> None:
     code = (
         "import sys; from localinfer.backends import select; "
         "select.is_installed('llamacpp'); select.is_apple_silicon(); "
+        "select.choose_backend(None, 'gguf', 'Q4_1', 'llama'); "
         "print(sorted(m for m in ('torch', 'llama_cpp', 'mlx') if m in sys.modules))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -128,7 +186,7 @@ def test_create_runner_on_this_machine_builds_a_real_runner() -> None:
     runner, notice = select.create_runner(model, RunnerConfig(slots=1, max_ctx=32, threads=1))
     try:
         assert isinstance(runner, Runner)
-        expected = select.choose_backend(None, "gguf").name
+        expected = select.choose_backend(None, "gguf", model.file_quant, model.config.arch).name
         assert runner.info.backend == expected and notice.startswith(f"backend: {expected} (")
     finally:
         runner.close()

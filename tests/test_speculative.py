@@ -391,6 +391,10 @@ def test_draft_choice_turns_into_a_speculator() -> None:
     assert llama is not None and torch_cpu is not None and llama.kind == "ngram"
     # llama.cpp on a CPU pays much more for each extra verified token than memory-bound torch.
     assert llama.config.verify_cost > torch_cpu.config.verify_cost
+    # torch on GGUF blocks reads fewer bytes per step: an extra token weighs more than on fp32.
+    blocks = make_speculator("ngram", target_backend="torch", target_weights="Q4_1", **kw)
+    assert blocks is not None
+    assert torch_cpu.config.verify_cost < blocks.config.verify_cost < llama.config.verify_cost
     with pytest.raises(InvalidParameterError, match="no recommended draft"):
         make_speculator("auto", **kw)
     entry = SimpleNamespace(draft=None)

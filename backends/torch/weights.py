@@ -28,11 +28,10 @@ import torch.nn.functional as F
 from localinfer.backends.torch.block_weights import BlockMatrix, BlockSource, block_matrix
 from localinfer.backends.torch.huge_pages import ALIGN, HugePageArena
 from localinfer.backends.torch.quant import QuantLinear, WeightQuantizer
+from localinfer.backends.torch.support import TORCH_ARCHS
 from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.loading.model import WeightSource
 from localinfer.loading.model_config import ModelConfig
-
-TORCH_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 
 
 def onednn_available(dtype: torch.dtype, device: torch.device) -> bool:

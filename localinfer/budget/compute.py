@@ -318,14 +318,27 @@ def is_gguf_block_type(quant: str) -> bool:
     return quant.startswith(("Q", "IQ"))
 
 
-def choose_backend(memory: DeviceMemory, asked: str | None) -> str:
-    """DESIGN.md's selection: Apple Silicon -> mlx; NVIDIA -> torch; else llamacpp if installed."""
+def choose_backend(memory: DeviceMemory, asked: str | None, facts: ModelFacts | None = None) -> str:
+    """backends/select.py's choice, from the device kind: Apple Silicon -> mlx; NVIDIA -> torch;
+    this CPU -> torch's native kernels for a GGUF they read as stored where they are the faster
+    engine (facts given, the file's own quantization), else llamacpp if installed. A planned
+    (named) machine is costed for llama.cpp on CPU."""
     if asked:
         return asked
     if memory.kind == "cuda":
         return "torch"
     if memory.kind == "metal":
         return "mlx"
+    if (
+        memory.kind != "planned"
+        and facts is not None
+        and facts.resolved.kind == "gguf"
+        and importlib.util.find_spec("torch") is not None
+    ):
+        from localinfer.backends.torch.support import native_blocks_preferred  # torch-free
+
+        if native_blocks_preferred(facts.native_quant, facts.arch.arch):
+            return "torch"
     if memory.kind == "planned" or importlib.util.find_spec("llama_cpp") is not None:
         return "llamacpp"
     return "torch"
@@ -365,7 +378,7 @@ def compute_budget(request: BudgetRequest, memory: DeviceMemory | None = None) -
             f"--ctx {ctx} is beyond {facts.name}'s maximum context of {arch.max_ctx} tokens"
         )
     memory = memory or device_memory(request.device)
-    backend = choose_backend(memory, request.backend)
+    backend = choose_backend(memory, request.backend, facts if request.quant is None else None)
     quant = resolve_quant(facts, request.quant, backend)
     profile = BACKEND_PROFILES[backend]
     chunk = request.prefill_chunk or profile.prefill_chunk

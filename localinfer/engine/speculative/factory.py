@@ -26,11 +26,18 @@ OFF = ("", "off", "none")
 # is a matrix-vector kernel and a batch is compute-bound on Q4_1 blocks, hence both parts.
 # torch fp32 with the native kernels, 2 threads: 1.09 / 1.20 / 1.70 / 3.30 at k = 2 / 4 / 8 / 16,
 # fit 0.12 per token, nothing fixed (1 thread: 0.16).
+# torch on GGUF Q4_1 blocks (block_weights.py; the CPU default for the embedded model): a
+# one-token step reads 5.6x fewer bytes than fp32, so each extra token weighs more: 1.33 / 1.49 /
+# 2.07 / 3.66 / 6.48 at k = 1 / 2 / 4 / 8 / 16 (scripts/bench-native-kernels part 3), fit 0.36
+# per token, nothing fixed.
 VERIFY_COST = {
     ("llamacpp", "cpu"): (0.48, 0.45),
     ("torch", "cpu"): (0.14, 0.0),
+    ("torch-blocks", "cpu"): (0.36, 0.0),
     ("mlx", "cpu"): (0.1, 0.0),
 }
+# What RunnerInfo.quant says when the torch runner holds GGUF blocks (support.NATIVE_BLOCK_TYPES).
+BLOCK_WEIGHTS = ("Q8_0", "Q4_0", "Q4_1")
 GPU_VERIFY_COST = 0.02
 # Most slots decoding at once while speculation still pays, from scripts/bench-speculative's
 # busy-batch table on the embedded model (editing prompts on every slot, 2 threads, median of
@@ -43,12 +50,16 @@ MAX_BUSY_SLOTS = {"llamacpp": 2, "torch": 2, "mlx": 2}
 DRAFT_STEP_COST = 0.3
 
 
-def default_config(backend: str, device: str, *, with_draft: bool = False) -> SpecConfig:
-    """Speculation settings for a target on ``backend``/``device`` (see VERIFY_COST)."""
+def default_config(
+    backend: str, device: str, *, with_draft: bool = False, weights: str | None = None
+) -> SpecConfig:
+    """Speculation settings for a target on ``backend``/``device`` (see VERIFY_COST); ``weights``:
+    what the target runner holds (RunnerInfo.quant), which sets the torch CPU costs."""
     if device.startswith(("cuda", "metal")):
         cost, fixed = GPU_VERIFY_COST, 0.0
     else:
-        cost, fixed = VERIFY_COST.get((backend, "cpu"), (0.3, 0.0))
+        key = "torch-blocks" if backend == "torch" and weights in BLOCK_WEIGHTS else backend
+        cost, fixed = VERIFY_COST.get((key, "cpu"), (0.3, 0.0))
     return SpecConfig(
         verify_cost=cost,
         verify_fixed=fixed,
@@ -65,6 +76,7 @@ def make_speculator(
     runner_config: RunnerConfig,
     backend: str | None,
     target_backend: str = "torch",
+    target_weights: str | None = None,
     config: SpecConfig | None = None,
 ) -> Speculator | None:
     """The Speculator for ``draft`` (None when off). A draft model is loaded and gets its own
@@ -74,7 +86,7 @@ def make_speculator(
         return None
     device = runner_config.device
     if choice.lower() == "ngram":
-        return Speculator(config or default_config(target_backend, device))
+        return Speculator(config or default_config(target_backend, device, weights=target_weights))
     if choice.lower() == "auto":
         if target_entry is None or target_entry.draft is None:
             raise InvalidParameterError(
@@ -83,7 +95,7 @@ def make_speculator(
             )
         choice = target_entry.draft
     return Speculator(
-        config or default_config(target_backend, device, with_draft=True),
+        config or default_config(target_backend, device, with_draft=True, weights=target_weights),
         _draft_proposer(choice, target, runner_config, backend),
     )
 
