@@ -15,6 +15,7 @@ from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.engine.speculative import (
     AdaptiveK,
     DraftProposer,
+    NgramIndex,
     NgramProposer,
     SpecConfig,
     Speculator,
@@ -272,6 +273,43 @@ def test_ngram_lookup_prefers_the_longest_and_latest_match() -> None:
     assert p.propose([1, 2, 1], k=0) == ()
 
 
+def _brute_force_lookup(tokens: list[int], k: int, n_max: int, n_min: int):
+    """The definition: the latest earlier start of the longest matching suffix, copied on
+    (past the context's end from the proposal itself)."""
+    length = len(tokens)
+    for n in range(min(n_max, length - 1), n_min - 1, -1):
+        suffix = tokens[length - n :]
+        for s in range(length - n - 1, -1, -1):
+            if tokens[s : s + n] == suffix:
+                ext = tokens + []
+                for i in range(k):
+                    ext.append(ext[s + n + i])
+                return tuple(ext[length:]), n
+    return (), 0
+
+
+def test_ngram_index_matches_the_definition_and_grows_incrementally() -> None:
+    rng = np.random.default_rng(3)
+    for trial in range(60):
+        vocab = int(rng.integers(2, 9))  # small vocabularies: many repeats
+        tokens = rng.integers(0, vocab, size=int(rng.integers(1, 80))).tolist()
+        n_min = int(rng.integers(1, 4))
+        n_max = n_min + int(rng.integers(0, 3))
+        k = int(rng.integers(1, 12))
+        grown = NgramIndex(n_max, n_min)
+        for end in range(1, len(tokens) + 1):
+            grown.sync(tokens[:end])  # a slot's context, one token more each step
+            want = _brute_force_lookup(tokens[:end], k, n_max, n_min)
+            assert grown.lookup(k) == want, (trial, end)
+        assert NgramProposer(n_max, n_min).lookup(tokens, k) == want
+    # A context that does not continue the indexed one (a new request) rebuilds the index.
+    index = NgramIndex(3, 1)
+    index.sync([5, 6, 7, 5, 6])
+    assert index.lookup(2) == ((7, 5), 2)
+    index.sync([1, 2, 1])
+    assert index.lookup(2) == ((2, 1), 1)
+
+
 def test_adaptive_k_follows_the_acceptance_rate() -> None:
     assert expected_tokens(0.0, 5) == 1.0
     assert expected_tokens(1.0, 5) == 6.0
@@ -395,6 +433,7 @@ def test_draft_choice_turns_into_a_speculator() -> None:
     blocks = make_speculator("ngram", target_backend="torch", target_weights="Q4_1", **kw)
     assert blocks is not None
     assert torch_cpu.config.verify_cost < blocks.config.verify_cost < llama.config.verify_cost
+    assert blocks.config.max_busy_slots == 1  # its batched decode is cheap (factory.py)
     with pytest.raises(InvalidParameterError, match="no recommended draft"):
         make_speculator("auto", **kw)
     entry = SimpleNamespace(draft=None)

@@ -10,7 +10,7 @@
 from localinfer.engine.speculative.adaptive import AdaptiveK
 from localinfer.engine.speculative.config import SpecConfig
 from localinfer.engine.speculative.draft import DraftProposer, check_shared_tokenizer
-from localinfer.engine.speculative.ngram import NgramProposer
+from localinfer.engine.speculative.ngram import NgramIndex, NgramProposer
 from localinfer.engine.speculative.proposal import Proposal
 from localinfer.engine.speculative.speculator import Speculator
 from localinfer.engine.speculative.verification import Verdict, verify
@@ -18,6 +18,7 @@ from localinfer.engine.speculative.verification import Verdict, verify
 __all__ = [
     "AdaptiveK",
     "DraftProposer",
+    "NgramIndex",
     "NgramProposer",
     "Proposal",
     "SpecConfig",

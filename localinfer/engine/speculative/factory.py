@@ -27,13 +27,13 @@ OFF = ("", "off", "none")
 # torch fp32 with the native kernels, 2 threads: 1.09 / 1.20 / 1.70 / 3.30 at k = 2 / 4 / 8 / 16,
 # fit 0.12 per token, nothing fixed (1 thread: 0.16).
 # torch on GGUF Q4_1 blocks (block_weights.py; the CPU default for the embedded model): a
-# one-token step reads 5.6x fewer bytes than fp32, so each extra token weighs more: 1.33 / 1.49 /
-# 2.07 / 3.66 / 6.48 at k = 1 / 2 / 4 / 8 / 16 (scripts/bench-native-kernels part 3), fit 0.36
-# per token, nothing fixed.
+# one-token step reads 5.6x fewer bytes than fp32, so each extra token weighs more: 1.23 / 1.44 /
+# 2.00 / 3.74 / 6.61 at k = 1 / 2 / 4 / 8 / 16 (scripts/bench-speculative; bench-native-kernels
+# part 3 agrees), fit 0.34 per token, nothing fixed.
 VERIFY_COST = {
     ("llamacpp", "cpu"): (0.48, 0.45),
     ("torch", "cpu"): (0.14, 0.0),
-    ("torch-blocks", "cpu"): (0.36, 0.0),
+    ("torch-blocks", "cpu"): (0.34, 0.0),
     ("mlx", "cpu"): (0.1, 0.0),
 }
 # What RunnerInfo.quant says when the torch runner holds GGUF blocks (support.NATIVE_BLOCK_TYPES).
@@ -42,8 +42,10 @@ GPU_VERIFY_COST = 0.02
 # Most slots decoding at once while speculation still pays, from scripts/bench-speculative's
 # busy-batch table on the embedded model (editing prompts on every slot, 2 threads, median of
 # 3): llama.cpp 1.51x / 1.04x at 1 / 2 slots, torch fp32 2.79x / 0.99x (earlier, 1 thread:
-# llama.cpp 0.71x and torch 0.93x at 4). GPUs: not measured here.
-MAX_BUSY_SLOTS = {"llamacpp": 2, "torch": 2, "mlx": 2}
+# llama.cpp 0.71x and torch 0.93x at 4). torch on Q4_1 blocks: 1.95x / 0.92x / 0.89x at
+# 1 / 2 / 4 (its batched decode is cheap: a second slot's extra tokens are better spent on that
+# slot's own step). GPUs: not measured here.
+MAX_BUSY_SLOTS = {"llamacpp": 2, "torch": 2, "torch-blocks": 1, "mlx": 2}
 
 # Default cost of a draft-model step relative to a target decode step when the draft is a
 # separate model; scripts/bench-speculative measures it for a given pair.
@@ -55,16 +57,16 @@ def default_config(
 ) -> SpecConfig:
     """Speculation settings for a target on ``backend``/``device`` (see VERIFY_COST); ``weights``:
     what the target runner holds (RunnerInfo.quant), which sets the torch CPU costs."""
+    key = "torch-blocks" if backend == "torch" and weights in BLOCK_WEIGHTS else backend
     if device.startswith(("cuda", "metal")):
         cost, fixed = GPU_VERIFY_COST, 0.0
     else:
-        key = "torch-blocks" if backend == "torch" and weights in BLOCK_WEIGHTS else backend
         cost, fixed = VERIFY_COST.get((key, "cpu"), (0.3, 0.0))
     return SpecConfig(
         verify_cost=cost,
         verify_fixed=fixed,
         draft_cost=DRAFT_STEP_COST if with_draft else 0.0,
-        max_busy_slots=MAX_BUSY_SLOTS.get(backend, 2),
+        max_busy_slots=MAX_BUSY_SLOTS.get(key, 2),
     )
 
 

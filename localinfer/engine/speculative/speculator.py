@@ -19,7 +19,7 @@ from localinfer.engine.sampler import TokenSampler
 from localinfer.engine.speculative.adaptive import AdaptiveK
 from localinfer.engine.speculative.config import SpecConfig
 from localinfer.engine.speculative.draft import DraftItem, DraftProposer
-from localinfer.engine.speculative.ngram import NgramProposer
+from localinfer.engine.speculative.ngram import NgramIndex, NgramProposer
 from localinfer.engine.speculative.proposal import Proposal
 from localinfer.engine.speculative.verification import Verdict, verify
 
@@ -49,6 +49,7 @@ class Speculator:
         self.draft = draft
         self.ngram = NgramProposer(self.config.ngram_max, self.config.ngram_min)
         self._controllers: dict[int, AdaptiveK] = {}
+        self._indexes: dict[int, NgramIndex] = {}  # slot -> its context's n-gram index
         # Measured online: seconds per drafted token (decayed average) and per plain one-token
         # target step (the fastest seen). A draft model's cost depends on the pair and the
         # machine; the configured draft_cost is only a starting guess.
@@ -61,8 +62,9 @@ class Speculator:
         return "draft" if self.draft is not None else "ngram"
 
     def start(self, slot: int) -> None:
-        """A new request took ``slot``: its acceptance history starts afresh."""
+        """A new request took ``slot``: its acceptance history and n-gram index start afresh."""
         c = self.config
+        self._indexes[slot] = self.ngram.index()
         self._controllers[slot] = AdaptiveK(
             k_max=c.k_max,
             prior_acceptance=c.prior_acceptance,
@@ -103,7 +105,11 @@ class Speculator:
             if k <= 0:
                 continue
             if self.draft is None:
-                tokens, matched = self.ngram.lookup(cand.tokens, k)
+                index = self._indexes.get(cand.slot)
+                if index is None:
+                    index = self._indexes[cand.slot] = self.ngram.index()
+                index.sync(cand.tokens)
+                tokens, matched = index.lookup(k)
                 # Without evidence of its own (first try, probe) a slot verifies only on a
                 # full-length match: a 2-token match in free text is not worth a big forward.
                 if ctl.tentative and matched < self.config.ngram_max:
