@@ -22,6 +22,7 @@ from localinfer.engine.speculative import (
     check_shared_tokenizer,
 )
 from localinfer.engine.speculative.adaptive import best_k, expected_tokens
+from localinfer.engine.speculative.draft import DraftItem
 from localinfer.errors import InvalidParameterError
 from tests.test_engine_model import ByteTokenizer, HashRunner
 
@@ -340,6 +341,11 @@ def test_a_fixed_verification_cost_never_pays_for_one_token() -> None:
     assert best_k(0.5, 8, 0.2) > 0 and best_k(0.5, 8, 0.2, min_gain=1.3) == 0
     # The probe of a paused slot is the prior's k, not 1 (which could only lose there).
     assert AdaptiveK(k_max=16, step_cost=0.5, fixed_cost=0.7).probe_k > 1
+    # A draft as slow as the target: no k pays even at the prior's acceptance, so no probes.
+    slow = AdaptiveK(k_max=16, step_cost=0.95, probe_every=2)
+    slow.update(4, 0)
+    assert slow.probe_k == 0
+    assert [slow.next_k() for _ in range(40)] == [0] * 40 and not slow.probing
 
 
 def test_failed_probes_back_off_and_a_full_probe_restarts_from_the_prior() -> None:
@@ -473,3 +479,13 @@ def test_a_draft_measured_slower_than_it_pays_stops_being_asked() -> None:
     assert slow_cost > 5 and fast_cost < 1
     assert fast_proposed >= 120  # nearly every token came from a proposal
     assert slow_proposed < fast_proposed / 2
+
+
+def test_draft_reset_forgets_every_cached_context() -> None:
+    proposer = DraftProposer(MarkovRunner(seed=0), 256)
+    params = SamplingParams(max_tokens=8, temperature=0.0)
+    got = proposer.propose([DraftItem(1, [1, 2, 3, 4], 3, params, np.random.default_rng(0))])
+    assert len(got[1].tokens) == 3
+    assert proposer.cached[1] and proposer.runner.slot_length(1) == len(proposer.cached[1])
+    proposer.reset()
+    assert all(not c for c in proposer.cached) and proposer.runner.slot_length(1) == 0

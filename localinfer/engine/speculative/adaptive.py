@@ -14,11 +14,13 @@ tries the k that acceptance would pay for, and a text that copies its prompt spe
 first few tokens.
 
 A paused slot (k = 0) probes now and then, so it notices when the text turns predictable again
-(say, the answer starts quoting the prompt). A probe proposes the prior's k, not 1: on a backend
-whose multi-token forward has a fixed cost (llama.cpp on a CPU) one extra token can never pay,
-so a k = 1 probe would be pure loss. A fully accepted probe restarts the estimate from the prior
-(the text has changed regime); a failed one doubles the wait before the next, up to
-``MAX_PROBE_BACKOFF`` times ``probe_every``, which bounds what probing costs on free text.
+(say, the answer starts quoting the prompt), unless the costs are such that even the prior's
+acceptance would not pay (a draft model measured nearly as slow as the target). A probe
+proposes the prior's k, not 1: on a backend whose multi-token forward has a fixed cost (llama.cpp
+on a CPU) one extra token can never pay, so a k = 1 probe would be pure loss. A fully accepted
+probe restarts the estimate from the prior (the text has changed regime); a failed one doubles
+the wait before the next, up to ``MAX_PROBE_BACKOFF`` times ``probe_every``, which bounds what
+probing costs on free text.
 """
 
 from __future__ import annotations
@@ -82,10 +84,12 @@ class AdaptiveK:
 
     @property
     def probe_k(self) -> int:
-        """What a probe proposes: the k the prior would pay for at today's costs (at least 1;
-        step_cost can change as the speculator measures a draft model)."""
+        """What a probe proposes: the k the prior would pay for at today's costs (step_cost
+        changes as the speculator measures a draft model). 0: not even the prior's acceptance
+        pays at these costs (a draft measured nearly as slow as the target), so probing could
+        only lose; the slot decodes plainly until the costs change."""
         prior = self.prior_acceptance
-        return max(1, best_k(prior, self.k_max, self.step_cost, self.fixed_cost, self.min_gain))
+        return best_k(prior, self.k_max, self.step_cost, self.fixed_cost, self.min_gain)
 
     @property
     def acceptance(self) -> float:
@@ -101,8 +105,9 @@ class AdaptiveK:
             return k
         self._paused_steps += 1
         if self._paused_steps >= self._probe_interval:
-            self.probing = True
-            return self.probe_k
+            k = self.probe_k
+            self.probing = k > 0
+            return k
         return 0
 
     @property

@@ -168,6 +168,11 @@ class DraftProposer:
             log.exception("releasing draft slot %d failed", slot)
         self.cached[slot].clear()
 
+    def reset(self) -> None:
+        """Forget every slot's cached context: the next proposals start from an empty cache."""
+        for slot in range(len(self.cached)):
+            self._forget(slot)
+
     def close(self) -> None:
         self.runner.close()
 
