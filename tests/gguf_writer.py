@@ -17,7 +17,7 @@ Tokenizer choices:
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 
@@ -104,6 +104,23 @@ def _byte_symbols() -> list[str]:
     return [symbols[b] for b in range(256)]
 
 
+def add_model_header(w: Any, config: ModelConfig) -> None:
+    """The architecture keys a loader needs (context, sizes, heads, RoPE, norm eps, vocab) on a
+    gguf.GGUFWriter."""
+    w.add_context_length(config.max_ctx)
+    w.add_embedding_length(config.hidden_size)
+    w.add_block_count(config.n_layers)
+    w.add_feed_forward_length(config.ffn_size)
+    w.add_head_count(config.n_heads)
+    w.add_head_count_kv(config.n_kv_heads)
+    w.add_key_length(config.head_dim)
+    w.add_value_length(config.head_dim)
+    w.add_rope_dimension_count(config.head_dim)
+    w.add_rope_freq_base(config.rope_theta)
+    w.add_layer_norm_rms_eps(config.rms_eps)
+    w.add_vocab_size(config.vocab_size)
+
+
 def write_tiny_gguf(
     path: str | Path,
     config: ModelConfig,
@@ -125,21 +142,9 @@ def write_tiny_gguf(
             "sliding_layers=())"
         )
     path = Path(path)
-    arch = _GGUF_ARCH[config.arch]
-    w = gguf.GGUFWriter(str(path), arch=arch)
+    w = gguf.GGUFWriter(str(path), arch=_GGUF_ARCH[config.arch])
     w.add_name(name)
-    w.add_context_length(config.max_ctx)
-    w.add_embedding_length(config.hidden_size)
-    w.add_block_count(config.n_layers)
-    w.add_feed_forward_length(config.ffn_size)
-    w.add_head_count(config.n_heads)
-    w.add_head_count_kv(config.n_kv_heads)
-    w.add_key_length(config.head_dim)
-    w.add_value_length(config.head_dim)
-    w.add_rope_dimension_count(config.head_dim)
-    w.add_rope_freq_base(config.rope_theta)
-    w.add_layer_norm_rms_eps(config.rms_eps)
-    w.add_vocab_size(config.vocab_size)
+    add_model_header(w, config)
     w.add_file_type(
         gguf.LlamaFileType.MOSTLY_F16 if storage == "f16" else gguf.LlamaFileType.ALL_F32
     )

@@ -24,7 +24,7 @@ from localinfer.loading.gguf_file import GGUFFile  # noqa: E402
 from localinfer.loading.gguf_weights import GGUFWeights  # noqa: E402
 from localinfer.loading.model import LoadedModel  # noqa: E402
 from localinfer.loading.model_config import ModelConfig  # noqa: E402
-from tests.gguf_writer import gguf_tensors  # noqa: E402
+from tests.gguf_writer import add_model_header, gguf_tensors  # noqa: E402
 from tests.tiny import tiny_config, tiny_weights  # noqa: E402
 
 Q = GGMLQuantizationType
@@ -85,18 +85,7 @@ def write_quantized_gguf(
     suffix, e.g. "attn_q.weight", or "token_embd.weight") are stored in that type; other
     matrices F32, norms F32."""
     w = GGUFWriter(str(path), arch=config.arch)
-    w.add_context_length(config.max_ctx)
-    w.add_embedding_length(config.hidden_size)
-    w.add_block_count(config.n_layers)
-    w.add_feed_forward_length(config.ffn_size)
-    w.add_head_count(config.n_heads)
-    w.add_head_count_kv(config.n_kv_heads)
-    w.add_key_length(config.head_dim)
-    w.add_value_length(config.head_dim)
-    w.add_rope_dimension_count(config.head_dim)
-    w.add_rope_freq_base(config.rope_theta)
-    w.add_layer_norm_rms_eps(config.rms_eps)
-    w.add_vocab_size(config.vocab_size)
+    add_model_header(w, config)
     w.add_file_type(LlamaFileType.MOSTLY_Q4_1)
     w.add_tokenizer_model("none")
     for name, arr in gguf_tensors(config, tiny_weights(config, seed)).items():

@@ -113,13 +113,8 @@ class GGUFWeights:
 
     def get(self, name: str) -> np.ndarray:
         gguf_name = self._hf_to_gguf[name]  # KeyError if absent, as the protocol says
-        w = self.gguf.dequantize(gguf_name)
+        w = self._hf_row_order(name, self.gguf.dequantize(gguf_name))
         cfg = self.config
-        if cfg.arch in PERMUTED_QK_ARCHS:
-            if ".self_attn.q_proj." in name:
-                w = unpermute_qk(w, cfg.n_heads)
-            elif ".self_attn.k_proj." in name:
-                w = unpermute_qk(w, cfg.n_kv_heads)
         if cfg.arch == "gemma3" and name.endswith("norm.weight"):
             w = w - 1.0
         return np.ascontiguousarray(w, dtype=np.float32)
@@ -131,14 +126,18 @@ class GGUFWeights:
         info = self.gguf.tensors[self._hf_to_gguf[name]]  # KeyError if absent
         if info.type_name not in _BLOCK_TYPES or len(info.shape) != 2:
             return None
-        rows = self.gguf.raw(info.name)
+        return info.type_name, self._hf_row_order(name, self.gguf.raw(info.name))
+
+    def _hf_row_order(self, name: str, rows: np.ndarray) -> np.ndarray:
+        """Q/K rows of llama-style GGUFs back in Hugging Face order (llama.cpp permutes them
+        for its RoPE layout); any other tensor as it is."""
         cfg = self.config
         if cfg.arch in PERMUTED_QK_ARCHS:
             if ".self_attn.q_proj." in name:
-                rows = unpermute_qk(rows, cfg.n_heads)
-            elif ".self_attn.k_proj." in name:
-                rows = unpermute_qk(rows, cfg.n_kv_heads)
-        return info.type_name, rows
+                return unpermute_qk(rows, cfg.n_heads)
+            if ".self_attn.k_proj." in name:
+                return unpermute_qk(rows, cfg.n_kv_heads)
+        return rows
 
     def raw(self, name: str) -> np.ndarray:
         """Stored bytes in GGUF layout (no un-permutation), for runners with quantized kernels."""
