@@ -170,12 +170,15 @@ def test_embedded_llamacpp_speculation_is_token_identical(embedded, slots: int) 
 
 
 @pytest.mark.slow
-def test_embedded_torch_fp32_speculation_is_token_identical(embedded) -> None:
+@pytest.mark.parametrize("stored_blocks", [True, False], ids=["q4_1-blocks", "fp32"])
+def test_embedded_torch_speculation_is_token_identical(embedded, stored_blocks: bool) -> None:
     from localinfer.backends.torch.runner import TorchRunner
 
     ps = [chat_ids(embedded, EDIT_PROMPT), chat_ids(embedded, "Name three rivers in Europe.")]
     config = RunnerConfig(slots=2, max_ctx=256, dtype="float32")
-    target = TorchRunner(embedded, config)
+    target = TorchRunner(embedded, config, stored_blocks=stored_blocks)
+    if target.native_max_tokens:  # the kernels built: blocks exactly when asked for
+        assert (target.info.quant == "Q4_1") == stored_blocks
     draft = llamacpp_runner(embedded.path, "Q4_1", 2, max_ctx=256)  # a different backend
     check_parity(target, draft, ps, 32, embedded.tokenizer)
 
