@@ -567,18 +567,18 @@ def test_cpu_budget_counts_what_is_resident() -> None:
     assert llamacpp("8GiB") - llamacpp("cpu") == (512 - 4) * 49152 * 4
 
     # torch on the CPU: its native kernels keep the file's Q4_1/Q8_0 blocks as stored (norms are
-    # F32 already), beside the Q4_1 file the session keeps mapped. Asked for float32 weights, or
+    # F32 already); the file's pages are dropped after the load. Asked for float32 weights, or
     # without the kernels, float32 weights; without the kernels (switched off, or no C compiler)
     # the oneDNN-packed copy of the tied LM head is held beside the table as well.
     def torch_cpu_weights(quant: str | None = None) -> int:
         request = BudgetRequest("smollm2-135m", device="cpu", backend="torch", quant=quant)
         return compute_budget(request).weights_bytes
 
-    assert torch_cpu_weights() == 96_576_768 * 2
+    assert torch_cpu_weights() == 96_576_768
     assert torch_cpu_weights("f32") == 134_515_008 * 4
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOCALINFER_NATIVE_KERNELS", "0")
-        assert torch_cpu_weights() == 134_515_008 * 4 + 49152 * 576 * 4 + 96_576_768
+        assert torch_cpu_weights() == 134_515_008 * 4 + 49152 * 576 * 4
     planned = compute_budget(BudgetRequest("smollm2-135m", device="8GiB", backend="torch"))
     assert planned.weights_bytes == 134_515_008 * 4
 
@@ -630,10 +630,8 @@ def test_verify_with_torch(capsys: pytest.CaptureFixture[str]) -> None:
     data = json.loads(capsys.readouterr().out)
     check = data["verify"]
     # torch's native kernels keep the file's Q4_1/Q8_0 blocks as stored (the tied LM head is the
-    # embedding table's blocks) and cache K/V in float32; the budget adds the Q4_1 file left
-    # mapped.
-    assert check["measured_weights"] == 96_576_768
-    assert check["predicted_weights"] == check["measured_weights"] + 96_576_768
+    # embedding table's blocks) and cache K/V in float32.
+    assert check["measured_weights"] == check["predicted_weights"] == 96_576_768
     assert check["measured_kv_cache"] == check["predicted_kv_cache"] == 30 * 2 * 192 * 4 * 1024 * 2
     # Everything the process gained (library, tokenizer, weights, cache, activations) lands
     # within 10% of the predicted total when torch was first imported by the measurement.

@@ -86,6 +86,32 @@ def test_tensor_data_is_memory_mapped(embedded):
     assert not raw.flags.writeable
 
 
+def _resident_kib(region: np.ndarray) -> int:
+    """KiB of this process's resident pages in the mapping that holds ``region``."""
+    start = region.__array_interface__["data"][0]
+    with open("/proc/self/smaps") as f:
+        inside = False
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= start < hi
+            elif inside and head == "Rss:":
+                return int(line.split()[1])
+    raise AssertionError("mapping not found")
+
+
+@pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="Linux /proc needed")
+def test_release_pages_drops_residency_and_keeps_arrays_valid():
+    with GGUFFile(embedded_model_path()) as g:
+        raw = g.raw("token_embd.weight")
+        before = raw.copy()  # reads every page of the tensor
+        assert _resident_kib(raw) >= raw.nbytes // 1024
+        g.release_pages()
+        assert _resident_kib(raw) < raw.nbytes // 1024 // 10
+        assert np.array_equal(raw, before)  # the pages come back from the file on demand
+
+
 @pytest.mark.slow  # GGUFReader takes several seconds on this file
 def test_directory_agrees_with_gguf_reader(embedded):
     """The gguf package's own reader sees the same tensors, shapes, types and bytes."""

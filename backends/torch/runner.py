@@ -108,6 +108,11 @@ class TorchRunner:
         )  # fmt: skip
         if quantizer is not None:
             self._save_quantized(model, quantizer)
+        # Every weight is copied out of the model file by now (blocks, float32 or re-quantized):
+        # the file pages the load read need not stay resident (~93 MB for the embedded model).
+        release_pages = getattr(model.weights, "release_pages", None)
+        if release_pages is not None:
+            release_pages()
         self._model = LlamaModel(mc, weights, config.max_ctx, self.dtype, self.device)
         self._cache = StaticKVCache(
             mc.n_layers, config.slots, mc.n_kv_heads, config.max_ctx, mc.head_dim,

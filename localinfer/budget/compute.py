@@ -274,9 +274,11 @@ class Planner:
             mapped = self.facts.header.weight_bytes
             source = (
                 f"torch keeps the {quant} blocks for its native kernels, other tensors float32"
-                f" (GGUF header) + the {quant} file mapping"
+                " (GGUF header)"
             )
-            weights += mapped if self.profile.source_mapping_on_cpu else 0
+            if self.profile.source_mapping_on_cpu:
+                weights += mapped
+                source += f" + the {quant} file mapping"
         return Breakdown(
             weights=weights,
             weights_source=source,

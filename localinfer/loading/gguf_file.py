@@ -360,6 +360,13 @@ class GGUFFile:
         assert self._mmap is not None
         return hashlib.sha256(self._mmap[: self.header_kv_end]).hexdigest()
 
+    def release_pages(self) -> None:
+        """Drop the map's pages from this process (Linux MADV_DONTNEED) once a runner has copied
+        what it needs: they stop counting in its resident memory, and any later read faults them
+        back in from the page cache, so every array viewing the map stays valid."""
+        if self._mmap is not None and hasattr(mmap, "MADV_DONTNEED"):
+            self._mmap.madvise(mmap.MADV_DONTNEED)
+
     def close(self) -> None:
         if self._mmap is not None:
             # arrays still view the map; it closes when they are gone

@@ -128,6 +128,10 @@ class GGUFWeights:
             return None
         return info.type_name, self._hf_row_order(name, self.gguf.raw(info.name))
 
+    def release_pages(self) -> None:
+        """The file's pages read so far leave this process's resident memory (GGUFFile)."""
+        self.gguf.release_pages()
+
     def _hf_row_order(self, name: str, rows: np.ndarray) -> np.ndarray:
         """Q/K rows of llama-style GGUFs back in Hugging Face order (llama.cpp permutes them
         for its RoPE layout); any other tensor as it is."""
