@@ -17,10 +17,10 @@ from functools import cache
 from pathlib import Path
 
 from localinfer.backends.torch.native_build import native_kernels_expected
+from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
 
 TORCH_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
-# GGUF types the native kernels multiply as stored (block_weights.BLOCK_FORMATS).
-NATIVE_BLOCK_TYPES = ("Q8_0", "Q4_0", "Q4_1")
+NATIVE_BLOCK_TYPES = STORED_BLOCK_TYPES  # block_weights.BLOCK_FORMATS covers each
 
 
 @cache

@@ -237,17 +237,16 @@ class Planner:
     def breakdown(self, quant: str, ctx: int, sequences: int, kv: KVDtype) -> Breakdown:
         kept = self.kept_blocks(quant)
         if kept is not None:
-            return self._breakdown(quant, ctx, sequences, kv, kept)
+            source = (
+                f"torch keeps the {quant} blocks for its native kernels, other tensors float32"
+                " (GGUF header)"
+            )
+            return self._breakdown(ctx, sequences, kv, kept, source, kept_blocks=True)
         stored = self.stored_quant(quant)
         weights, source = self.facts.weights(stored)
         arch = self.facts.arch
         if stored != quant:
             source = f"torch dequantizes {quant} to {stored}: {source}"
-            if self.device_kind == "cpu" and self.profile.source_mapping_on_cpu:
-                # The file's pages read while dequantizing stay mapped (runtime.py).
-                mapped, _ = self.facts.weights(quant)
-                weights += mapped
-                source += f" + the {quant} file mapping"
         if (
             self.device_kind == "cpu"
             and self.profile.tied_head_copy_on_cpu
@@ -256,29 +255,18 @@ class Planner:
         ):
             weights += arch.vocab_size * arch.hidden_size * (4 if stored == "f32" else 2)
             source += " + a packed copy of the tied LM head"
-        return self._breakdown(quant, ctx, sequences, kv, weights, source)
+        return self._breakdown(ctx, sequences, kv, weights, source)
 
     def _breakdown(
         self,
-        quant: str,
         ctx: int,
         sequences: int,
         kv: KVDtype,
         weights: int,
-        source: str | None = None,
+        source: str,
+        kept_blocks: bool = False,
     ) -> Breakdown:
         arch = self.facts.arch
-        kept_blocks = source is None
-        if kept_blocks:  # the torch runner keeping the file's blocks (kept_blocks)
-            assert self.facts.header is not None
-            mapped = self.facts.header.weight_bytes
-            source = (
-                f"torch keeps the {quant} blocks for its native kernels, other tensors float32"
-                " (GGUF header)"
-            )
-            if self.profile.source_mapping_on_cpu:
-                weights += mapped
-                source += f" + the {quant} file mapping"
         return Breakdown(
             weights=weights,
             weights_source=source,

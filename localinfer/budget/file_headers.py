@@ -19,6 +19,7 @@ import numpy as np
 
 from localinfer.budget.arch import ArchSpec
 from localinfer.errors import ModelFileError
+from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
 
 # GGUF general.architecture -> HF model_type
 _GGUF_ARCHS = {
@@ -35,14 +36,10 @@ class WeightsHeader:
     params: int  # sum of tensor element counts
     quant: str  # the file's own quantization: "Q4_1", "bf16", ...
     arch: ArchSpec | None  # None where the header alone can't say (safetensors: see config.json)
-    # GGUF: the bytes when matrices in KEPT_BLOCK_TYPES stay as stored and every other tensor is
+    # GGUF: the bytes when matrices in STORED_BLOCK_TYPES stay as stored and every other tensor is
     # float32: what the torch runner's native CPU kernels hold (backends/torch/block_weights.py).
     # None when no matrix is in one of those types.
     kept_block_bytes: int | None = None
-
-
-# GGUF types the torch runner's native CPU kernels multiply by as stored.
-KEPT_BLOCK_TYPES = ("Q8_0", "Q4_0", "Q4_1")
 
 
 def read_gguf_header(path: str | Path) -> WeightsHeader:
@@ -55,7 +52,7 @@ def read_gguf_header(path: str | Path) -> WeightsHeader:
         tensors = list(gguf.tensors.values())
         quant = gguf.file_type()
         arch = _gguf_arch(gguf.metadata, {t.name for t in tensors}, tensors, Path(path))
-    kept = [len(t.shape) == 2 and t.type_name in KEPT_BLOCK_TYPES for t in tensors]
+    kept = [len(t.shape) == 2 and t.type_name in STORED_BLOCK_TYPES for t in tensors]
     return WeightsHeader(
         weight_bytes=sum(int(t.nbytes) for t in tensors),
         params=sum(int(t.n_elements) for t in tensors),

@@ -40,11 +40,6 @@ class BackendProfile:
     # reads stays beside the packed copy, so the vocab x hidden matrix is held twice
     # (backends/torch/weights.py, compute._packs_matrices).
     tied_head_copy_on_cpu: bool = False
-    # The model file's pages read during the load stay in the process's RSS (clean, evictable,
-    # but resident) while the session keeps the LoadedModel open for its tokenizer, unless the
-    # runner drops them after copying the weights out (the torch runner does:
-    # GGUFFile.release_pages).
-    source_mapping_on_cpu: bool = False
     # torch on CPU keeping a GGUF's Q8_0/Q4_0/Q4_1 blocks for its native kernels: nothing is
     # dequantized while loading, which leaves the heap smaller than runtime_bytes assumes.
     # None: runtime_bytes.
@@ -82,10 +77,10 @@ BACKEND_PROFILES: dict[str, BackendProfile] = {
         "CUDA: UNMEASURED placeholder",
         chunk_logits_on=(),  # logits only for the rows asked (peak activations: 6.1 MiB, ctx 512)
         tied_head_copy_on_cpu=True,  # measured: weights() reports 621.1 MiB = 513.1 + 108.0
-        # The runner drops the file's pages after loading (RssFile 181 -> 87 MiB, embedded
-        # model): no file mapping counts. The constants above and below were measured with it
-        # counted in the predicted weights and resident, so they carry over.
-        source_mapping_on_cpu=False,
+        # The model file's pages the load reads are not counted: the runner drops them once the
+        # weights are copied out (GGUFFile.release_pages; RssFile 181 -> 87 MiB, embedded model).
+        # The constants above and below were measured with them counted in the predicted
+        # weights and resident, so they carry over.
         # Measured 2026-11-30 the same way (scripts/budget-accuracy --backends torch, 9 cells)
         # with the embedded model's Q4_1/Q8_0 blocks kept as stored: RSS growth minus the
         # predicted weights (blocks + file mapping) + KV + compute, 214-219 MiB. The fp32 path's

@@ -46,8 +46,9 @@ _GEMMA3_LAYER_NAMES = {
 }
 _LAYER_RE = re.compile(r"^blk\.(\d+)\.([a-z0-9_]+)\.(weight|bias)$")
 
-# Types whose blocks runners may keep as stored (backends/torch/block_weights.py).
-_BLOCK_TYPES = ("Q8_0", "Q4_0", "Q4_1")
+# GGUF types whose blocks the torch runner's native CPU kernels multiply by as stored
+# (backends/torch/block_weights.py); the one list backend choice, budget and speculation use.
+STORED_BLOCK_TYPES = ("Q8_0", "Q4_0", "Q4_1")
 
 # Archs whose GGUF Q/K rows were permuted by the converter (llama.cpp rope type "normal").
 PERMUTED_QK_ARCHS = ("llama", "mistral")
@@ -124,7 +125,7 @@ class GGUFWeights:
         in Hugging Face row order: Q/K rows un-permuted as ``get`` does (a row permutation, so
         whole block rows move); None for any other type. A view of the file when no rows move."""
         info = self.gguf.tensors[self._hf_to_gguf[name]]  # KeyError if absent
-        if info.type_name not in _BLOCK_TYPES or len(info.shape) != 2:
+        if info.type_name not in STORED_BLOCK_TYPES or len(info.shape) != 2:
             return None
         return info.type_name, self._hf_row_order(name, self.gguf.raw(info.name))
 

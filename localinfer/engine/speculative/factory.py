@@ -9,6 +9,7 @@ from localinfer.engine.speculative.config import SpecConfig
 from localinfer.engine.speculative.draft import DraftProposer, check_shared_tokenizer
 from localinfer.engine.speculative.speculator import Speculator
 from localinfer.errors import InvalidParameterError
+from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
 
 if TYPE_CHECKING:
     from localinfer.backends.base import RunnerConfig
@@ -36,8 +37,6 @@ VERIFY_COST = {
     ("torch-blocks", "cpu"): (0.34, 0.0),
     ("mlx", "cpu"): (0.1, 0.0),
 }
-# What RunnerInfo.quant says when the torch runner holds GGUF blocks (support.NATIVE_BLOCK_TYPES).
-BLOCK_WEIGHTS = ("Q8_0", "Q4_0", "Q4_1")
 GPU_VERIFY_COST = 0.02
 # Most slots decoding at once while speculation still pays, from scripts/bench-speculative's
 # busy-batch table on the embedded model (editing prompts on every slot, 2 threads, median of
@@ -57,7 +56,7 @@ def default_config(
 ) -> SpecConfig:
     """Speculation settings for a target on ``backend``/``device`` (see VERIFY_COST); ``weights``:
     what the target runner holds (RunnerInfo.quant), which sets the torch CPU costs."""
-    key = "torch-blocks" if backend == "torch" and weights in BLOCK_WEIGHTS else backend
+    key = "torch-blocks" if backend == "torch" and weights in STORED_BLOCK_TYPES else backend
     if device.startswith(("cuda", "metal")):
         cost, fixed = GPU_VERIFY_COST, 0.0
     else:

@@ -80,6 +80,11 @@ class Speculator:
             self.start(slot)
         return self._controllers[slot]
 
+    def _index(self, slot: int) -> NgramIndex:
+        if slot not in self._indexes:
+            self._indexes[slot] = self.ngram.index()
+        return self._indexes[slot]
+
     def propose(self, candidates: Sequence[Candidate], busy: int) -> dict[int, Proposal]:
         """Proposals for the slots that should speculate this step (maybe none).
 
@@ -105,9 +110,7 @@ class Speculator:
             if k <= 0:
                 continue
             if self.draft is None:
-                index = self._indexes.get(cand.slot)
-                if index is None:
-                    index = self._indexes[cand.slot] = self.ngram.index()
+                index = self._index(cand.slot)
                 index.sync(cand.tokens)
                 tokens, matched = index.lookup(k)
                 # Without evidence of its own (first try, probe) a slot verifies only on a
