@@ -16,6 +16,8 @@ import codecs
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from localinfer.loading.unicode_text import scrub_surrogates
+
 
 @dataclass(slots=True, frozen=True)
 class DetokenizerStep:
@@ -28,7 +30,9 @@ class Detokenizer:
 
     def __init__(self, token_bytes: Callable[[int], bytes], stop: Sequence[str] = ()) -> None:
         self._token_bytes = token_bytes
-        self._stop = tuple(stop)
+        # Decoded text never holds a lone surrogate (invalid bytes become U+FFFD), so a stop
+        # string is compared in the same form: "\udcff" stops where the model wrote U+FFFD.
+        self._stop = tuple(scrub_surrogates(s) for s in stop)
         # errors="replace": genuinely invalid bytes become U+FFFD instead of stalling the stream;
         # only an incomplete sequence at the end is held.
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -25,6 +25,7 @@ from jinja2.ext import Extension
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from localinfer.errors import LocalinferError
+from localinfer.loading.unicode_text import scrub_surrogates
 
 # The ChatML layout (Qwen, SmolLM, many fine-tunes), used when a model ships no template.
 CHATML_TEMPLATE = (
@@ -116,11 +117,14 @@ def _environment() -> _StrictSandbox:
 
 
 def _plain(value: Any) -> Any:
-    """Messages/tools as plain dicts and lists (pydantic models and tuples welcome)."""
+    """Messages/tools as plain dicts and lists (pydantic models and tuples welcome), with lone
+    surrogates in any string (key or value) replaced: the rendered prompt is always valid text."""
+    if isinstance(value, str):
+        return scrub_surrogates(value)
     if hasattr(value, "model_dump"):
         return _plain(value.model_dump(exclude_none=True))
     if isinstance(value, Mapping):
-        return {k: _plain(v) for k, v in value.items()}
+        return {_plain(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
     return value

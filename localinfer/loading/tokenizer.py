@@ -17,6 +17,7 @@ from typing import Literal
 from tokenizers import Tokenizer as HFTokenizer
 
 from localinfer.errors import ModelFileError
+from localinfer.loading.unicode_text import scrub_surrogates
 
 # How a token's vocabulary string maps back to bytes.
 #   byte_level:    GPT-2 byte-to-unicode alphabet (every byte is one printable char)
@@ -157,9 +158,10 @@ class Tokenizer:
     ) -> list[int]:
         """Token ids of ``text``. Special-token text such as ``<|im_start|>`` maps to its single
         id unless ``parse_special`` is False. ``add_special_tokens`` adds BOS/EOS when the model
-        asks for them (GGUF ``add_bos_token``, tokenizer_config ``add_bos_token``)."""
+        asks for them (GGUF ``add_bos_token``, tokenizer_config ``add_bos_token``). Lone
+        surrogates (which ``tokenizers`` cannot take) are encoded as U+FFFD."""
         hf = self._hf if parse_special else self._raw_hf()
-        ids = hf.encode(text, add_special_tokens=False).ids
+        ids = hf.encode(scrub_surrogates(text), add_special_tokens=False).ids
         if add_special_tokens:
             if self.add_bos and self.bos_id is not None:
                 ids = [self.bos_id, *ids]
@@ -187,7 +189,7 @@ class Tokenizer:
         return out
 
     def token_to_id(self, token: str) -> int | None:
-        return self._hf.token_to_id(token)
+        return self._hf.token_to_id(scrub_surrogates(token))
 
     def id_to_token(self, token_id: int) -> str:
         if not 0 <= token_id < len(self._tokens):
