@@ -110,11 +110,20 @@ def test_nothing_installed_lists_every_install_command(machine) -> None:
 
 @pytest.fixture
 def native_cpu(monkeypatch: pytest.MonkeyPatch):
-    """Pretend the CPU has AVX-512 (or not) and a C compiler for the native kernels."""
-    from localinfer.backends.torch import native_build, support
+    """Pretend the kernels build for AVX-512 (or AVX2) with a C compiler, and their calibration
+    found a product on blocks faster than on float32 (or not)."""
+    from localinfer.backends.torch import native_build, native_plan, support
 
-    def configure(avx512: bool = True, compiler: bool = True) -> None:
-        monkeypatch.setattr(support, "cpu_has_avx512", lambda: avx512)
+    def configure(avx512: bool = True, compiler: bool = True, blocks_faster: bool = True) -> None:
+        one = native_plan.ProductTimes(
+            tokens=1, native_f32=2.0, native_q4_1=1.0 if blocks_faster else 3.0, torch_f32=2.0
+        )
+        measured = native_plan.Calibration(isa=512 if avx512 else 256, threads=2, products=(one,))
+
+        def plan() -> native_plan.Calibration | None:
+            return measured if native_build.native_kernels_expected() else None
+
+        monkeypatch.setattr(support, "native_plan", plan)
 
         def find() -> str:
             if not compiler:
@@ -152,6 +161,8 @@ def test_native_kernels_are_not_preferred_where_they_were_not_measured(machine, 
     native_cpu(avx512=False)
     assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"
     native_cpu(compiler=False)
+    assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"
+    native_cpu(blocks_faster=False)  # calibrated slower than torch ops on this machine
     assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"
     machine({"llamacpp"})  # no torch
     native_cpu()

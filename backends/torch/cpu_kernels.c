@@ -18,16 +18,38 @@
  * by this forward before attention runs, so any ragged mix of prefill chunks and decode steps
  * gives the same result as one token at a time.
  *
- * Built by cpu_kernels.py with -O3 -march=native -fopenmp; the vector type below becomes
- * AVX-512, AVX2 or NEON code depending on the machine. It links the libgomp torch has already
- * loaded, so torch's threads and these are one pool.
+ * Built by native_build.py with -O3 and the machine's ISA (-march=native, or AVX-512 hidden for
+ * an AVX2 build, or -mcpu=native on ARM); the vector type below becomes AVX-512, AVX2 or NEON
+ * code, with hand-written AVX-512 and AVX2 paths where the compiler's own code was slow (block
+ * decoding, SiLU, the lane reduction). Every path computes the same float operations in the same
+ * order, so results do not depend on the ISA level the file was built for. With OpenMP it links
+ * the libgomp torch has already loaded, so torch's threads and these are one pool; a compiler
+ * without OpenMP (Apple clang) builds it single-threaded.
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+#ifdef _OPENMP
 #include <omp.h>
+#else
+/* Single-threaded build: the pragmas are ignored, a "parallel region" is the calling thread. */
+static inline int omp_get_num_threads(void) { return 1; }
+static inline int omp_get_thread_num(void) { return 0; }
+#endif
 
-#define MAX_TILE 8   /* tokens multiplied against one weight row while it is in L1 */
+#if defined(__AVX2__) && defined(__FMA__) && !defined(__AVX512F__)
+#define LI_AVX2 1
+#endif
+
+/* Tokens multiplied against one weight row while it is in L1. AVX-512 has 32 vector registers:
+ * 8 tokens' 16-lane accumulators fit. AVX2 has 16 registers and a 16-lane sum takes two: above
+ * 4 tokens the accumulators spill (measured by scripts/bench-native-kernels, part 1). */
+#ifdef LI_AVX2
+#define MAX_TILE 4
+#else
+#define MAX_TILE 8
+#endif
+#define TT(k) ((k) < MAX_TILE ? (k) : MAX_TILE)  /* a tile size case, capped (dead above) */
 /* Above this many tokens, rows go in pairs: one x load feeds two FMAs. Measured over SmolLM2's
  * matrices, 2 threads, GB/s single rows vs pairs: 2 tokens 27.4 vs 26.1, 4: 28.5 vs 26.5,
  * 8: 21.8 vs 23.1, 16: 9.0 vs 13.6. */
@@ -47,14 +69,47 @@ typedef float v16u __attribute__((vector_size(64), aligned(4)));
 
 INLINE v16 load16(const float *p) { return *(const v16u *)p; }
 
-#if defined(__AVX512F__) || defined(__F16C__)
+#if defined(__AVX512F__) || defined(__F16C__) || defined(LI_AVX2)
 #include <immintrin.h>
+#endif
+
+/* The vector ISA this build's hand-written paths use: 512 (AVX-512), 256 (AVX2 + FMA), 0 (the
+ * compiler's generic vectors). Backend choice and the calibration read it. */
+int li_isa(void) {
+#if defined(__AVX512F__)
+    return 512;
+#elif defined(LI_AVX2)
+    return 256;
+#else
+    return 0;
+#endif
+}
+
+#ifdef LI_AVX2
+/* A 16-lane vector as two AVX2 halves (lanes 0-7, 8-15). */
+typedef union { v16 v; __m256 h[2]; } v16_halves;
+INLINE v16 join8(__m256 lo, __m256 hi) {
+    v16_halves u;
+    u.h[0] = lo;
+    u.h[1] = hi;
+    return u.v;
+}
 #endif
 
 #ifdef __AVX512F__
 /* A log-depth reduction (4 shuffle + add steps): a scalar loop over the 16 lanes cost ~30% of a
  * batched product's time, one reduction per (row, token) every 576-1536 multiply-adds. */
 INLINE float hsum16(v16 v) { return _mm512_reduce_add_ps((__m512)v); }
+#elif defined(LI_AVX2)
+/* The same tree with AVX2 shuffles: lanes i + i+8, then i + i+4, i + i+2, 0 + 1. */
+INLINE float hsum16(v16 v) {
+    v16_halves u = {.v = v};
+    __m256 s8 = _mm256_add_ps(u.h[0], u.h[1]);
+    __m128 s4 = _mm_add_ps(_mm256_castps256_ps128(s8), _mm256_extractf128_ps(s8, 1));
+    __m128 s2 = _mm_add_ps(s4, _mm_movehl_ps(s4, s4));
+    __m128 s1 = _mm_add_ss(s2, _mm_shuffle_ps(s2, s2, 1));
+    return _mm_cvtss_f32(s1);
+}
 #else
 INLINE float hsum16(v16 v) {
     /* Pairwise halves, the same tree as above on every machine that has no AVX-512. */
@@ -140,6 +195,38 @@ INLINE void decode_block(int fmt, const uint8_t *b, v16 *lo, v16 *hi) {
     __m512i idx = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i *)qs));
     *lo = (v16)_mm512_permutexvar_ps(idx, table);
     *hi = (v16)_mm512_permutexvar_ps(_mm512_srli_epi32(idx, 4), table);
+#elif defined(LI_AVX2)
+    /* Eight weights per step: bytes widened to int32, converted, scaled (the same float
+     * operations as the table above, element by element). */
+    const __m256 d = _mm256_set1_ps(f16_to_f32(b));
+    if (fmt == LI_Q8_0) {
+        __m256 q[4];
+        for (int j = 0; j < 4; j++)
+            q[j] = _mm256_cvtepi32_ps(
+                _mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(b + 2 + 8 * j))));
+        *lo = join8(_mm256_mul_ps(q[0], d), _mm256_mul_ps(q[1], d));
+        *hi = join8(_mm256_mul_ps(q[2], d), _mm256_mul_ps(q[3], d));
+        return;
+    }
+    const __m128i bytes = _mm_loadu_si128((const __m128i *)(b + (fmt == LI_Q4_0 ? 2 : 4)));
+    const __m128i mask = _mm_set1_epi8(15);
+    const __m128i nib_lo = _mm_and_si128(bytes, mask);                     /* elements 0-15 */
+    const __m128i nib_hi = _mm_and_si128(_mm_srli_epi16(bytes, 4), mask);  /* 16-31 */
+    __m256 e[4] = {
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nib_lo)),
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nib_lo, 8))),
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(nib_hi)),
+        _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(nib_hi, 8))),
+    };
+    if (fmt == LI_Q4_0) {
+        const __m256 eight = _mm256_set1_ps(8.0f);
+        for (int j = 0; j < 4; j++) e[j] = _mm256_mul_ps(d, _mm256_sub_ps(e[j], eight));
+    } else {
+        const __m256 m = _mm256_set1_ps(f16_to_f32(b + 2));
+        for (int j = 0; j < 4; j++) e[j] = _mm256_add_ps(_mm256_mul_ps(d, e[j]), m);
+    }
+    *lo = join8(e[0], e[1]);
+    *hi = join8(e[2], e[3]);
 #else
     v16 a, c;
     float d = f16_to_f32(b);
@@ -267,10 +354,10 @@ static void dot_rows2(const float *wa, const float *wb, const float *x, int64_t 
     case 2: dot_tile2(wa, wb, x, xs, n, 2, ra, rb); break;
     case 3: dot_tile2(wa, wb, x, xs, n, 3, ra, rb); break;
     case 4: dot_tile2(wa, wb, x, xs, n, 4, ra, rb); break;
-    case 5: dot_tile2(wa, wb, x, xs, n, 5, ra, rb); break;
-    case 6: dot_tile2(wa, wb, x, xs, n, 6, ra, rb); break;
-    case 7: dot_tile2(wa, wb, x, xs, n, 7, ra, rb); break;
-    default: dot_tile2(wa, wb, x, xs, n, 8, ra, rb); break;
+    case 5: dot_tile2(wa, wb, x, xs, n, TT(5), ra, rb); break;
+    case 6: dot_tile2(wa, wb, x, xs, n, TT(6), ra, rb); break;
+    case 7: dot_tile2(wa, wb, x, xs, n, TT(7), ra, rb); break;
+    default: dot_tile2(wa, wb, x, xs, n, MAX_TILE, ra, rb); break;
     }
 }
 
@@ -281,10 +368,10 @@ static void dot_rows(const float *w, const float *x, int64_t xs, int64_t n, int 
     case 2: dot_tile(w, x, xs, n, 2, res); break;
     case 3: dot_tile(w, x, xs, n, 3, res); break;
     case 4: dot_tile(w, x, xs, n, 4, res); break;
-    case 5: dot_tile(w, x, xs, n, 5, res); break;
-    case 6: dot_tile(w, x, xs, n, 6, res); break;
-    case 7: dot_tile(w, x, xs, n, 7, res); break;
-    default: dot_tile(w, x, xs, n, 8, res); break;
+    case 5: dot_tile(w, x, xs, n, TT(5), res); break;
+    case 6: dot_tile(w, x, xs, n, TT(6), res); break;
+    case 7: dot_tile(w, x, xs, n, TT(7), res); break;
+    default: dot_tile(w, x, xs, n, MAX_TILE, res); break;
     }
 }
 
@@ -339,8 +426,8 @@ INLINE void qdot_tile2(int fmt, const uint8_t *wa, const uint8_t *wb, const floa
 #define TILE_CASES(CALL) \
     switch (tt) { \
     case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; \
-    case 4: CALL(4); break; case 5: CALL(5); break; case 6: CALL(6); break; \
-    case 7: CALL(7); break; default: CALL(8); break; \
+    case 4: CALL(4); break; case 5: CALL(TT(5)); break; case 6: CALL(TT(6)); break; \
+    case 7: CALL(TT(7)); break; default: CALL(MAX_TILE); break; \
     }
 
 #define QDOT_FMT(F) \
@@ -461,7 +548,7 @@ static void linear_rows(const float *x, int64_t T, int64_t in, const li_mat *w, 
 
 INLINE float silu(float g) { return g / (1.0f + expf(-g)); }
 
-/* out[i] = silu(gate[i]) * up[i] for i in [0, n). With AVX-512, exp is a Cephes-style
+/* out[i] = silu(gate[i]) * up[i] for i in [0, n). With AVX-512 (or AVX2), exp is a Cephes-style
  * range reduction and degree-6 polynomial (about 1 ulp) on 16 lanes; scalar expf cost about
  * 1 ms of a 24 ms 8-slot decode step. Elementwise, so no result depends on the batch. */
 static void silu_mul(const float *gate, const float *up, float *out, int64_t n) {
@@ -486,6 +573,30 @@ static void silu_mul(const float *gate, const float *up, float *out, int64_t n) 
         __m512 e = _mm512_scalef_ps(p, k);  /* p * 2^k */
         __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
         _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
+    }
+#elif defined(LI_AVX2)
+    /* The same polynomial on 8 lanes; p * 2^k by adding k to the exponent field (k is within
+     * [-126, 127] after the clamp, so this is the exact scaling scalef does). */
+    const __m256 one = _mm256_set1_ps(1.0f);
+    for (; i + 8 <= n; i += 8) {
+        __m256 g = _mm256_loadu_ps(gate + i);
+        __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), g);
+        x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+        __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
+        r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
+        __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
+        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
+        p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, one));
+        __m256i ki = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127));
+        __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(ki, 23)));
+        __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));
+        _mm256_storeu_ps(out + i, _mm256_mul_ps(s, _mm256_loadu_ps(up + i)));
     }
 #endif
     for (; i < n; i++) out[i] = silu(gate[i]) * up[i];

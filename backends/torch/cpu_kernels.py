@@ -91,6 +91,10 @@ class NativeKernels:
     def forward(self, *args) -> int:
         return self.lib.li_forward(*args)
 
+    def isa(self) -> int:
+        """The vector ISA the library was built for: 512 (AVX-512), 256 (AVX2 + FMA), 0."""
+        return int(self.lib.li_isa())
+
     def scratch_floats(self, dims: Dims, tokens: int, threads: int) -> int:
         return self.lib.li_forward_scratch(ctypes.byref(dims), tokens, threads)
 
@@ -160,4 +164,6 @@ def _load() -> NativeKernels | None:
     lib.li_linear.restype = None
     lib.li_dequant_rows.argtypes = [p, i64, p, i64, p]
     lib.li_dequant_rows.restype = None
+    lib.li_isa.argtypes = []
+    lib.li_isa.restype = ctypes.c_int
     return NativeKernels(lib, path)

@@ -17,6 +17,7 @@ from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.cpu_kernels import load_kernels
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.model import LlamaModel
+from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens
 from localinfer.backends.torch.native_forward import (
     DEFAULT_MAX_TOKENS,
     MAX_HEAD_DIM,
@@ -51,14 +52,17 @@ class TorchRunner:
         model: LoadedModel,
         config: RunnerConfig,
         native_max_tokens: int | None = None,
-        stored_blocks: bool = True,
+        stored_blocks: bool | None = None,
     ) -> None:
         """native_max_tokens: forwards of up to this many tokens run the native CPU kernels
-        (native_forward.py; default DEFAULT_MAX_TOKENS, 0 = never, torch ops only).
+        (native_forward.py; 0 = never, torch ops only). None: as this machine's calibration
+        decided (native_plan.py: up to DEFAULT_MAX_TOKENS where the kernels measured faster
+        than torch ops, none where they did not).
         stored_blocks: where the native kernels run (CPU, float32) and the file keeps matrices
         as GGUF Q8_0/Q4_0/Q4_1 blocks, hold those blocks instead of float32 (block_weights.py:
-        same results, ~5x fewer bytes; every forward then runs natively). Not when the config
-        asks for float weights by name (quant "none", "fp32" ...) or False: float32 as before."""
+        same results, ~5x fewer bytes; every forward then runs natively). None: where the
+        calibration found a product on blocks faster than on float32. Never when the config
+        asks for float weights by name (quant "none", "fp32" ...); False: float32 as before."""
         if config.dtype not in DTYPES:
             raise UnsupportedModelError(
                 f"torch runner dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}"
@@ -74,29 +78,30 @@ class TorchRunner:
         self.model_config = model.config
         self.dtype = DTYPES[config.dtype]
         mc = model.config
-        # fp32 on CPU: dense matrices for the native kernels (native_forward.py) when they
-        # build here, else oneDNN-packed ones (see weights.py for the measurements behind this).
-        if native_max_tokens is None:
-            native_max_tokens = DEFAULT_MAX_TOKENS
+        # fp32 on CPU: dense matrices (or the file's blocks) for the native kernels
+        # (native_forward.py) where they build and measured faster here, else oneDNN-packed
+        # ones (see weights.py for the measurements behind this).
         kernels = None
-        if (
-            native_max_tokens > 0
-            and self.quant_spec is None
+        native_here = (
+            self.quant_spec is None
             and self.device.type == "cpu"
             and self.dtype == torch.float32
             and mc.head_dim <= MAX_HEAD_DIM
-        ):
+        )
+        can_keep_blocks = config.quant in (None, model.file_quant) and hasattr(
+            model.weights, "stored_rows"
+        )
+        if stored_blocks is None:  # an explicit 0 native tokens means torch ops only
+            stored_blocks = native_here and native_max_tokens != 0 and keeps_blocks()
+        if native_max_tokens is None:
+            native_max_tokens = native_f32_tokens() if native_here else 0
+        keep_blocks = bool(stored_blocks) and can_keep_blocks
+        if native_here and (native_max_tokens or keep_blocks):
             kernels = load_kernels()
         onednn = self.quant_spec is None and onednn_available(self.dtype, self.device)
         self.packed_weights = kernels is None and onednn
-        blocks = None  # a source that can hand out stored block rows (GGUF)
-        if (
-            kernels is not None
-            and stored_blocks
-            and config.quant in (None, model.file_quant)
-            and hasattr(model.weights, "stored_rows")
-        ):
-            blocks = model.weights
+        # A source that hands out stored block rows (GGUF): every forward then runs natively.
+        blocks = model.weights if kernels is not None and keep_blocks else None
         quantizer = self._quantizer(model) if self.quant_spec is not None else None
         self.quant_cache_hit = False  # the quantized weights came from the on-disk cache
         self.quant_kernels: dict[str, int] = {}  # kernel name -> matrices using it

@@ -12,38 +12,57 @@ int8 dot-product kernels there were not compared).
 
 from __future__ import annotations
 
+import os
 import platform
 from functools import cache
 from pathlib import Path
 
-from localinfer.backends.torch.native_build import native_kernels_expected
+from localinfer.backends.torch.native_plan import native_plan
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
 
 TORCH_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+AVX512 = 512  # Calibration.isa of an AVX-512 build
 NATIVE_BLOCK_TYPES = STORED_BLOCK_TYPES  # block_weights.BLOCK_FORMATS covers each
 
 
 @cache
-def cpu_has_avx512() -> bool:
-    """x86-64 Linux with AVX-512F, read from /proc/cpuinfo (elsewhere: False)."""
+def _cpu_flags() -> frozenset[str]:
+    """x86-64 Linux CPU flags from /proc/cpuinfo (elsewhere: none)."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
-        return False
+        return frozenset()
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
-        return False
+        return frozenset()
     for line in text.splitlines():
         if line.startswith("flags"):
-            return "avx512f" in line.split()
-    return False
+            return frozenset(line.split(":", 1)[-1].split())
+    return frozenset()
+
+
+# ONEDNN_MAX_CPU_ISA levels at which oneDNN may use the instructions its bf16 packing needs.
+_BF16_ISA_LEVELS = ("AVX2_VNNI_2", "AVX512", "AMX", "ALL", "DEFAULT")
+
+
+@cache
+def onednn_bf16_expected() -> bool:
+    """Whether torch's oneDNN packs bf16 linear weights on this CPU (AVX-512 BW+VL+DQ, or
+    AVX-NE-CONVERT, and not hidden by ONEDNN_MAX_CPU_ISA): the budget's torch-free version of
+    weights.onednn_available for bf16, which asks oneDNN itself."""
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if limit and not limit.startswith(_BF16_ISA_LEVELS):
+        return False
+    flags = _cpu_flags()
+    return {"avx512bw", "avx512vl", "avx512dq"} <= flags or "avx_ne_convert" in flags
 
 
 def native_blocks_preferred(file_quant: str | None, arch: str | None) -> bool:
     """Whether a GGUF stored mostly as ``file_quant`` with architecture ``arch`` runs faster on
-    the torch runner's native kernels than on llama.cpp, on this CPU."""
-    return (
-        (file_quant or "").upper() in NATIVE_BLOCK_TYPES
-        and arch in TORCH_ARCHS
-        and cpu_has_avx512()
-        and native_kernels_expected()
-    )
+    the torch runner's native kernels than on llama.cpp, on this CPU: the kernels keep its
+    blocks here (this machine's calibration: native_plan.py) and were built for AVX-512, the
+    ISA level at which they beat llama.cpp on the same file (scripts/bench-native-kernels,
+    part 3, prints both the machine's own build and its AVX2 build beside llama.cpp)."""
+    if (file_quant or "").upper() not in NATIVE_BLOCK_TYPES or arch not in TORCH_ARCHS:
+        return False
+    plan = native_plan()
+    return plan is not None and plan.isa == AVX512 and plan.blocks_faster()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cache
 
 import numpy as np
 import torch
@@ -35,13 +36,26 @@ from localinfer.loading.model_config import ModelConfig
 
 
 def onednn_available(dtype: torch.dtype, device: torch.device) -> bool:
-    """oneDNN packed matmul: CPU builds with mkldnn, float32 or bfloat16 (its fp16 path needs
-    AVX512-FP16, which most x86 CPUs lack)."""
-    return (
-        device.type == "cpu"
-        and torch.backends.mkldnn.is_available()
-        and dtype in (torch.float32, torch.bfloat16)
-    )
+    """oneDNN packed matmul: CPU builds with mkldnn, float32, or bfloat16 where this CPU's
+    oneDNN packs it (its fp16 path needs AVX512-FP16, which most x86 CPUs lack)."""
+    if device.type != "cpu" or not torch.backends.mkldnn.is_available():
+        return False
+    if dtype == torch.bfloat16:
+        return _onednn_packs_bf16()
+    return dtype == torch.float32
+
+
+@cache
+def _onednn_packs_bf16() -> bool:
+    """Asked of oneDNN itself: its bf16 linear packing needs AVX-512 BW/VL/DQ or AVX-NE-CONVERT
+    (an AVX2 laptop CPU has neither, and ONEDNN_MAX_CPU_ISA=AVX2 hides them). Without it bf16
+    matrices stay plain and F.linear multiplies them (support.onednn_bf16_expected is the
+    budget's torch-free answer to the same question)."""
+    try:
+        pack_onednn(torch.zeros(16, 16, dtype=torch.bfloat16))
+    except RuntimeError:
+        return False
+    return True
 
 
 def linear_dense(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> torch.Tensor:

@@ -230,9 +230,9 @@ class Planner:
             or quant != header.quant
         ):
             return None
-        from localinfer.backends.torch.native_build import native_kernels_expected  # torch-free
+        from localinfer.backends.torch.native_plan import keeps_blocks  # torch-free
 
-        return header.kept_block_bytes if native_kernels_expected() else None
+        return header.kept_block_bytes if keeps_blocks() else None
 
     def breakdown(self, quant: str, ctx: int, sequences: int, kv: KVDtype) -> Breakdown:
         kept = self.kept_blocks(quant)
@@ -427,13 +427,15 @@ def ensure_fits(report: BudgetReport) -> BudgetReport:
 
 
 def _packs_matrices(stored: str) -> bool:
-    """torch on CPU packs bf16 matrices for oneDNN, and f32 ones only where its native kernels
-    (which read dense matrices, the tied table itself) will not be built: switched off, or no C
-    compiler."""
+    """torch on CPU packs bf16 matrices for oneDNN where this CPU's oneDNN can, and f32 ones only
+    where its native kernels (which read dense matrices, the tied table itself) will not run:
+    switched off, no C compiler, or measured slower than torch ops here."""
     if stored == "bf16":
-        return True
+        from localinfer.backends.torch.support import onednn_bf16_expected  # torch-free
+
+        return onednn_bf16_expected()
     if stored != "f32":
         return False
-    from localinfer.backends.torch.native_build import native_kernels_expected  # torch-free
+    from localinfer.backends.torch.native_plan import native_f32_tokens  # torch-free
 
-    return not native_kernels_expected()
+    return native_f32_tokens() == 0

@@ -1,0 +1,174 @@
+"""Whether this machine's native kernels are the faster CPU path: the calibration's answer,
+readable without importing torch (the budget and backend choice ask before any framework loads).
+
+calibrate.py measures the kernels against torch ops once per kernel build and stores the result
+beside the library as JSON. ``native_plan()`` reads it; when there is none yet it measures,
+in-process if torch is already loaded (the runner), else in a subprocess (the budget, ``localinfer
+budget``), which costs a torch import once per machine. The decisions:
+
+- ``native_f32_max_tokens``: forwards of up to this many tokens run natively on float32 rows (the
+  largest measured size at which the kernels beat torch ops, counting up from one token; 0 when
+  torch ops win a decode step).
+- ``blocks_faster``: GGUF Q8_0/Q4_0/Q4_1 matrices are kept as stored blocks when a one-token
+  product on them beats the faster float32 path (every forward then runs natively).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import subprocess
+import sys
+from dataclasses import asdict, dataclass
+from functools import cache
+from pathlib import Path
+
+from localinfer.backends.torch.native_build import (
+    BuildError,
+    Platform,
+    build_flags,
+    compiler,
+    library_path,
+    native_kernels_expected,
+)
+
+log = logging.getLogger(__name__)
+
+# Above about this many tokens in one forward the torch GEMMs catch up (on the AVX-512 machine,
+# scripts/bench-native-kernels part 2): the most a calibrated machine sends to the kernels.
+DEFAULT_MAX_TOKENS = 32
+TOKEN_COUNTS = (1, 8, DEFAULT_MAX_TOKENS)  # decode, batched decode / verification, prefill chunk
+CALIBRATION_VERSION = 1
+SUBPROCESS_TIMEOUT_S = 300  # a first build (~1 s) + torch import + ~0.1 s of timing
+
+
+@dataclass(frozen=True, slots=True)
+class ProductTimes:
+    """Seconds for one product over the calibration matrix, at ``tokens`` tokens."""
+
+    tokens: int
+    native_f32: float
+    native_q4_1: float
+    torch_f32: float
+
+
+@dataclass(frozen=True, slots=True)
+class Calibration:
+    isa: int  # the kernels' vector ISA: 512, 256 (AVX2) or 0 (generic vectors)
+    threads: int
+    products: tuple[ProductTimes, ...]
+
+    def native_f32_max_tokens(self) -> int:
+        best = 0
+        for row in sorted(self.products, key=lambda r: r.tokens):
+            if row.native_f32 >= row.torch_f32:
+                break
+            best = row.tokens
+        return best
+
+    def blocks_faster(self) -> bool:
+        one = min(self.products, key=lambda r: r.tokens)
+        return one.native_q4_1 < min(one.native_f32, one.torch_f32)
+
+    def to_json(self) -> dict:
+        return {"version": CALIBRATION_VERSION, **asdict(self)}
+
+    @classmethod
+    def from_json(cls, data: dict) -> Calibration:
+        if data.get("version") != CALIBRATION_VERSION:
+            raise ValueError("calibration of another version")
+        rows = tuple(ProductTimes(**row) for row in data["products"])
+        return cls(isa=int(data["isa"]), threads=int(data["threads"]), products=rows)
+
+
+def default_threads() -> int:
+    """The thread count the calibration runs with: the CPUs this process may use."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS
+        return os.cpu_count() or 1
+
+
+def calibration_path(library: Path) -> Path:
+    return library.with_suffix(".calibration.json")
+
+
+def store_calibration(library: Path, result: Calibration) -> None:
+    path = calibration_path(library)
+    tmp = path.with_suffix(f".tmp-{os.getpid()}")
+    tmp.write_text(json.dumps(result.to_json()))
+    os.replace(tmp, path)  # a concurrent reader sees the old file or the new one, never half
+
+
+def _stored(library: Path) -> Calibration | None:
+    try:
+        return Calibration.from_json(json.loads(calibration_path(library).read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _library() -> Path | None:
+    """The library this machine's build would use, if already built."""
+    try:
+        cc = compiler()
+        for flags in build_flags(Platform.here()):
+            path = library_path(flags, cc)
+            if path.exists():
+                return path
+    except (BuildError, OSError, subprocess.SubprocessError):
+        return None
+    return None
+
+
+def native_plan() -> Calibration | None:
+    """The calibration for this machine's kernel build (measured now if never measured); None
+    when the kernels are off, cannot be built, or could not be measured (logged)."""
+    if not native_kernels_expected():
+        return None
+    library = _library()
+    stored = _stored(library) if library is not None else None
+    if stored is not None:
+        return stored
+    return _measure_once()
+
+
+@cache
+def _measure_once() -> Calibration | None:
+    if "torch" in sys.modules:
+        from localinfer.backends.torch.calibrate import calibrate  # torch is loaded already
+
+        return calibrate(default_threads())
+    log.info("measuring the native CPU kernels against torch ops (once per machine)")
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "localinfer.backends.torch.calibrate", str(default_threads())],
+            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False,
+        )  # fmt: skip
+        data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
+        log.warning("native kernel calibration failed: %s", exc)
+        return None
+    if data is None:
+        if proc.returncode != 0:
+            log.warning("native kernel calibration failed: %s", proc.stderr.strip()[-300:])
+        return None
+    return Calibration.from_json(data)
+
+
+def native_f32_tokens() -> int:
+    """Forwards up to this many tokens run the kernels on float32 rows (0: torch ops only).
+    What the runner does by default and the budget assumes."""
+    if not native_kernels_expected():
+        return 0
+    plan = native_plan()
+    return DEFAULT_MAX_TOKENS if plan is None else plan.native_f32_max_tokens()
+
+
+def keeps_blocks() -> bool:
+    """Whether a CPU float32 torch runner keeps a GGUF's Q8_0/Q4_0/Q4_1 matrices as stored
+    blocks here. What the runner does by default and the budget assumes."""
+    if not native_kernels_expected():
+        return False
+    plan = native_plan()
+    return plan is None or plan.blocks_faster()
