@@ -362,9 +362,9 @@ def embedded_reference(embedded: LoadedModel, embedded_tokens: list[int]) -> np.
     return reference_logits(embedded.config, embedded.weights, embedded_tokens, dtype=np.float64)
 
 
-# (native_max_tokens, prefill chunk): a runner sending up to 32 tokens to the kernels takes 16-token chunks through the native
-# kernels and 64-token ones through torch ops on dense matrices; with the kernels off the
-# matrices are oneDNN-packed.
+# (native_max_tokens, prefill chunk): a runner sending up to 32 tokens to the kernels takes
+# 16-token chunks through them and 64-token ones through torch ops on dense matrices; with the
+# kernels off the matrices are oneDNN-packed.
 EMBEDDED_PATHS = {"native": (32, 16), "torch-ops-dense": (32, 64), "torch-ops-packed": (0, 64)}
 
 

@@ -17,12 +17,11 @@ from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.cpu_kernels import load_kernels
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.model import LlamaModel
-from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens
 from localinfer.backends.torch.native_forward import (
-    DEFAULT_MAX_TOKENS,
     MAX_HEAD_DIM,
     NativeForward,
 )
+from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens
 from localinfer.backends.torch.quant import (
     QUANT_LAYOUT_VERSION,
     KernelChooser,
