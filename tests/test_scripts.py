@@ -1,0 +1,87 @@
+"""Every script under scripts/ starts when typed as the README shows it, from a plain shell.
+
+The scripts are run as `scripts/NAME --help` with the project venv off PATH, as on a fresh clone
+where nothing is activated. They reuse the existing .venv: scripts/_env.sh is idempotent once its
+stamp is current, so these runs install nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = sorted(
+    p.name for p in (ROOT / "scripts").iterdir() if p.is_file() and p.name != "_env.sh"
+)
+# What the scripts ask _env.sh for between them (scripts/test asks for all of these).
+EXTRAS = {"torch", "llamacpp", "mlx", "test"}
+
+
+def _stamp_is_current() -> bool:
+    """True when scripts/_env.sh would install nothing (a run here must not reach a registry)."""
+    stamp = ROOT / ".venv" / ".install-stamp"
+    if not stamp.is_file():
+        return False
+    parts = stamp.read_text().split()
+    want_hash = hashlib.sha256((ROOT / "pyproject.toml").read_bytes()).hexdigest()[:16]
+    return len(parts) == 2 and parts[0] == want_hash and set(parts[1].split(",")) >= EXTRAS
+
+
+pytestmark = pytest.mark.skipif(
+    not _stamp_is_current(),
+    reason="the .venv install stamp is stale: run scripts/test once so _env.sh installs nothing",
+)
+
+
+@pytest.fixture(scope="module")
+def plain_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The caller's environment without any trace of the project venv, and with a `python` and
+    `python3` on PATH that are not the project's (as a system Python without its packages is):
+    a script must reach the venv by itself, not through whatever `python` the shell finds."""
+    stubs = tmp_path_factory.mktemp("bin")
+    for name in ("python", "python3"):
+        stub = stubs / name
+        stub.write_text("#!/bin/sh\necho 'not the project python' >&2\nexit 97\n")
+        stub.chmod(0o755)
+    venv = str(ROOT / ".venv")
+    env = {k: v for k, v in os.environ.items() if k not in {"VIRTUAL_ENV", "PYTHONPATH"}}
+    path = [d for d in env.get("PATH", "").split(os.pathsep) if d and not d.startswith(venv)]
+    env["PATH"] = os.pathsep.join([str(stubs), *path])
+    return env
+
+
+@pytest.mark.parametrize("name", SCRIPTS)
+def test_script_help_runs_from_a_plain_shell(name: str, plain_env: dict[str, str]) -> None:
+    proc = subprocess.run(
+        [f"scripts/{name}", "--help"],
+        cwd=ROOT,
+        env=plain_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip()
+    # The sh line of the Python scripts' polyglot is no part of their help text.
+    assert "_python" not in proc.stdout or name == "_python"
+
+
+def test_python_launcher_keeps_the_callers_directory(
+    tmp_path: Path, plain_env: dict[str, str]
+) -> None:
+    # _env.sh moves to the repo root; relative paths given to a script must still mean the same.
+    proc = subprocess.run(
+        [str(ROOT / "scripts" / "_python"), "-c", "import os, localinfer; print(os.getcwd())"],
+        cwd=tmp_path,
+        env=plain_env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert Path(proc.stdout.strip()) == tmp_path
