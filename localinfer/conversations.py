@@ -4,8 +4,14 @@ Files live in ``data_dir()/conversations/<id>.json`` (``LOCALINFER_DATA_DIR`` ov
 platform default, see localinfer/paths.py). Every write goes to a temporary file in the same
 folder, is flushed to disk and then renamed over the old file with ``os.replace``, which is atomic
 on POSIX and Windows: a crash mid-save leaves either the old conversation or the new one, never a
-half-written file. A file that cannot be parsed is skipped by :meth:`ConversationStore.list` and
-reported by :meth:`ConversationStore.load`, so one bad file never hides the others.
+half-written file; the temporary a killed writer leaves is swept away later (it carries the
+writer's pid, see localinfer/stale_files.py).
+
+A conversation's id is its file name, whatever the file says inside: a copy of a file (a backup, a
+sync tool's conflict copy) is another conversation with its own id, never a second one with the same
+id. Nothing a file contains may break the store: a file that cannot be parsed or has fields of the
+wrong type is skipped by :meth:`ConversationStore.list` and reported by
+:meth:`ConversationStore.load`, so one bad file never hides the others.
 """
 
 from __future__ import annotations
@@ -21,10 +27,19 @@ from pathlib import Path
 from typing import Any, Literal
 
 from localinfer.errors import LocalinferError
+from localinfer.stale_files import sweep, writer_tag
 
 Role = Literal["system", "user", "assistant"]
 FORMAT_VERSION = 1
-_ID_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+# Ids are file names: one path component, not hidden (temporaries start with a dot), no control
+# characters. Wider than the ids this app makes, so copies named "abc (1)" or
+# "abc.sync-conflict-2024" open too.
+_ID_RE = re.compile(r"[^./\\\x00-\x1f][^/\\\x00-\x1f]{0,199}")
+# A save's temporary: ".<id>.<writer pid>.<random>.tmp" (tempfile.mkstemp's random part has no dot).
+_TEMP_RE = re.compile(r"\..*\.(?P<pid>\d+)\.[^.]+\.tmp|\..*\.tmp")
+# A save takes milliseconds: a temporary this old belongs to no one, whatever its pid says.
+STALE_TEMP_S = 600.0
+_READ_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError)
 
 
 class ConversationError(LocalinferError):
@@ -83,24 +98,37 @@ class Conversation:
         }
 
     @classmethod
-    def from_json(cls, data: dict[str, Any]) -> Conversation:
+    def from_json(cls, data: Any, conversation_id: str | None = None) -> Conversation:
+        """Parse a saved conversation; ``conversation_id`` (the file's name) overrides the id the
+        data carries. Raises ValueError for anything that is not a conversation."""
         if not isinstance(data, dict) or not isinstance(data.get("messages"), list):
             raise ValueError("not a conversation object")
         messages = []
         for item in data["messages"]:
+            if not isinstance(item, dict):
+                raise ValueError(f"bad message {item!r}")
             role, content = item.get("role"), item.get("content")
             if role not in ("system", "user", "assistant") or not isinstance(content, str):
                 raise ValueError(f"bad message {item!r}")
             messages.append(ChatMessage(role, content))
+        if conversation_id is None:
+            conversation_id = _text(data.get("id"))
+            if not conversation_id:
+                raise ValueError("no conversation id")
         return cls(
-            id=str(data["id"]),
-            title=str(data.get("title", "")),
-            system_prompt=str(data.get("system_prompt", "")),
+            id=conversation_id,
+            title=_text(data.get("title")),
+            system_prompt=_text(data.get("system_prompt")),
             messages=messages,
-            model=str(data.get("model", "")),
-            created=str(data.get("created", "")),
-            updated=str(data.get("updated", "")),
+            model=_text(data.get("model")),
+            created=_text(data.get("created")),
+            updated=_text(data.get("updated")),
         )
+
+
+def _text(value: Any) -> str:
+    """A string field of a saved file; a missing or wrong-typed one reads as empty."""
+    return value if isinstance(value, str) else ""
 
 
 @dataclass(slots=True, frozen=True)
@@ -130,9 +158,10 @@ class ConversationStore:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
+        self._swept = False
 
     def path_for(self, conversation_id: str) -> Path:
-        if not _ID_RE.match(conversation_id):
+        if not isinstance(conversation_id, str) or not _ID_RE.fullmatch(conversation_id):
             # Ids become file names: refuse anything that could leave the folder.
             raise ConversationError(f"invalid conversation id {conversation_id!r}")
         return self.root / f"{conversation_id}.json"
@@ -141,8 +170,11 @@ class ConversationStore:
         conversation.updated = _now()
         target = self.path_for(conversation.id)
         self.root.mkdir(parents=True, exist_ok=True)
+        self._sweep_once()
         payload = json.dumps(conversation.to_json(), ensure_ascii=False, indent=1)
-        fd, tmp = tempfile.mkstemp(prefix=f".{conversation.id}.", suffix=".tmp", dir=self.root)
+        fd, tmp = tempfile.mkstemp(
+            prefix=f".{conversation.id}.{writer_tag()}.", suffix=".tmp", dir=self.root
+        )
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.write(payload)
@@ -157,22 +189,25 @@ class ConversationStore:
     def load(self, conversation_id: str) -> Conversation:
         path = self.path_for(conversation_id)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            return Conversation.from_json(data)
+            return _read(path)
         except FileNotFoundError:
             raise ConversationError(f"no saved conversation {conversation_id!r}") from None
-        except (ValueError, KeyError, TypeError, AttributeError) as exc:
-            raise ConversationError(f"{path}: unreadable conversation ({exc})") from None
+        except _READ_ERRORS as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise ConversationError(f"{path}: unreadable conversation ({reason})") from None
 
     def list(self) -> list[ConversationSummary]:
         """Saved conversations, most recently updated first; unreadable files are skipped."""
         if not self.root.is_dir():
             return []
+        self._sweep_once()
         out: list[ConversationSummary] = []
         for path in self.root.glob("*.json"):
+            if not _ID_RE.fullmatch(path.stem):
+                continue
             try:
-                conv = Conversation.from_json(json.loads(path.read_text(encoding="utf-8")))
-            except (OSError, ValueError, KeyError, TypeError, AttributeError):
+                conv = _read(path)
+            except _READ_ERRORS:
                 continue
             turns = sum(1 for m in conv.messages if m.role == "user")
             out.append(ConversationSummary(conv.id, conv.title, conv.model, conv.updated, turns))
@@ -181,3 +216,18 @@ class ConversationStore:
 
     def delete(self, conversation_id: str) -> None:
         self.path_for(conversation_id).unlink(missing_ok=True)
+
+    def remove_stale_temps(self) -> list[Path]:
+        """Delete the temporaries of saves that never finished (their process was killed)."""
+        return sweep(self.root, _TEMP_RE, STALE_TEMP_S)
+
+    def _sweep_once(self) -> None:
+        # Once per store, on first use: the leftovers of an earlier run, not of this one.
+        if not self._swept:
+            self._swept = True
+            self.remove_stale_temps()
+
+
+def _read(path: Path) -> Conversation:
+    """The conversation in ``path``, its id taken from the file name."""
+    return Conversation.from_json(json.loads(path.read_text(encoding="utf-8")), path.stem)

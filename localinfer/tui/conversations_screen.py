@@ -30,16 +30,19 @@ class ConversationsScreen(ModalScreen[str | None]):
         with Vertical(id="conversations", classes="dialog"):
             yield Label("Saved conversations", classes="dialog-title")
             if self.summaries:
+                # Options carry no id: what a saved file says must not become a widget id
+                # (duplicates raised DuplicateID) nor markup; the index finds the summary.
                 yield OptionList(
-                    *[Option(summary_label(s), id=s.id) for s in self.summaries],
+                    *[Option(summary_label(s)) for s in self.summaries],
                     id="conversation-options",
+                    markup=False,
                 )
             else:
                 yield Label("Nothing saved yet: conversations save after each answer.")
             yield Label("Enter: open · Esc: cancel", classes="dialog-help")
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
-        self.dismiss(event.option.id)
+        self.dismiss(self.summaries[event.option_index].id)
 
     def action_cancel(self) -> None:
         self.dismiss(None)

@@ -1,0 +1,87 @@
+"""The real chat app, headless, over a conversation folder holding what users' folders hold: a
+backup copy of a conversation, a sync tool's conflict copy, files that are not conversations, a
+title that looks like markup. Ctrl+O lists what it can read and opens the copy it is asked for."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable
+
+import pytest
+
+from localinfer.conversations import Conversation, ConversationStore
+from localinfer.tui.app import ChatApp
+from localinfer.tui.conversation_view import UserTurn
+from localinfer.tui.conversations_screen import ConversationsScreen
+from localinfer.tui.host import ChatHost
+from localinfer.tui.settings import ChatSettings
+
+CTX = 256
+SIZE = (120, 40)
+
+
+@pytest.fixture(scope="module")
+def session():
+    from localinfer.session import open_session
+
+    s = open_session(ctx=CTX, slots=1)
+    yield s
+    s.close()
+
+
+async def wait_until(pilot, condition: Callable[[], bool], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met before the deadline")
+        await pilot.pause(0.05)
+
+
+def fill_folder(root) -> Conversation:
+    store = ConversationStore(root)
+    original = Conversation(model="smollm2-135m")
+    original.add("user", "Name a colour.")
+    original.add("assistant", "Blue.")
+    store.save(original)
+    saved = root / f"{original.id}.json"
+    shutil.copy2(saved, root / f"{original.id} (1).json")
+    shutil.copy2(saved, root / f"{original.id}.sync-conflict-20240101-120000.json")
+    markup = Conversation(title="[/x] not [bold markup")
+    markup.add("user", "[/x] hello")
+    store.save(markup)
+    (root / "notes.json").write_text("{ not json", encoding="utf-8")
+    (root / "list.json").write_text("[]", encoding="utf-8")
+    (root / "wrong.json").write_text(json.dumps({"id": 3, "messages": [1]}), encoding="utf-8")
+    return original
+
+
+async def test_ctrl_o_lists_copies_and_opens_the_one_chosen(session, tmp_path):
+    root = tmp_path / "conversations"
+    original = fill_folder(root)
+    host = ChatHost(ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=4), session=session)
+    app = ChatApp(host, ConversationStore(root))
+    copy_id = f"{original.id} (1)"
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConversationsScreen))
+        await pilot.pause()
+        screen = app.screen
+        ids = [s.id for s in screen.summaries]
+        assert sorted(ids) == sorted(
+            [
+                original.id,
+                copy_id,
+                f"{original.id}.sync-conflict-20240101-120000",
+                next(s.id for s in screen.summaries if s.title.startswith("[/x]")),
+            ]
+        )
+        for _ in range(ids.index(copy_id)):
+            await pilot.press("down")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConversationsScreen))
+        assert app.conversation.id == copy_id
+        assert app.conversation.messages == original.messages
+        assert [t.content for t in app.query(UserTurn)] == ["Name a colour."]
+        assert app.is_running and app.return_code is None
