@@ -85,3 +85,19 @@ async def test_ctrl_o_lists_copies_and_opens_the_one_chosen(session, tmp_path):
         assert app.conversation.messages == original.messages
         assert [t.content for t in app.query(UserTurn)] == ["Name a colour."]
         assert app.is_running and app.return_code is None
+
+
+def test_a_crash_in_the_chat_is_a_failed_exit(monkeypatch, tmp_path):
+    # Whatever breaks inside the app (here: its mount), `localinfer chat` must not exit 0.
+    from textual.app import App
+
+    from localinfer.cli import main
+
+    def crash(self) -> None:
+        raise RuntimeError("broken on purpose")
+
+    monkeypatch.setenv("LOCALINFER_DATA_DIR", str(tmp_path))
+    monkeypatch.setattr(ChatHost, "load_in_background", lambda self, settings: None)
+    monkeypatch.setattr(ChatApp, "on_mount", crash)
+    monkeypatch.setattr(ChatApp, "run", lambda self: App.run(self, headless=True, size=SIZE))
+    assert main(["chat"]) == 1

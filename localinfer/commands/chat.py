@@ -54,7 +54,10 @@ def run(args: argparse.Namespace) -> int:
         from localinfer.conversations import ConversationStore
         from localinfer.tui.app import ChatApp
 
-        ChatApp(host, ConversationStore()).run()
+        app = ChatApp(host, ConversationStore())
+        app.run()
     finally:
         host.close()
-    return 0
+    # Textual prints an unhandled exception's traceback and sets return_code 1: pass that on, so
+    # a crash is never a successful exit.
+    return app.return_code or 0
