@@ -143,17 +143,22 @@ def test_abort_waiting_and_running_requests_frees_the_slot_at_the_next_step() ->
 
 
 def test_full_queue_rejects_and_others_are_unaffected() -> None:
+    # One slot + two queue places: three requests fit before any step.
     engine = manual_engine(HashRunner(slots=1), max_queue=2)
-    handles = [engine.submit(Request([i + 1], greedy(4))) for i in range(2)]
+    handles = [engine.submit(Request([i + 1], greedy(4))) for i in range(3)]
     with pytest.raises(QueueFullError, match="busy"):
         engine.submit(Request([9], greedy(4)))
     with pytest.raises(QueueFullError):  # all or none
         engine.submit_all([Request([9], greedy(4)), Request([8], greedy(4))])
-    assert engine.metrics().queue_depth == 2
-    engine.step()  # first admitted: one place in the queue frees up
+    assert engine.metrics().queue_depth == 3
+    engine.step()  # first admitted into the slot: still three in the engine, still full
+    with pytest.raises(QueueFullError):
+        engine.submit(Request([9], greedy(4)))
+    while engine.metrics().slots_busy:  # the first finishes: one place frees up
+        engine.step()
     handles.append(engine.submit(Request([9], greedy(4))))
     run_to_end(engine)
-    for h, p in zip(handles, ([1], [2], [9]), strict=True):
+    for h, p in zip(handles, ([1], [2], [3], [9]), strict=True):
         assert list(h.result().token_ids) == reference_greedy(p, 4)
 
 

@@ -109,11 +109,18 @@ class Scheduler:
     # -- any thread ------------------------------------------------------------------------
 
     def add_all(self, seqs: list[Sequence]) -> None:
-        """Queue requests all or none (QueueFullError when they do not all fit)."""
+        """Queue requests all or none (QueueFullError when they do not all fit).
+
+        Free slots count first: with N slots and ``max_queue`` Q, N + Q requests fit at once,
+        even before the engine thread has placed any of them. A request is in ``waiting`` or in
+        a slot, never in between (``_admit`` moves it under the lock), so the count is exact
+        whatever the engine thread is doing."""
         with self._lock:
-            if len(self.waiting) + len(seqs) > self.max_queue:
+            free = len(self.slots) - len(self.slots.busy())
+            if len(self.waiting) + len(seqs) > free + self.max_queue:
                 raise QueueFullError(
-                    f"engine is busy: {len(self.waiting)} requests already waiting "
+                    f"engine is busy: all {len(self.slots)} slots taken and "
+                    f"{len(self.waiting)} requests already waiting "
                     f"(queue limit {self.max_queue}); retry later"
                 )
             self.waiting.extend(seqs)
@@ -174,10 +181,14 @@ class Scheduler:
                 if not self.waiting or not self.slots.free():
                     return
                 seq = self.waiting.popleft()
-            # At least the last prompt token is always fed: its logits give the first token.
-            slot, reuse = self.slots.choose(
-                seq.prompt_ids, match_prefix=self.prefix_reuse, limit=seq.prompt_len - 1
-            )
+                # At least the last prompt token is always fed: its logits give the first token.
+                slot, reuse = self.slots.choose(
+                    seq.prompt_ids, match_prefix=self.prefix_reuse, limit=seq.prompt_len - 1
+                )
+                # Taken in the same breath as the pop, so add_all never sees the request in
+                # neither place (and a free slot twice).
+                slot.seq = seq
+                seq.slot = slot.index
             try:
                 reuse = self._cut_cache(slot, reuse)
             except Exception as exc:  # noqa: BLE001 - the runner cannot even empty the slot
@@ -185,8 +196,6 @@ class Scheduler:
                 self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
                 report.finished[seq.request_id] = "error"
                 continue
-            slot.seq = seq
-            seq.slot = slot.index
             if self.speculator is not None:
                 self.speculator.start(slot.index)
             seq.cached_prompt_tokens = reuse

@@ -1,0 +1,160 @@
+"""Admission counts free slots first: ``--slots N --max-queue Q`` accepts N + Q requests at once,
+on an idle server too, whatever the engine thread is doing at the moment they arrive."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import pytest
+
+from localinfer.backends.base import SlotWork
+from localinfer.engine import Engine, Request, SamplingParams
+from localinfer.errors import QueueFullError
+from localinfer.server import ServerThread
+from localinfer.session import Session
+from tests.test_engine_model import ByteTokenizer, HashRunner
+from tests.test_server_load import LONG, send_raw
+from tests.test_server_support import make_session, serving, wait_idle, wait_until
+
+SHORT_BODY = {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
+
+
+# -- the engine's rule ----------------------------------------------------------------------------
+
+
+def test_slots_plus_queue_are_accepted_before_any_step() -> None:
+    engine = Engine(HashRunner(slots=4), ByteTokenizer(), background=False, max_queue=4)
+    handles = [engine.submit(Request([i + 1], SamplingParams(max_tokens=2))) for i in range(8)]
+    with pytest.raises(QueueFullError, match="busy"):
+        engine.submit(Request([9], SamplingParams(max_tokens=2)))
+    while engine.has_work():
+        engine.step()
+    assert [h.result().finish_reason for h in handles] == ["length"] * 8
+
+
+def test_max_queue_0_takes_one_request_per_free_slot() -> None:
+    engine = Engine(HashRunner(slots=2), ByteTokenizer(), background=False, max_queue=0)
+    first = engine.submit_all([Request([1], SamplingParams(max_tokens=3)) for _ in range(2)])
+    with pytest.raises(QueueFullError):
+        engine.submit(Request([2], SamplingParams(max_tokens=3)))
+    engine.step()  # both placed; still no free slot
+    with pytest.raises(QueueFullError):
+        engine.submit(Request([2], SamplingParams(max_tokens=3)))
+    while engine.has_work():
+        engine.step()
+    assert all(h.result().finish_reason == "length" for h in first)
+    assert engine.submit(Request([3], SamplingParams(max_tokens=1))).request_id
+
+
+class SlowRunner(HashRunner):
+    """A HashRunner whose forwards take a moment, so requests stay in their slots while other
+    threads submit (a pace, not a measurement)."""
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        time.sleep(0.002)
+        return super().forward(batch)
+
+
+def test_submissions_racing_the_engine_thread_get_exactly_slots_plus_queue() -> None:
+    engine = Engine(SlowRunner(slots=4, max_ctx=4096), ByteTokenizer(), max_queue=4)
+    start = threading.Barrier(24)
+
+    def submit(i: int) -> str | None:
+        start.wait()
+        try:
+            return engine.submit(Request([i % 200 + 1], SamplingParams(max_tokens=4000))).request_id
+        except QueueFullError:
+            return None
+
+    try:
+        for _ in range(3):
+            with ThreadPoolExecutor(24) as pool:
+                ids = [rid for rid in pool.map(submit, range(24)) if rid is not None]
+            assert len(ids) == 8  # nothing finished meanwhile: 4 slots + 4 queue places
+            for rid in ids:
+                engine.abort(rid)
+            wait_until(lambda: not engine.has_work(), what="the aborted requests to leave")
+    finally:
+        engine.close()
+
+
+# -- through the real server --------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def no_queue() -> Iterator[tuple[Session, ServerThread]]:
+    s = make_session(slots=4, ctx=256, max_queue=0)
+    with serving(s) as srv:
+        yield s, srv
+    s.close()
+
+
+def test_max_queue_0_serves_an_idle_server(no_queue: tuple[Session, ServerThread]) -> None:
+    session, server = no_queue
+    r = httpx.post(server.url + "/v1/completions", json=SHORT_BODY, timeout=120)
+    assert r.status_code == 200, r.text
+
+
+def test_max_queue_0_accepts_one_request_per_slot(no_queue: tuple[Session, ServerThread]) -> None:
+    session, server = no_queue
+    wait_idle(session)
+    socks = [
+        send_raw(server, "/v1/completions", {"prompt": f"Story {i}", **LONG}) for i in range(4)
+    ]
+    try:
+        wait_until(lambda: session.engine.metrics().slots_busy == 4, what="4 busy slots")
+        r = httpx.post(server.url + "/v1/completions", json=SHORT_BODY, timeout=120)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "server_busy"
+    finally:
+        for sock in socks:
+            sock.close()
+    wait_idle(session)
+
+
+@pytest.fixture(scope="module")
+def four_and_four() -> Iterator[tuple[Session, ServerThread]]:
+    s = make_session(slots=4, ctx=256, max_queue=4)
+    with serving(s) as srv:
+        yield s, srv
+    s.close()
+
+
+def test_a_burst_of_slots_plus_queue_is_all_served(
+    four_and_four: tuple[Session, ServerThread],
+) -> None:
+    session, server = four_and_four
+
+    def post(i: int) -> int:
+        body = {**SHORT_BODY, "prompt": f"Burst {i}"}
+        return httpx.post(server.url + "/v1/completions", json=body, timeout=300).status_code
+
+    for _ in range(3):
+        wait_idle(session)
+        with ThreadPoolExecutor(8) as pool:
+            assert list(pool.map(post, range(8))) == [200] * 8
+
+
+def test_the_request_after_slots_plus_queue_gets_503(
+    four_and_four: tuple[Session, ServerThread],
+) -> None:
+    session, server = four_and_four
+    wait_idle(session)
+    socks = [send_raw(server, "/v1/completions", {"prompt": f"Tale {i}", **LONG}) for i in range(8)]
+    try:
+
+        def full() -> bool:
+            m = session.engine.metrics()
+            return m.slots_busy == 4 and m.queue_depth == 4
+
+        wait_until(full, what="4 busy slots and 4 waiting")
+        r = httpx.post(server.url + "/v1/completions", json=SHORT_BODY, timeout=120)
+        assert r.status_code == 503 and "retry-after" in r.headers
+    finally:
+        for sock in socks:
+            sock.close()
+    wait_idle(session)
