@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import socket
 
 import httpx
@@ -139,19 +140,32 @@ def test_disconnect_mid_stream_frees_the_slot(
     assert reply.choices[0].finish_reason in ("stop", "length")
 
 
+def server_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+
 def test_disconnect_before_a_non_streaming_answer_frees_the_slot(
-    server: ServerThread, session: Session, model_name: str
+    server: ServerThread, session: Session, model_name: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     wait_idle(session)
     before = session.engine.metrics()
+    disconnects = scrape(server, "localinfer_client_disconnects_total")
     body = {"model": model_name, "prompt": "Once upon a time", **LONG}
     sock = send_raw(server, "/v1/completions", body)
     wait_until(lambda: session.engine.metrics().slots_busy == 1, what="the request to start")
+    # A few steps on, its (short) prompt is prefilled and tokens are being generated.
+    started = session.engine.metrics().steps
+    wait_until(lambda: session.engine.metrics().steps >= started + 4, what="decoding")
     sock.close()
     wait_idle(session)
     after = session.engine.metrics()
     assert after.finish_reasons.get("abort", 0) == before.finish_reasons.get("abort", 0) + 1
     assert after.completion_tokens_total - before.completion_tokens_total < LONG["max_tokens"]
+    wait_until(
+        lambda: scrape(server, "localinfer_client_disconnects_total") == disconnects + 1,
+        what="the disconnect to be counted",
+    )
+    assert server_errors(caplog) == []
 
 
 @pytest.fixture(scope="module")
@@ -189,3 +203,29 @@ def test_full_queue_answers_503_with_retry_after(tiny_server: tuple[Session, Ser
     )
     assert r.status_code == 200
     assert r.json()["usage"]["completion_tokens"] == 1
+
+
+def test_disconnect_while_queued_is_counted_and_frees_the_place(
+    tiny_server: tuple[Session, ServerThread], caplog: pytest.LogCaptureFixture
+) -> None:
+    session, server = tiny_server
+    wait_idle(session)
+    name = session.model.name
+    before = session.engine.metrics()
+    disconnects = scrape(server, "localinfer_client_disconnects_total")
+    running = send_raw(server, "/v1/completions", {"model": name, "prompt": "One", **LONG})
+    wait_until(lambda: session.engine.metrics().slots_busy == 1, what="the slot to fill")
+    queued = send_raw(server, "/v1/completions", {"model": name, "prompt": "Two", **LONG})
+    wait_until(lambda: session.engine.metrics().queue_depth == 1, what="the queue to fill")
+    queued.close()
+    wait_until(lambda: session.engine.metrics().queue_depth == 0, what="the queued one to leave")
+    assert session.engine.metrics().slots_busy == 1  # the running answer is untouched
+    running.close()
+    wait_idle(session)
+    after = session.engine.metrics()
+    assert after.finish_reasons.get("abort", 0) == before.finish_reasons.get("abort", 0) + 2
+    wait_until(
+        lambda: scrape(server, "localinfer_client_disconnects_total") == disconnects + 2,
+        what="both disconnects to be counted",
+    )
+    assert server_errors(caplog) == []

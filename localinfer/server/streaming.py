@@ -42,7 +42,11 @@ async def wait_for_disconnect(receive: Receive) -> None:
 
 
 async def unless_disconnected(work: Awaitable[T], receive: Receive) -> T:
-    """``await work``, but raise ClientGone (cancelling ``work``) if the client leaves first."""
+    """``await work``, but raise ClientGone (cancelling ``work``) if the client leaves first.
+
+    ``work`` has finished unwinding when this returns or raises: a cancelled ``anext`` has run
+    its generator's ``finally``, so the caller may close that generator at once (closing it
+    while the cancellation is still in flight raises "already running")."""
     task = asyncio.ensure_future(work)
     watcher = asyncio.ensure_future(wait_for_disconnect(receive))
     try:
@@ -52,6 +56,7 @@ async def unless_disconnected(work: Awaitable[T], receive: Receive) -> T:
         watcher.cancel()
         if not task.done():
             task.cancel()
+        await asyncio.wait({task, watcher})
     if task.cancelled():
         raise ClientGone()
     return task.result()
