@@ -1,8 +1,13 @@
-"""localinfer/quant_cache.py: atomic entries keyed by model file identity and method."""
+"""localinfer/quant_cache.py: atomic entries keyed by model file identity and method; concurrent
+writers of one key, malformed manifests, killed writers' temporary folders."""
 
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -77,3 +82,158 @@ def test_default_root_and_switch(monkeypatch: pytest.MonkeyPatch, tmp_path: Path
     assert not quant_cache_enabled()
     monkeypatch.delenv("LOCALINFER_QUANT_CACHE")
     assert quant_cache_enabled()
+
+
+@pytest.mark.parametrize(
+    "manifest",
+    [
+        "[]",
+        "null",
+        "{ not json",
+        '{"format": 1, "method": "m", "tensors": null}',
+        '{"format": 1, "method": "m", "tensors": {"x": null}}',
+        '{"format": 1, "method": "m", "tensors": {"x": {"a": 5}}}',
+        '{"format": 1, "method": "m", "tensors": {"x": {"a": "../outside.npy"}}}',
+    ],
+)
+def test_malformed_manifest_is_a_miss_not_a_crash(
+    tmp_path: Path, model_file: Path, manifest: str
+) -> None:
+    cache = QuantCache(tmp_path / "cache")
+    folder = cache.save(model_file, "m", entry())
+    (folder / "manifest.json").write_text(manifest)
+    np.save(tmp_path / "cache" / "outside.npy", np.arange(3))
+    assert cache.load(model_file, "m") is None
+    assert not folder.exists()  # dropped, so the next save rebuilds it
+    cache.save(model_file, "m", entry())
+    assert cache.load(model_file, "m") is not None
+
+
+def test_concurrent_writers_of_one_key_threads(tmp_path: Path, model_file: Path) -> None:
+    # Every round, several threads publish the same key at once; rename() releases the GIL,
+    # so the renames really race. Each save succeeds; the entry left is complete.
+    cache_root = tmp_path / "cache"
+    errors: list[BaseException] = []
+
+    def write(barrier: threading.Barrier) -> None:
+        barrier.wait()
+        try:
+            QuantCache(cache_root).save(model_file, "m", entry())
+        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+            errors.append(exc)
+
+    for _ in range(30):
+        barrier = threading.Barrier(4)
+        threads = [threading.Thread(target=write, args=(barrier,)) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    assert errors == []
+    _assert_one_complete_entry(cache_root, model_file)
+
+
+_WRITER = """
+import sys
+from pathlib import Path
+import numpy as np
+from localinfer.quant_cache import QuantCache
+
+root, model, rounds = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+rng = np.random.default_rng(0)
+entry = {
+    "layer.0.qkv": {
+        "qweight": rng.integers(-127, 128, size=(6, 5), dtype=np.int8),
+        "scales": rng.random(6, dtype=np.float32),
+    },
+    "embed": {"qweight": rng.integers(0, 255, size=(4, 8), dtype=np.uint8)},
+}
+print("ready", flush=True)
+sys.stdin.readline()  # all writers start together
+for _ in range(rounds):
+    QuantCache(root).save(model, "m", entry)
+"""
+
+
+def test_concurrent_writers_of_one_key_processes(tmp_path: Path, model_file: Path) -> None:
+    cache_root = tmp_path / "cache"
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", _WRITER, str(cache_root), str(model_file), "30"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
+    for proc in procs:
+        assert proc.stdout.readline().strip() == "ready"
+    for proc in procs:
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+    for proc in procs:
+        _, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+    _assert_one_complete_entry(cache_root, model_file)
+
+
+def _assert_one_complete_entry(cache_root: Path, model_file: Path) -> None:
+    got = QuantCache(cache_root).load(model_file, "m")
+    assert got is not None
+    for name, arrays in entry().items():
+        for key, value in arrays.items():
+            np.testing.assert_array_equal(got[name][key], value)
+    assert [p.name for p in cache_root.iterdir()] == [QuantCache(cache_root).key(model_file, "m")]
+
+
+_HANGING_WRITER = """
+import sys, time
+from pathlib import Path
+import numpy as np
+import localinfer.quant_cache as qc
+
+real_save = np.save
+
+def save_then_hang(*args, **kwargs):  # one array written, then the process is stuck
+    real_save(*args, **kwargs)
+    print("written", flush=True)
+    time.sleep(600)
+
+qc.np.save = save_then_hang
+qc.QuantCache(Path(sys.argv[1])).save(Path(sys.argv[2]), "m", {"x": {"a": np.arange(3)}})
+"""
+
+
+def _start_hanging_writer(root: Path, model_file: Path) -> subprocess.Popen:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HANGING_WRITER, str(root), str(model_file)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout.readline().strip() == "written"
+    return proc
+
+
+def test_a_killed_writers_folder_is_swept_and_a_live_ones_kept(
+    tmp_path: Path, model_file: Path
+) -> None:
+    root = tmp_path / "cache"
+    live = _start_hanging_writer(root, model_file)
+    try:
+        dead = _start_hanging_writer(root, model_file)
+        dead.kill()
+        dead.wait()
+        old = root / ".tmp-k3j4h5x9"  # a temporary from before pids were in the names
+        old.mkdir()
+        os.utime(old, (time.time() - 7200, time.time() - 7200))
+        temps = {p.name for p in root.glob(".tmp-*")}
+        assert f".tmp-{dead.pid}-" in " ".join(temps) and old.name in temps
+        assert QuantCache(root).load(model_file, "m") is None  # a use of the cache sweeps
+        left = {p.name for p in root.glob(".tmp-*")}
+        assert [n for n in left if n.startswith(f".tmp-{live.pid}-")]
+        assert not [n for n in left if n.startswith(f".tmp-{dead.pid}-")]
+        assert old.name not in left
+    finally:
+        live.kill()
+        live.wait()
