@@ -16,6 +16,8 @@ Tokenizer choices:
 
 from __future__ import annotations
 
+import struct
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -176,3 +178,93 @@ def write_tiny_gguf(
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+# -- hostile files: a real GGUF with its header edited ----------------------------------------
+
+GGUF_U32, GGUF_F32, GGUF_STRING, GGUF_ARRAY, GGUF_U64 = 4, 6, 8, 9, 10
+
+
+def raw_u32(value: int) -> bytes:
+    """A metadata value (type + payload) as stored: u32."""
+    return struct.pack("<II", GGUF_U32, value)
+
+
+def raw_f32(value: float) -> bytes:
+    return struct.pack("<If", GGUF_F32, value)
+
+
+def raw_u64(value: int) -> bytes:
+    return struct.pack("<IQ", GGUF_U64, value)
+
+
+def raw_string(text: str) -> bytes:
+    data = text.encode("utf-8")
+    return struct.pack("<IQ", GGUF_STRING, len(data)) + data
+
+
+def raw_nested_array(depth: int) -> bytes:
+    """An array of arrays ``depth`` levels deep; the innermost is an empty u8 array."""
+    body = struct.pack("<IQ", 0, 0)
+    for _ in range(depth - 1):
+        body = struct.pack("<IQ", GGUF_ARRAY, 1) + body
+    return struct.pack("<I", GGUF_ARRAY) + body
+
+
+def rewrite_gguf(
+    src: str | Path,
+    dst: str | Path,
+    *,
+    set_kv: Mapping[str, bytes] | None = None,
+    drop_kv: Iterable[str] = (),
+    tensor_dims: Mapping[str, tuple[int, ...]] | None = None,
+    drop_tensors: Iterable[str] = (),
+) -> Path:
+    """A copy of the GGUF ``src`` with its header edited byte for byte: metadata values replaced
+    or added (``set_kv``: key -> ``raw_*`` bytes) or dropped, tensor dimensions (GGUF order,
+    innermost first) replaced, tensor infos dropped. Tensor data is copied unchanged, so a file
+    can claim what its bytes cannot back: the point is to make the impossible ones."""
+    import gguf
+
+    set_kv = dict(set_kv or {})
+    tensor_dims = dict(tensor_dims or {})
+    drop_kv, drop_tensors = set(drop_kv), set(drop_tensors)
+    reader = gguf.GGUFReader(str(src))
+
+    def key_bytes(name: str) -> bytes:
+        data = name.encode("utf-8")
+        return struct.pack("<Q", len(data)) + data
+
+    kvs: list[bytes] = []
+    for name, field in reader.fields.items():
+        if name.startswith("GGUF.") or name in drop_kv:
+            continue
+        if name in set_kv:
+            kvs.append(key_bytes(name) + set_kv.pop(name))
+        else:
+            kvs.append(b"".join(p.tobytes() for p in field.parts))
+    kvs += [key_bytes(name) + value for name, value in set_kv.items()]
+
+    infos: list[bytes] = []
+    for tensor in reader.tensors:
+        if tensor.name in drop_tensors:
+            continue
+        parts = tensor.field.parts  # name length, name, n_dims, dims, type, offset
+        dims = tensor_dims.get(tensor.name, tuple(int(d) for d in parts[3]))
+        infos.append(
+            key_bytes(tensor.name)
+            + struct.pack("<I", len(dims))
+            + b"".join(struct.pack("<Q", d) for d in dims)
+            + parts[4].tobytes()
+            + parts[5].tobytes()
+        )
+
+    version = int(reader.fields["GGUF.version"].parts[-1][0])
+    out = b"GGUF" + struct.pack("<IQQ", version, len(infos), len(kvs)) + b"".join(kvs)
+    out += b"".join(infos)
+    out += b"\0" * (-len(out) % reader.alignment)
+    with open(src, "rb") as f:
+        f.seek(reader.data_offset)
+        data = f.read()
+    Path(dst).write_bytes(out + data)
+    return Path(dst)
