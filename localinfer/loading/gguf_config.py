@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
+from localinfer.loading.gguf_checks import check_config_numbers, check_layer_count, check_layers
 from localinfer.loading.gguf_file import GGUFFile
 from localinfer.loading.model_config import SUPPORTED_ARCHS, ModelConfig, RopeScaling
 
@@ -51,7 +52,8 @@ def gguf_arch(gguf: GGUFFile) -> str:
 
 
 def _uniform_int(gguf: GGUFFile, key: str, value: Any) -> int:
-    """Per-layer arrays (some GGUFs store head counts per layer) must be uniform here."""
+    """Per-layer arrays (some GGUFs store head counts per layer) must be uniform here. Types and
+    ranges were checked when the file was opened (gguf_checks.check_header)."""
     if isinstance(value, np.ndarray | list):
         values = set(int(v) for v in value)
         if len(values) != 1:
@@ -63,6 +65,8 @@ def _uniform_int(gguf: GGUFFile, key: str, value: Any) -> int:
 
 
 def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
+    """The config of a model localinfer runs, with every number checked against the tensors
+    (ModelFileError: no backend ever sees an inconsistent file)."""
     arch = gguf_arch(gguf)
     a = gguf.architecture  # key prefix as written in the file
 
@@ -70,11 +74,16 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
         return _uniform_int(gguf, f"{a}.{key}", gguf.require(f"{a}.{key}"))
 
     n_layers = req("block_count")
+    check_layer_count(gguf.path, a, n_layers, gguf.tensors)
     hidden = req("embedding_length")
     n_heads = req("attention.head_count")
     n_kv = gguf.get(f"{a}.attention.head_count_kv")
-    n_kv_heads = _uniform_int(gguf, f"{a}.attention.head_count_kv", n_kv) if n_kv else n_heads
-    head_dim = int(gguf.get(f"{a}.attention.key_length") or hidden // n_heads)
+    n_kv_heads = (
+        _uniform_int(gguf, f"{a}.attention.head_count_kv", n_kv) if n_kv is not None else n_heads
+    )
+    key_length = gguf.get(f"{a}.attention.key_length")
+    # 0 heads is refused by check_config_numbers below; no division by it here
+    head_dim = int(key_length) if key_length else (hidden // n_heads if n_heads > 0 else 0)
     ffn = req("feed_forward_length")
     max_ctx = req("context_length")
     if "token_embd.weight" not in gguf.tensors:
@@ -82,13 +91,17 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
     vocab_size = gguf.tensors["token_embd.weight"].shape[0]
     rope_theta = float(gguf.get(f"{a}.rope.freq_base", 10000.0))
     rms_eps = float(gguf.get(f"{a}.attention.layer_norm_rms_epsilon", 1e-5))
-    if n_heads % n_kv_heads:
-        raise ModelFileError(gguf.path, f"{n_heads} heads do not divide into {n_kv_heads} groups")
+    value_length = gguf.get(f"{a}.attention.value_length")
+    if value_length is not None and int(value_length) != head_dim:
+        raise UnsupportedModelError(
+            f"{gguf.path}: value heads of {value_length} and key heads of {head_dim} dimensions "
+            "(the runners need one head size)"
+        )
 
     rope_scaling, max_ctx = _rope_scaling(gguf, a, head_dim, rope_theta, max_ctx)
     sliding_window, sliding_layers = _sliding(gguf, a, arch, n_layers)
     bos, eos = _special_ids(gguf)
-    return ModelConfig(
+    config = ModelConfig(
         arch=arch,
         n_layers=n_layers,
         hidden_size=hidden,
@@ -111,6 +124,9 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
         rope_local_theta=_local_theta(gguf, a, arch),
         query_pre_attn_scalar=float(head_dim) if arch == "gemma3" else None,
     )
+    check_config_numbers(gguf.path, config, gguf.get(f"{a}.rope.dimension_count"))
+    check_layers(gguf.path, config, gguf.tensors)
+    return config
 
 
 def _local_theta(gguf: GGUFFile, a: str, arch: str) -> float | None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -25,11 +26,17 @@ from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, LlamaFileType
 from gguf import quants as gguf_quants
 
 from localinfer.errors import ModelFileError
+from localinfer.loading.gguf_checks import check_header
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4
+# Arrays of arrays are legal GGUF but no model uses them deeper than this; bounding the depth keeps
+# a hostile file from exhausting the parser's recursion.
+MAX_ARRAY_DEPTH = 8
+# ggml counts elements and bytes in int64: any tensor beyond that is not a real one.
+MAX_TENSOR_ELEMENTS = 2**63 - 1
 
 # GGUF metadata value types -> (struct format, numpy dtype) for the fixed-size ones.
 _SCALAR_TYPES: dict[int, tuple[str, str]] = {
@@ -74,7 +81,7 @@ class GGUFTensorInfo:
 
     @property
     def n_elements(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64))
+        return math.prod(self.shape)  # Python ints: never wraps
 
 
 class _Cursor:
@@ -126,7 +133,7 @@ class _Cursor:
         self.pos = pos
         return out
 
-    def value(self, vtype: int, key: str) -> Any:
+    def value(self, vtype: int, key: str, depth: int = 0) -> Any:
         if vtype in _SCALAR_TYPES:
             v = self.unpack(_SCALAR_TYPES[vtype][0])
             if vtype == _FLOAT32:
@@ -149,8 +156,12 @@ class _Cursor:
                 self.need(count * 8)
                 return self.strings(count)
             if itype == _ARRAY:
+                if depth + 1 >= MAX_ARRAY_DEPTH:
+                    raise _Corrupt(
+                        f"metadata key '{key}' nests arrays more than {MAX_ARRAY_DEPTH} deep"
+                    )
                 self.need(count * 12)
-                return [self.value(_ARRAY, key) for _ in range(count)]
+                return [self.value(_ARRAY, key, depth + 1) for _ in range(count)]
             raise _Corrupt(f"metadata key '{key}' has an array of unknown type {itype}")
         raise _Corrupt(f"metadata key '{key}' has unknown value type {vtype}")
 
@@ -234,7 +245,9 @@ class GGUFFile:
             offset = cur.unpack("<Q")
             raw_infos.append((name, dims, qtype, offset))
 
-        alignment = int(self.metadata.get("general.alignment", DEFAULT_ALIGNMENT))
+        alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
+        if not isinstance(alignment, int) or isinstance(alignment, bool):
+            raise _Corrupt(f"general.alignment is {type(alignment).__name__}, not an integer")
         if alignment <= 0 or alignment & (alignment - 1):
             raise _Corrupt(f"general.alignment {alignment} is not a power of two")
         self.alignment = alignment
@@ -245,6 +258,7 @@ class GGUFFile:
             if name in self.tensors:
                 raise _Corrupt(f"tensor '{name}' appears twice")
             self.tensors[name] = info
+        check_header(self.path, self.metadata, self.tensors)
 
     def _tensor_info(
         self, name: str, dims: tuple[int, ...], qtype: int, rel_offset: int
@@ -261,13 +275,17 @@ class GGUFFile:
             )
         if any(d == 0 for d in dims):
             raise _Corrupt(f"tensor '{name}' has a zero dimension {dims}")
+        # Python ints throughout: a product of u64 dimensions in int64 wraps to a small or
+        # negative byte count that would pass the end-of-file check below.
+        if math.prod(dims) > MAX_TENSOR_ELEMENTS:
+            raise _Corrupt(f"tensor '{name}' dimensions {dims} hold more than 2^63 elements")
         block_size, type_size = GGML_QUANT_SIZES[ggml_type]
         if dims[0] % block_size:
             raise _Corrupt(
                 f"tensor '{name}' row length {dims[0]} is not a multiple of the "
                 f"{ggml_type.name} block size {block_size}"
             )
-        n_rows = int(np.prod(dims[1:], dtype=np.int64)) if len(dims) > 1 else 1
+        n_rows = math.prod(dims[1:])
         nbytes = n_rows * (dims[0] // block_size) * type_size
         if rel_offset % self.alignment:
             raise _Corrupt(f"tensor '{name}' data offset {rel_offset} is not aligned")
@@ -338,7 +356,7 @@ class GGUFFile:
         """The dominant storage type: general.file_type when present ("Q4_1", "Q4_K_M"), else the
         type holding the most bytes among matrices."""
         ftype = self.metadata.get("general.file_type")
-        if ftype is not None:
+        if isinstance(ftype, int):
             try:
                 name = LlamaFileType(int(ftype)).name
                 for prefix in ("MOSTLY_", "ALL_"):

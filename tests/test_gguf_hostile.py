@@ -1,0 +1,248 @@
+"""Hostile GGUF files through the real CLI: a real tiny model written with the test writer, then
+one header field made impossible. ``localinfer generate`` (a separate process: llama.cpp used to
+abort it with SIGABRT) and ``localinfer budget`` must print one line and exit 1, never a traceback.
+
+Issue #18 items 5 (architecture numbers against the tensors) and 6 (parser gaps: nested arrays,
+dimension products past 2^63, special-token ids outside the vocabulary)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from gguf_writer import (
+    raw_f32,
+    raw_nested_array,
+    raw_string,
+    raw_u32,
+    rewrite_gguf,
+)
+from model_files import TINY_VOCAB_SIZE, write_gguf
+from tiny import tiny_config, tiny_weights
+
+from localinfer.cli import main
+
+# (id, rewrite_gguf edits, words the one-line error must hold, whether `budget` refuses it too:
+# the budget reads only the header checks every architecture shares; block_count against the
+# layers and the tensor shapes are checked for the architectures localinfer runs, before any
+# backend loads the file)
+CASES: list[tuple[str, dict, tuple[str, ...], bool]] = [
+    # item 5: architecture numbers against the tensors present
+    ("block_count 0", {"set_kv": {"llama.block_count": raw_u32(0)}}, ("block_count", "0"), True),
+    (
+        "block_count 1e6",
+        {"set_kv": {"llama.block_count": raw_u32(10**6)}},
+        ("block_count", "1000000", "2 layers"),
+        False,
+    ),
+    ("block_count 1", {"set_kv": {"llama.block_count": raw_u32(1)}}, ("block_count",), False),
+    ("block_count 3", {"set_kv": {"llama.block_count": raw_u32(3)}}, ("block_count",), False),
+    (
+        "block_count a string",
+        {"set_kv": {"llama.block_count": raw_string("2")}},
+        ("block_count", "not an integer"),
+        True,
+    ),
+    (
+        "context_length 0",
+        {"set_kv": {"llama.context_length": raw_u32(0)}},
+        ("context_length",),
+        True,
+    ),
+    (
+        "embedding_length off by one",
+        {"set_kv": {"llama.embedding_length": raw_u32(65)}},
+        ("embedding_length", "65"),
+        True,
+    ),
+    (
+        "vocab_size past token_embd",
+        {"set_kv": {"llama.vocab_size": raw_u32(10**6)}},
+        ("vocab_size",),
+        True,
+    ),
+    (
+        "rope.freq_base nan",
+        {"set_kv": {"llama.rope.freq_base": raw_f32(float("nan"))}},
+        ("freq_base",),
+        True,
+    ),
+    (
+        "rms epsilon 0",
+        {"set_kv": {"llama.attention.layer_norm_rms_epsilon": raw_f32(0.0)}},
+        ("layer_norm_rms_epsilon",),
+        True,
+    ),
+    ("head_count 0", {"set_kv": {"llama.attention.head_count": raw_u32(0)}}, ("head",), True),
+    (
+        "head_count 1000",
+        {"set_kv": {"llama.attention.head_count": raw_u32(1000)}},
+        ("attn_q", "head_count"),
+        False,
+    ),
+    (
+        "head_count_kv 3",
+        {"set_kv": {"llama.attention.head_count_kv": raw_u32(3)}},
+        ("3 groups",),
+        False,
+    ),
+    (
+        "head_count_kv 1",
+        {"set_kv": {"llama.attention.head_count_kv": raw_u32(1)}},
+        ("attn_k", "head_count_kv"),
+        False,
+    ),
+    (
+        "key_length 1000",
+        {
+            "set_kv": {
+                "llama.attention.key_length": raw_u32(1000),
+                "llama.attention.value_length": raw_u32(1000),
+            }
+        },
+        ("attn_q", "key_length"),
+        False,
+    ),
+    (
+        "feed_forward_length 7",
+        {"set_kv": {"llama.feed_forward_length": raw_u32(7)}},
+        ("ffn_gate", "feed_forward_length"),
+        False,
+    ),
+    (
+        "a layer tensor missing",
+        {"drop_tensors": ["blk.1.ffn_down.weight"]},
+        ("missing tensor 'blk.1.ffn_down.weight'",),
+        False,
+    ),
+    # item 6: parser gaps
+    (
+        "arrays nested 5000 deep",
+        {"set_kv": {"x.nested": raw_nested_array(5000)}},
+        ("x.nested", "nests arrays"),
+        True,
+    ),
+    (
+        "a dimension of 2^63",
+        {"tensor_dims": {"blk.0.attn_q.weight": (64, 2**63)}},
+        ("blk.0.attn_q.weight", "2^63"),
+        True,
+    ),
+    (
+        "dimensions whose int64 product wraps negative",
+        {"tensor_dims": {"blk.0.attn_q.weight": (64, 2**32, 2**31)}},
+        ("blk.0.attn_q.weight", "2^63"),
+        True,
+    ),
+    (
+        "a dimension of 2^64-1",
+        {"tensor_dims": {"blk.0.attn_q.weight": (64, 2**64 - 1)}},
+        ("blk.0.attn_q.weight", "2^63"),
+        True,
+    ),
+    (
+        "bos id outside the vocabulary",
+        {"set_kv": {"tokenizer.ggml.bos_token_id": raw_u32(99999)}},
+        ("bos_token_id", "99999", "vocabulary"),
+        True,
+    ),
+    (
+        "eos id one past the vocabulary",
+        {"set_kv": {"tokenizer.ggml.eos_token_id": raw_u32(TINY_VOCAB_SIZE)}},
+        ("eos_token_id", str(TINY_VOCAB_SIZE)),
+        True,
+    ),
+    (
+        "pad id 2^32-1",
+        {"set_kv": {"tokenizer.ggml.padding_token_id": raw_u32(2**32 - 1)}},
+        ("padding_token_id",),
+        True,
+    ),
+    (
+        "unk id outside the vocabulary",
+        {"set_kv": {"tokenizer.ggml.unknown_token_id": raw_u32(10**6)}},
+        ("unknown_token_id",),
+        True,
+    ),
+    (
+        "eot id outside the vocabulary",
+        {"set_kv": {"tokenizer.ggml.eot_token_id": raw_u32(10**6)}},
+        ("eot_token_id",),
+        True,
+    ),
+    (
+        "bos id a string",
+        {"set_kv": {"tokenizer.ggml.bos_token_id": raw_string("1")}},
+        ("bos_token_id", "not a token id"),
+        True,
+    ),
+    (
+        "alignment a string",
+        {"set_kv": {"general.alignment": raw_string("32")}},
+        ("general.alignment",),
+        True,
+    ),
+]
+IDS = [case[0] for case in CASES]
+
+
+@pytest.fixture(autouse=True)
+def _tmp_cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture(scope="module")
+def tiny_gguf(tmp_path_factory) -> Path:
+    config = tiny_config("llama", vocab_size=TINY_VOCAB_SIZE)
+    ws = tiny_weights(config)
+    path = tmp_path_factory.mktemp("hostile") / "tiny.gguf"
+    return write_gguf(path, config, {n: ws.get(n) for n in ws.names()})
+
+
+def _hostile(tiny_gguf: Path, tmp_path: Path, edits: dict) -> Path:
+    return rewrite_gguf(tiny_gguf, tmp_path / "hostile.gguf", **edits)
+
+
+def _generate(path: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+    argv = [sys.executable, "-m", "localinfer", "generate", str(path), "Hi"]
+    argv += ["--max-tokens", "2", "--ctx", "128", "--slots", "1"]
+    env = {**os.environ, "LOCALINFER_CACHE_DIR": str(cache)}
+    return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
+
+
+def _assert_one_line_error(returncode: int, stderr: str, path: Path, words: tuple[str, ...]):
+    assert returncode == 1, f"exit {returncode} (negative: killed by a signal)\n{stderr}"
+    assert "Traceback" not in stderr, stderr
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith("localinfer: error: "), stderr
+    assert str(path.name) in lines[0], "the error names the file"
+    for word in words:
+        assert word in lines[0], (word, lines[0])
+
+
+def test_the_unedited_file_generates(tiny_gguf: Path, tmp_path: Path) -> None:
+    same = rewrite_gguf(tiny_gguf, tmp_path / "same.gguf")
+    assert same.read_bytes() == tiny_gguf.read_bytes(), "the rewriter changes nothing by itself"
+    done = _generate(same, tmp_path / "cache")
+    assert done.returncode == 0, done.stderr
+    assert "finish:" in done.stderr
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_generate_refuses_with_one_line(tiny_gguf: Path, tmp_path: Path, case) -> None:
+    _, edits, words, _ = case
+    path = _hostile(tiny_gguf, tmp_path, edits)
+    done = _generate(path, tmp_path / "cache")
+    _assert_one_line_error(done.returncode, done.stderr, path, words)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[3]], ids=[c[0] for c in CASES if c[3]])
+def test_budget_refuses_with_one_line(tiny_gguf: Path, tmp_path: Path, capsys, case) -> None:
+    _, edits, words, _ = case
+    path = _hostile(tiny_gguf, tmp_path, edits)
+    code = main(["budget", str(path)])
+    _assert_one_line_error(code, capsys.readouterr().err, path, words)
