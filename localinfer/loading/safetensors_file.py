@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import mmap
 import struct
 from dataclasses import dataclass
@@ -88,8 +89,11 @@ class SafetensorsFile:
                 begin, end = (int(x) for x in spec["data_offsets"])
             except (KeyError, TypeError, ValueError):
                 raise self._fail(f"malformed entry for tensor '{name}'") from None
+            if any(d < 0 for d in shape):
+                raise self._fail(f"tensor '{name}' has a negative dimension {shape}")
             if dtype in DTYPES:
-                want = int(np.prod(shape, dtype=np.int64)) * DTYPES[dtype].itemsize
+                # Python ints: an int64 product of huge dimensions wraps to a plausible size
+                want = math.prod(shape) * DTYPES[dtype].itemsize
                 if end - begin != want:
                     raise self._fail(
                         f"tensor '{name}' has {end - begin} bytes, its shape needs {want}"
