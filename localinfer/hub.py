@@ -9,7 +9,10 @@ seconds instead of waiting on a download timeout; every failure becomes one type
 Interrupted downloads: huggingface_hub resumes a dropped connection with a Range request (up to
 five times per file) within one `pull`. It does not keep partial files between runs (2.x writes
 to a per-process temporary file), so a `pull` stopped with Ctrl-C starts that file again, while
-files that completed are not fetched twice.
+files that completed are not fetched twice. It deletes that temporary when a download fails, but
+a killed process leaves it behind (``blobs/<etag>.<random>.incomplete``, never resumed since its
+name belongs to that process): `pull` deletes such leftovers of the repository first, once no
+process holds the download's lock (:func:`remove_partial_downloads`).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from localinfer.budget.quant import normalize_quant
 from localinfer.catalog import BundledSource, CatalogEntry, HFSource, LocalSource, load_catalog
 from localinfer.errors import InvalidParameterError, LocalinferError
 from localinfer.resolve import ALIASES, hf_cache_dir
+from localinfer.stale_files import age_s
 
 # What a safetensors checkpoint needs to load and chat: weights, configs, tokenizer, template.
 SAFETENSORS_PATTERNS = (
@@ -44,6 +48,9 @@ SAFETENSORS_PATTERNS = (
 # accepts and never answers as a read timeout; either way `pull` fails in seconds, not minutes.
 CONNECT_TIMEOUT_S = 3.0
 LISTING_TIMEOUT_S = 5.0
+# Where the download lock cannot be checked (no flock on the filesystem): a partial file nobody
+# has written to for this long belongs to no running download.
+STALE_PARTIAL_S = 3600.0
 
 
 class HubError(LocalinferError):
@@ -130,6 +137,21 @@ def plan_download(spec: str, quant: str | None = None) -> DownloadPlan:
     return DownloadPlan(entry.name, source.gguf_repo, wanted, (filename,), entry)
 
 
+def _check_repo_id(repo_id: str) -> None:
+    """Refuse what the Hub would refuse ('../x', 'a/b c', 'org/..') before any request, in one
+    line instead of huggingface_hub's HFValidationError traceback."""
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(repo_id)
+    except HFValidationError:
+        raise InvalidParameterError(
+            f"{repo_id!r} is not a Hugging Face repo id: org/name, each of letters, digits, '-', "
+            "'_' and '.', without '--' or '..', at most 96 characters"
+        ) from None
+
+
 def _quant_name(quant: str) -> str:
     return "bf16" if quant.strip().lower() in ("none", "bf16") else normalize_quant(quant)
 
@@ -141,6 +163,7 @@ def _plan_for_repo(spec: str, quant: str | None) -> DownloadPlan:
         from localinfer.resolve import _suggest
 
         raise UnknownModelError(spec, _suggest(spec))
+    _check_repo_id(spec)
     if quant is None or quant.strip().lower() in ("none", "bf16"):
         return DownloadPlan(spec, spec, None, SAFETENSORS_PATTERNS, None)
     q = quant.strip()
@@ -282,6 +305,67 @@ def download(plan: DownloadPlan, *, progress: bool = True) -> Path:
         if silence:
             enable_progress_bars()
     return Path(folder)
+
+
+# -- partial downloads left by a killed pull ------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PartialCleanup:
+    files: int
+    freed_bytes: int
+
+
+def remove_partial_downloads(repo_id: str) -> PartialCleanup:
+    """Delete the partial files that killed downloads of ``repo_id`` left in the cache.
+
+    huggingface_hub writes a blob to ``blobs/<etag>.<random>.incomplete`` while it holds
+    ``.locks/<repo folder>/<etag>.lock``. A partial file whose lock nobody holds has no writer
+    (a concurrent pull of the same file holds it, so its file stays). On a filesystem without
+    flock the lock says nothing, and a partial file goes after STALE_PARTIAL_S without change.
+    """
+    from huggingface_hub.file_download import repo_folder_name
+
+    name = repo_folder_name(repo_id=repo_id, repo_type="model")
+    blobs = hf_cache_dir() / name / "blobs"
+    locks = hf_cache_dir() / ".locks" / name
+    files = freed = 0
+    for path in sorted(blobs.glob("*.incomplete")) if blobs.is_dir() else []:
+        etag = path.name.split(".", 1)[0]
+        try:
+            if not _writer_gone(locks / f"{etag}.lock", path):
+                continue
+            size = path.stat().st_size
+            path.unlink()
+        except OSError:  # finished or removed meanwhile, or not ours to remove
+            continue
+        files, freed = files + 1, freed + size
+    return PartialCleanup(files, freed)
+
+
+def _writer_gone(lock_path: Path, partial: Path) -> bool:
+    held = _lock_held(lock_path)
+    if held is None:
+        return age_s(partial) > STALE_PARTIAL_S
+    return not held
+
+
+def _lock_held(lock_path: Path) -> bool | None:
+    """Whether some process holds this download lock; None when the filesystem cannot say."""
+    if not lock_path.exists():
+        return False
+    # filelock is what huggingface_hub locks with (one of its own dependencies).
+    from filelock import FileLock, Timeout
+
+    lock = FileLock(str(lock_path))
+    try:
+        lock.acquire(timeout=0)
+    except Timeout:
+        return True
+    except (NotImplementedError, OSError):
+        return None
+    lock.release()
+    return False
 
 
 # -- removing ---------------------------------------------------------------------------------

@@ -17,6 +17,8 @@ Served (the shapes huggingface_hub parses, checked against its 2.4 source):
 
 ``drop_once(repo, path, after)`` makes the next GET of that file send its full Content-Length,
 then only ``after`` bytes, then close the connection: an interrupted download.
+``stall_once(repo, path, after)`` makes the next GET send ``after`` bytes and then wait until the
+returned event is set before sending the rest: a download in progress for as long as a test needs.
 Every request is logged in ``hub.requests`` (method, path, Range header).
 """
 
@@ -55,6 +57,7 @@ class FakeHub:
         self.repos: dict[str, FakeRepo] = {}
         self.requests: list[Logged] = []
         self._drops: dict[tuple[str, str], int] = {}
+        self._stalls: dict[tuple[str, str], tuple[int, threading.Event]] = {}
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._server.daemon_threads = True
@@ -75,6 +78,16 @@ class FakeHub:
     def take_drop(self, repo_id: str, path: str) -> int | None:
         with self._lock:
             return self._drops.pop((repo_id, path), None)
+
+    def stall_once(self, repo_id: str, path: str, after: int) -> threading.Event:
+        release = threading.Event()
+        with self._lock:
+            self._stalls[(repo_id, path)] = (after, release)
+        return release
+
+    def take_stall(self, repo_id: str, path: str) -> tuple[int, threading.Event] | None:
+        with self._lock:
+            return self._stalls.pop((repo_id, path), None)
 
     def log(self, entry: Logged) -> None:
         with self._lock:
@@ -212,6 +225,17 @@ def _make_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(body[:drop])
                 self.wfile.flush()
                 self.close_connection = True
+                return
+            stall = hub.take_stall(repo_id, path)
+            if stall is not None:
+                after, release = stall
+                self.wfile.write(body[:after])
+                self.wfile.flush()
+                release.wait(timeout=300)
+                try:
+                    self.wfile.write(body[after:])
+                except OSError:  # the client is gone (killed, or timed out and retried)
+                    self.close_connection = True
                 return
             self.wfile.write(body)
 

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -182,3 +183,78 @@ def test_plans_name_only_the_files_a_quantization_needs() -> None:
         plan_download("default")
     with pytest.raises(UnknownModelError):
         plan_download("not-a-model")
+
+
+@pytest.mark.parametrize("spec", ["../x", "a/b c", "org/..", "org/x--y"])
+def test_pull_refuses_a_malformed_repo_id_in_one_line(
+    hub: FakeHub, tmp_path: Path, spec: str
+) -> None:
+    done = cli(hub_env(tmp_path, hub.url), "pull", spec)
+    assert done.returncode == 1
+    assert done.stderr.startswith("localinfer: error: ") and "not a Hugging Face repo id" in (
+        done.stderr
+    )
+    assert len(done.stderr.strip().splitlines()) == 1  # no HFValidationError traceback
+    assert hub.requests == []
+
+
+def start_cli(env: dict[str, str], *args: str) -> subprocess.Popen:
+    return subprocess.Popen(
+        [sys.executable, "-m", "localinfer", *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for_partial(blobs: Path, ignore: set[str], proc: subprocess.Popen) -> Path:
+    """The new `.incomplete` file a running pull writes, once it holds a 10 MiB chunk."""
+    while True:
+        for path in blobs.glob("*.incomplete") if blobs.is_dir() else []:
+            if path.name not in ignore and path.stat().st_size >= 10 * 2**20:
+                return path
+        assert proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+
+
+def test_a_killed_pulls_partial_file_goes_and_a_running_ones_stays(
+    hub: FakeHub, tmp_path: Path, gguf_bytes: bytes
+) -> None:
+    repo = "someone/big-GGUF"
+    q8, q4 = gguf_bytes, gguf_bytes + b"\0"  # two blobs (etags), each over a 10 MiB chunk
+    hub.add_file(repo, "big-Q8_0.gguf", q8)
+    hub.add_file(repo, "big-Q4_0.gguf", q4)
+    # A stalled download must not time out and resume: it stays in progress until released.
+    env = hub_env(tmp_path, hub.url, HF_HUB_DOWNLOAD_TIMEOUT="300")
+    blobs = Path(env["HF_HUB_CACHE"]) / "models--someone--big-GGUF" / "blobs"
+
+    # 1. A pull killed mid-download leaves its partial file behind.
+    release = hub.stall_once(repo, "big-Q8_0.gguf", after=12_000_000)
+    killed = start_cli(env, "pull", repo, "--quant", "Q8_0", "--quiet")
+    left = wait_for_partial(blobs, set(), killed)
+    killed.kill()
+    killed.wait()
+    release.set()
+    assert left.is_file()
+
+    # 2. The next pull of the repo removes it, and is itself stalled mid-download.
+    release = hub.stall_once(repo, "big-Q4_0.gguf", after=12_000_000)
+    running = start_cli(env, "pull", repo, "--quant", "Q4_0", "--quiet")
+    try:
+        partial = wait_for_partial(blobs, {left.name}, running)
+        assert not left.exists()
+
+        # 3. A third pull meanwhile leaves the running pull's partial file alone.
+        third = cli(env, "pull", repo, "--quant", "Q8_0", "--quiet")
+        assert third.returncode == 0, third.stderr
+        assert Path(third.stdout.strip()).read_bytes() == q8
+        assert "partial download" not in third.stderr
+        assert partial.is_file()
+    finally:
+        release.set()
+    out, err = running.communicate(timeout=300)
+    assert running.returncode == 0, err
+    assert "removed 1 partial download(s), 10" in err  # MiB, the chunk it held
+    assert Path(out.strip()).read_bytes() == q4
+    assert list(blobs.glob("*.incomplete")) == []

@@ -41,7 +41,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localinfer.budget.memory import human_bytes
-    from localinfer.hub import cached_file, download, free_disk_bytes, list_remote, plan_download
+    from localinfer.hub import (
+        cached_file,
+        download,
+        free_disk_bytes,
+        list_remote,
+        plan_download,
+        remove_partial_downloads,
+    )
 
     say = _stderr
     bundled = _bundled_package(args.model)
@@ -70,6 +77,12 @@ def run(args: argparse.Namespace) -> int:
     else:
         say(f"localinfer: {plan.name} is not in the catalog; no memory budget before download")
 
+    cleanup = remove_partial_downloads(plan.repo_id)
+    if cleanup.files:
+        say(
+            f"removed {cleanup.files} partial download(s), {human_bytes(cleanup.freed_bytes)}, "
+            "that a stopped pull left in the cache"
+        )
     cached = cached_file(plan)
     if cached is not None:  # nothing to ask the Hub: this works offline too
         print(cached)
