@@ -145,13 +145,24 @@ def chat_tokens(embedded: LoadedModel) -> tuple[int, ...]:
 
 @pytest.mark.parametrize("flash_attn", [False, True])
 def test_matches_llama_cpp_high_level_api(
-    embedded: LoadedModel, chat_tokens: tuple[int, ...], flash_attn: bool
+    embedded: LoadedModel,
+    chat_tokens: tuple[int, ...],
+    flash_attn: bool,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    # Same engine, same file, threads, batch size and attention kernel: the logits must be
-    # bit-identical, so any difference is a bug in how the runner builds batches or reads logits.
-    # (Flash attention on vs off alone moves these logits by up to ~1.5, so it must match.)
+    # Same engine, same file, threads, batch size, attention kernel and weight buffers: the logits
+    # must be bit-identical, so any difference is a bug in how the runner builds batches or reads
+    # logits. (Flash attention on vs off alone moves these logits by up to ~1.5, so it must match;
+    # the reference loads its weights as the runner does: no AMX buffers, native.weight_buffers.)
     import llama_cpp
+    import llama_cpp.llama_cpp as low_level
 
+    from localinfer.backends.llamacpp import native
+
+    defaults = low_level.llama_model_default_params
+    monkeypatch.setattr(
+        low_level, "llama_model_default_params", lambda: native.weight_buffers(defaults())
+    )
     n = len(chat_tokens)
     runner = LlamaCppRunner(embedded, cfg(slots=1, max_ctx=256), flash_attn=flash_attn)
     ours = runner.forward([SlotWork(0, chat_tokens, 0, "all")])[0]

@@ -4,6 +4,8 @@ llama.cpp prints hundreds of lines to stderr while loading a model. By default t
 except that code may listen for a while (:func:`listen`) to read llama.cpp's own figures (buffer
 sizes, quantize progress, load errors) out of them. ``LOCALINFER_DEBUG=1`` passes everything
 through to stderr as well.
+
+:func:`weight_buffers` keeps model weights out of llama.cpp's AMX buffers: see there.
 """
 
 from __future__ import annotations
@@ -16,10 +18,12 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
+from typing import TypeVar
 
 from localinfer.errors import BackendUnavailableError
 
 INSTALL_HINT = "pip install 'localinfer[llamacpp]'"
+AMX_ENV = "LOCALINFER_LLAMACPP_AMX"  # "1": let llama.cpp put weights in its AMX buffers anyway
 
 # ggml_log_level in this llama.cpp: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues
 # the previous message). (llama_cpp/_logger.py still documents an older numbering.)
@@ -29,6 +33,7 @@ LOG_CONT = 5
 _PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]*: ")
 
 LogListener = Callable[[int, str], None]
+P = TypeVar("P")
 
 _lock = threading.Lock()
 _lib: ModuleType | None = None
@@ -68,6 +73,33 @@ def lib() -> ModuleType:
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
         _lib = llama_cpp
         return _lib
+
+
+def has_amx() -> bool:
+    """Whether the loaded ggml CPU backend was compiled with its AMX kernels (x86 AMX_INT8)."""
+    info = lib().llama_print_system_info()
+    text = info.decode("utf-8", errors="replace") if info else ""
+    return re.search(r"\bAMX_INT8 = 1\b", text) is not None
+
+
+def weight_buffers(params: P) -> P:
+    """``llama_model_params`` with llama.cpp's extra CPU weight buffers off where they hold AMX.
+
+    With ``use_extra_bufts`` (the default) llama.cpp repacks Q4_0/Q4_1/Q8_0/K-quant weights into
+    an AMX buffer whenever ggml was compiled with AMX (llama-cpp-python builds from source with
+    ``-march=native``, so any AMX Xeon). Its AMX matmul, taken for every batch of 2+ rows, loads
+    a tile configuration built on the stack with ``_tile_loadconfig``; GCC 12.2's intrinsic
+    (``amxtileintrin.h``: an asm reading ``*(const void **)config``, 8 bytes) lets the compiler
+    drop the stores of the tile rows and columns, so ``ldtilecfg`` gets garbage and faults: a
+    segfault inside ``llama_decode`` on the first prompt, the high-level ``Llama`` included. The
+    other extra buffers (repack) go with it: llama.cpp turns them on and off together. Plain CPU
+    buffers run the same quantized types through ggml's own CPU dot products.
+    ``LOCALINFER_LLAMACPP_AMX=1`` keeps them for a build known to be compiled right. Builds without
+    ``use_extra_bufts`` (older than the field) are left as they are.
+    """
+    if hasattr(params, "use_extra_bufts") and has_amx() and os.environ.get(AMX_ENV) != "1":
+        params.use_extra_bufts = False  # type: ignore[attr-defined]
+    return params
 
 
 @contextmanager

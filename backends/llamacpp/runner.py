@@ -9,6 +9,8 @@ one long slot can never starve the others. ``llama_n_ctx_seq`` is checked after 
 A ragged batch becomes one ``llama_batch`` (split into several ``llama_decode`` calls only when it
 exceeds ``n_batch`` tokens) with a logits flag on exactly the positions the engine asked for; the
 logits are copied out of llama.cpp's buffer as float32 numpy before the next decode overwrites them.
+Weights load without llama.cpp's AMX buffers where ggml has them (:func:`native.weight_buffers`:
+its AMX matmul segfaults in builds made by GCC 12).
 """
 
 from __future__ import annotations
@@ -169,7 +171,7 @@ class LlamaCppRunner:
 
     def _load_model(self, path: Path, device: str) -> None:
         llama = self._llama
-        params = llama.llama_model_default_params()
+        params = native.weight_buffers(llama.llama_model_default_params())
         if device == "cpu":
             params.n_gpu_layers = 0
         elif llama.llama_supports_gpu_offload():
@@ -199,6 +201,8 @@ class LlamaCppRunner:
         params.n_threads = self._threads
         params.n_threads_batch = self._threads
         params.no_perf = True
+        if hasattr(params, "n_outputs_max"):  # newer llama.cpp: logits rows per ubatch
+            params.n_outputs_max = 0  # 0 = n_batch: verification may ask for every row
         if self._flash_attn is not None:
             params.flash_attn_type = (
                 llama.LLAMA_FLASH_ATTN_TYPE_ENABLED
