@@ -11,8 +11,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from gguf import GGMLQuantizationType as Q  # noqa: E402
+from gguf import quants as gguf_quants  # noqa: E402
+
 from localinfer.backends.base import RunnerConfig, SlotWork  # noqa: E402
 from localinfer.backends.torch import cpu_kernels, native_build  # noqa: E402
+from localinfer.backends.torch.block_weights import BlockMatrix  # noqa: E402
 from localinfer.backends.torch.runner import TorchRunner  # noqa: E402
 from tests.reference_numpy import reference_logits  # noqa: E402
 from tests.test_torch_runner import tiny_model, tokens_for  # noqa: E402
@@ -170,3 +174,96 @@ def test_arena_hands_out_aligned_separate_tensors() -> None:
     assert [float(t.sum()) for t in tensors] == [15 * 2.0, 700_000 * 2.0, 7 * 1.0]
     with pytest.raises(MemoryError):
         arena.empty((HUGE_PAGE,), torch.float32)
+
+
+# -- builds for other machines: flag sets, ISA levels, the fallback ----------------------------
+
+
+def test_flag_sets_follow_the_platform() -> None:
+    Platform = native_build.Platform
+    linux = native_build.build_flags(Platform("Linux", "x86_64"))
+    assert "-march=native" in linux[0] and "-fopenmp" in linux[0] and "-fopenmp" not in linux[1]
+    avx2 = native_build.build_flags(Platform("Linux", "x86_64", "avx2"))[0]
+    assert "-mno-avx512f" in avx2
+    assert "-march=x86-64" in native_build.build_flags(Platform("Linux", "x86_64", "generic"))[0]
+    arm = native_build.build_flags(Platform("Linux", "aarch64"))
+    assert "-mcpu=native" in arm[0] and not any("-march" in f for f in arm[0])
+    mac = native_build.build_flags(Platform("Darwin", "arm64"))
+    assert len(mac) == 1 and "-fopenmp" not in mac[0] and "-mcpu=apple-m1" in mac[0]
+
+
+def test_unknown_isa_level_is_a_build_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(native_build.ISA_ENV, "avx9000")
+    with pytest.raises(native_build.BuildError, match="avx9000"):
+        native_build.Platform.here()
+
+
+@pytest.mark.skipif(
+    not native_build.Platform.here().machine.startswith(("x86", "amd")), reason="x86-64 ISA levels"
+)
+@pytest.mark.parametrize(
+    "where",
+    [
+        native_build.Platform("Linux", "x86_64", "avx2"),
+        native_build.Platform("Linux", "x86_64", "generic"),
+        native_build.Platform("Darwin", "x86_64"),  # as macOS builds it: no OpenMP
+    ],
+    ids=["avx2", "generic", "no-openmp"],
+)
+def test_other_builds_give_the_same_products_bit_for_bit(
+    kernels: cpu_kernels.NativeKernels, where: native_build.Platform
+) -> None:
+    """The AVX2 lanes and a single-threaded build compute every product (float32 rows and each
+    block type) and embedding row exactly as this machine's build does; baseline x86-64 has no
+    FMA (each multiply-add rounds twice), so its products agree to float32 rounding and its
+    decoded block rows exactly."""
+    other = cpu_kernels.open_library(native_build.build(where))
+    expected_isa = {"avx2": 256, "generic": 0}.get(where.isa)
+    if expected_isa is not None:
+        assert other.isa() == expected_isa
+    fma = where.isa != "generic"
+
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:
+        return torch.equal(a, b) if fma else torch.allclose(a, b, rtol=1e-5, atol=1e-4)
+
+    g = torch.Generator().manual_seed(7)
+    w = torch.randn(67, 256, generator=g)
+    for tokens in (1, 3, 4, 5, 9):
+        x = torch.randn(tokens, 256, generator=g)
+        assert same(other.linear(x, w, None, 2), kernels.linear(x, w, None, 2))
+        for qtype in (Q.Q8_0, Q.Q4_0, Q.Q4_1):
+            rows = np.random.default_rng(tokens).normal(size=(67, 256)).astype(np.float32)
+            stored = np.asarray(gguf_quants.quantize(rows, qtype))
+            m = BlockMatrix(qtype.name, torch.from_numpy(stored.copy()), 256)
+            assert same(other.linear(x, m, None, 2), kernels.linear(x, m, None, 2)), qtype
+            ids = torch.tensor([0, 5, 66])
+            assert torch.equal(other.dequant_rows(m, ids), kernels.dequant_rows(m, ids))
+
+
+def test_a_build_for_another_platform_that_fails_falls_back_to_torch_ops(
+    monkeypatch: pytest.MonkeyPatch, tmp_path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Apple Silicon's flags on this machine's compiler do not compile: the runner says so in
+    one log line and runs torch ops, with the same results."""
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path))
+    here = native_build.Platform.here()
+    if here.machine in ("arm64", "aarch64"):
+        pytest.skip("on ARM these flags may compile")
+    monkeypatch.setattr(
+        native_build.Platform, "here", classmethod(lambda cls: cls("Darwin", "arm64"))
+    )
+    cpu_kernels._load.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert cpu_kernels.load_kernels() is None
+        assert len(caplog.records) == 1 and "using torch ops" in caplog.text
+        runner = TorchRunner(
+            tiny_model(), RunnerConfig(slots=1, max_ctx=32, dtype="float32"), native_max_tokens=32
+        )
+        assert runner.native_max_tokens == 0
+        tokens = tokens_for(5)
+        (got,) = runner.forward([SlotWork(0, tuple(tokens), 0, logits="all")])
+        want = reference_logits(runner.model_config, tiny_model().weights, tokens)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+    finally:
+        cpu_kernels._load.cache_clear()

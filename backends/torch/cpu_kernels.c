@@ -22,7 +22,8 @@
  * an AVX2 build, or -mcpu=native on ARM); the vector type below becomes AVX-512, AVX2 or NEON
  * code, with hand-written AVX-512 and AVX2 paths where the compiler's own code was slow (block
  * decoding, SiLU, the lane reduction). Every path computes the same float operations in the same
- * order, so results do not depend on the ISA level the file was built for. With OpenMP it links
+ * order, so on any build with FMA results do not depend on the ISA level it was built for (a
+ * baseline x86-64 build has no FMA: its products round each multiply-add twice). With OpenMP it links
  * the libgomp torch has already loaded, so torch's threads and these are one pool; a compiler
  * without OpenMP (Apple clang) builds it single-threaded.
  */

@@ -148,11 +148,15 @@ def load_kernels() -> NativeKernels | None:
 @cache
 def _load() -> NativeKernels | None:
     try:
-        path = build()
-        lib = ctypes.CDLL(str(path))
+        return open_library(build())
     except (OSError, subprocess.SubprocessError, BuildError) as exc:
         log.warning("native CPU kernels unavailable, using torch ops: %s", exc)
         return None
+
+
+def open_library(path: Path) -> NativeKernels:
+    """A built kernel library with its argument types declared (tests open other ISA builds)."""
+    lib = ctypes.CDLL(str(path))
     p, i64, f32, i32 = ctypes.c_void_p, ctypes.c_int64, ctypes.c_float, ctypes.c_int
     lib.li_forward_scratch.argtypes = [p, i64, i32]
     lib.li_forward_scratch.restype = i64
