@@ -656,3 +656,62 @@ def test_friendly_quant_names_follow_the_backend() -> None:
     assert weights("int4", "llamacpp") == weights("Q4_K_M", "llamacpp")
     assert weights("int8", "llamacpp") == weights("Q8_0", "llamacpp")
     assert weights("int4", "torch") < weights("int4", "llamacpp")
+
+
+def write_gguf_header(path: Path, **numbers: int) -> Path:
+    """A small llama-shaped GGUF whose header numbers can be set wrong."""
+    import numpy as np
+    from gguf import GGUFWriter
+
+    values = {"heads": 4, "kv_heads": 2, "context": 1024, **numbers}
+    writer = GGUFWriter(str(path), "llama")
+    writer.add_block_count(2)
+    writer.add_embedding_length(64)
+    writer.add_head_count(values["heads"])
+    writer.add_head_count_kv(values["kv_heads"])
+    writer.add_feed_forward_length(128)
+    writer.add_context_length(values["context"])
+    writer.add_token_list([f"t{i}" for i in range(100)])
+    writer.add_tensor("token_embd.weight", np.zeros((100, 64), np.float32))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
+
+
+@pytest.mark.parametrize(
+    ("numbers", "words"),
+    [({"context": 0}, "context"), ({"kv_heads": 3}, "not a multiple of n_kv_heads")],
+)
+def test_impossible_gguf_header_numbers_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], numbers: dict[str, int], words: str
+) -> None:
+    path = write_gguf_header(tmp_path / "bad.gguf", **numbers)
+    assert main(["budget", str(path), "--device", "1GiB"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("localinfer: error: ") and err.count("\n") == 1, err
+    assert words in err and "bad.gguf" in err and "pydantic" not in err
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"max_position_embeddings": 0}, "max_ctx: Input should be greater than 0"),
+        ({"num_attention_heads": 0}, "n_heads: Input should be greater than 0"),
+        ({"num_attention_heads": "4"}, "must be whole numbers"),
+        ({"num_key_value_heads": 3}, "not a multiple of n_kv_heads"),
+    ],
+)
+def test_impossible_config_json_values_are_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], change: dict[str, object], words: str
+) -> None:
+    snapshot = tiny_hf_repo(tmp_path / "hf", "someone/tiny-llama")
+    config_path = snapshot / "config.json"
+    config = json.loads(config_path.read_text())
+    config_path.unlink()  # a link into blobs/: write a file of its own
+    config_path.write_text(json.dumps({**config, **change}))
+    assert main(["budget", str(snapshot), "--device", "1GiB"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("localinfer: error: ") and err.count("\n") == 1, err
+    assert words in err

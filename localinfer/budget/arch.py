@@ -6,7 +6,7 @@ header. Names follow Hugging Face's config.json where one exists.
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 
 class ArchSpec(BaseModel):
@@ -62,6 +62,15 @@ class ArchSpec(BaseModel):
             raise ValueError("sliding_layers holds a layer index out of range")
         return self
 
+    @classmethod
+    def from_fields(cls, fields: dict[str, object]) -> ArchSpec:
+        """Validate numbers read from a model file; raises ValueError with a one-line message
+        (pydantic's own is several lines with a URL, not for a CLI error)."""
+        try:
+            return cls(**fields)
+        except ValidationError as exc:
+            raise ValueError(validation_summary(exc)) from None
+
     @property
     def is_mla(self) -> bool:
         return self.kv_lora_rank is not None
@@ -81,6 +90,14 @@ class ArchSpec(BaseModel):
 
     def n_sliding_layers(self) -> int:
         return sum(self.is_sliding(i) for i in range(self.n_layers))
+
+
+def validation_summary(exc: ValidationError) -> str:
+    """The first error of a pydantic ValidationError in one line: which field, what is wrong."""
+    first = exc.errors()[0]
+    where = ".".join(str(p) for p in first["loc"])
+    what = str(first["msg"]).removeprefix("Value error, ")
+    return f"{where}: {what}" if where else what
 
 
 def count_params(spec: ArchSpec) -> int:

@@ -130,7 +130,7 @@ def _gguf_arch(meta: dict[str, Any], names: set[str], tensors: list[Any], path: 
             qk_rope_head_dim=get("rope.dimension_count"),
         )
     try:
-        return ArchSpec(**fields)
+        return ArchSpec.from_fields(fields)
     except ValueError as exc:
         raise ModelFileError(path, f"GGUF header has inconsistent numbers ({exc})") from None
 

@@ -6,8 +6,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from localinfer.budget.arch import ArchSpec
 from localinfer.errors import ModelFileError
 
@@ -71,15 +69,19 @@ def arch_from_hf_config(config: dict[str, Any], source: str = "config.json") -> 
     if missing:
         raise ModelFileError(source, f"config.json lacks {', '.join(missing)}")
 
-    n_heads = int(cfg["num_attention_heads"])
-    hidden = int(cfg["hidden_size"])
+    n_heads, hidden = cfg["num_attention_heads"], cfg["hidden_size"]
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (n_heads, hidden)):
+        message = (
+            f"num_attention_heads {n_heads!r} and hidden_size {hidden!r} must be whole numbers"
+        )
+        raise ModelFileError(source, message)
     fields: dict[str, Any] = {
         "arch": model_type or "llama",
         "n_layers": cfg["num_hidden_layers"],
         "hidden_size": hidden,
         "n_heads": n_heads,
         "n_kv_heads": cfg.get("num_key_value_heads") or n_heads,
-        "head_dim": cfg.get("head_dim") or hidden // n_heads,
+        "head_dim": cfg.get("head_dim") or (hidden // n_heads if n_heads > 0 else 0),
         "ffn_size": cfg.get("intermediate_size") or cfg["moe_intermediate_size"],
         "vocab_size": cfg["vocab_size"],
         "max_ctx": cfg["max_position_embeddings"],
@@ -91,11 +93,9 @@ def arch_from_hf_config(config: dict[str, Any], source: str = "config.json") -> 
     fields.update(_experts(cfg, model_type))
     fields.update(_mla(cfg))
     try:
-        return ArchSpec(**fields)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise ModelFileError(source, f"bad config.json value for {where}: {first['msg']}") from None
+        return ArchSpec.from_fields(fields)
+    except ValueError as exc:
+        raise ModelFileError(source, f"config.json has a bad value ({exc})") from None
 
 
 def _sliding(cfg: dict[str, Any], model_type: str) -> dict[str, Any]:
