@@ -3,6 +3,7 @@ Ctrl-C; mistakes are one line and exit 1."""
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import socket
@@ -40,6 +41,8 @@ def test_serve_loads_answers_and_stops_on_ctrl_c() -> None:
             "1",
             "--api-key",
             "k1",
+            "--allowed-host",
+            "box.lan",
             "--log-level",
             "warning",
         ],
@@ -66,6 +69,11 @@ def test_serve_loads_answers_and_stops_on_ctrl_c() -> None:
                 model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
             )
             assert reply.usage.completion_tokens <= 2
+        # The flags reach the server: the Host rule with its extra name.
+        auth = {"Authorization": "Bearer k1"}
+        forged = httpx.get(url + "/v1/models", headers={**auth, "Host": "evil.example"})
+        assert forged.status_code == 403 and forged.json()["error"]["code"] == "host_not_allowed"
+        assert httpx.get(url + "/v1/models", headers={**auth, "Host": "box.lan"}).status_code == 200
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
     finally:
@@ -99,3 +107,31 @@ def test_busy_port_is_one_line_and_exit_1() -> None:
     assert done.returncode == 1, done.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def refused(*args: str, env: dict[str, str] | None = None) -> str:
+    """Run ``serve`` with settings it must refuse before loading anything; its stderr."""
+    done = subprocess.run(
+        [*SERVE, *args, "--port", "0"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=None if env is None else {**os.environ, **env},
+    )
+    assert done.returncode == 1, done.stderr
+    assert "Traceback" not in done.stderr
+    (line,) = done.stderr.strip().splitlines()
+    assert line.startswith("localinfer: error:")
+    return line
+
+
+def test_an_empty_api_key_is_refused_not_taken_as_no_key() -> None:
+    assert "--api-key is empty" in refused("--api-key", "")
+    assert "--api-key is empty" in refused("--api-key", "  ")
+    assert "LOCALINFER_API_KEY is set but empty" in refused(env={"LOCALINFER_API_KEY": ""})
+
+
+def test_turning_the_host_check_off_needs_a_key() -> None:
+    line = refused("--allowed-host", "*")
+    assert "--allowed-host '*'" in line and "--api-key" in line
+    assert "not a host name" in refused("--allowed-host", "a b:c")

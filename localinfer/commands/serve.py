@@ -33,7 +33,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     p.add_argument(
         "--api-key",
-        default=os.environ.get(API_KEY_ENV),
         help=f"require 'Authorization: Bearer KEY' on /v1 (or set ${API_KEY_ENV})",
     )
     p.add_argument("--slots", type=int, default=4, help="requests run at once (default 4)")
@@ -43,6 +42,15 @@ def register(subparsers: Any) -> None:
         default=[],
         metavar="ORIGIN",
         help="allow browser requests from ORIGIN (repeatable; '*' for any)",
+    )
+    p.add_argument(
+        "--allowed-host",
+        action="append",
+        default=[],
+        metavar="HOST",
+        help="also answer requests addressed to the name HOST (repeatable; '.example.com' for "
+        "its subdomains too). Addresses and localhost are always answered; other names are "
+        "refused against DNS rebinding. '*' turns the Host/Origin check off (needs --api-key)",
     )
     p.add_argument("--served-name", help="model id clients see (default: the model's name)")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503")
@@ -81,6 +89,23 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def _api_key(args: argparse.Namespace) -> str | None:
+    """The key from --api-key, else from the environment; an empty one is an error, never "no
+    key" (a script that sets an empty variable would otherwise serve without authentication)."""
+    if args.api_key is not None:
+        if not args.api_key.strip():
+            raise InvalidParameterError(
+                "--api-key is empty: give a key, or leave the flag out to serve without one"
+            )
+        return args.api_key
+    key = os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        raise InvalidParameterError(
+            f"${API_KEY_ENV} is set but empty: give it a key, or unset it to serve without one"
+        )
+    return key
+
+
 def run(args: argparse.Namespace) -> int:
     if args.slots < 1:
         raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
@@ -88,6 +113,12 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"--max-queue must be >= 0, got {args.max_queue}")
     if not 0 <= args.port <= 65535:
         raise InvalidParameterError(f"--port must be 0..65535, got {args.port}")
+    from localinfer.server.host_guard import HostPolicy
+
+    api_key = _api_key(args)
+    # The name the server is bound to (--host box.lan) is one it answers to.
+    allowed_hosts = [args.host, *args.allowed_host]
+    HostPolicy.build(allowed_hosts, cors_origins=args.cors_origin, has_api_key=bool(api_key))
 
     import uvicorn
 
@@ -134,12 +165,13 @@ def run(args: argparse.Namespace) -> int:
 
     app = create_app(
         loader=load,
-        api_key=args.api_key or None,
+        api_key=api_key,
         cors_origins=args.cors_origin,
         served_name=args.served_name,
         aliases=aliases,
+        allowed_hosts=allowed_hosts,
     )
-    if not args.api_key and not _is_loopback(args.host):
+    if not api_key and not _is_loopback(args.host):
         print(
             f"localinfer: warning: listening on {args.host} without --api-key; anyone who can "
             "reach this address can use the model",

@@ -7,7 +7,8 @@
     POST /v1/completions         raw text completion, streaming or not
 
 HTTP handlers parse, template and tokenize; only the engine's thread touches the model (the
-llama.cpp server's split). Every response carries ``timings``; every error is OpenAI's JSON.
+llama.cpp server's split). Every response carries ``timings``; every error is OpenAI's JSON,
+an unknown route's too (it lists the routes above).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from localinfer import __version__
 from localinfer.engine.types import Request as EngineRequest
 from localinfer.engine.types import StreamEvent
-from localinfer.errors import LocalinferError
+from localinfer.errors import InvalidParameterError, LocalinferError
 from localinfer.server.auth import APIKeyMiddleware
 from localinfer.server.errors import (
     APIError,
@@ -34,6 +35,7 @@ from localinfer.server.errors import (
     from_localinfer_error,
     install_error_handlers,
 )
+from localinfer.server.host_guard import HostGuardMiddleware, HostPolicy
 from localinfer.server.responses import Kind, ResponseBuilder
 from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from localinfer.server.state import ServedSession, ServerState, SessionLoader
@@ -69,11 +71,22 @@ def create_app(
     cors_origins: Iterable[str] = (),
     served_name: str | None = None,
     aliases: Iterable[str] = (),
+    allowed_hosts: Iterable[str] = (),
 ) -> FastAPI:
     """The app for ``session`` (owned by the caller), or for the session ``loader`` builds in a
-    background thread once the server starts (owned, and closed, by the app)."""
+    background thread once the server starts (owned, and closed, by the app).
+
+    ``allowed_hosts`` adds names to the Host rule (``host_guard``; ``"*"`` turns it off and
+    needs ``api_key``)."""
     if (session is None) == (loader is None):
         raise ValueError("pass exactly one of session= or loader=")
+    if api_key is not None and not api_key.strip():
+        # An empty key must not quietly mean "no key".
+        raise InvalidParameterError(
+            "the API key is empty: give a key, or none to serve without authentication"
+        )
+    origins = list(cors_origins)
+    policy = HostPolicy.build(allowed_hosts, cors_origins=origins, has_api_key=bool(api_key))
     state = ServerState(
         session, served_name=served_name, aliases=aliases, owns_session=loader is not None
     )
@@ -96,10 +109,12 @@ def create_app(
         openapi_url=None,
     )
     app.state.localinfer = state
-    install_error_handlers(app, on_error=state.metrics.count_error)
+    count_error = state.metrics.count_error
+    install_error_handlers(app, on_error=count_error)
+    # Added innermost first. A request meets them as: Host/Origin, CORS (so refusals below
+    # carry its headers), the API key.
     if api_key:
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
-    origins = list(cors_origins)
     if origins:
         app.add_middleware(
             CORSMiddleware,
@@ -107,6 +122,7 @@ def create_app(
             allow_methods=["GET", "POST", "OPTIONS"],
             allow_headers=["*"],
         )
+    app.add_middleware(HostGuardMiddleware, policy=policy, on_error=count_error)
 
     @app.get("/health")
     async def health() -> JSONResponse:

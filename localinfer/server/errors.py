@@ -16,6 +16,7 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from localinfer.errors import LocalinferError, QueueFullError
@@ -31,8 +32,10 @@ _TYPES = {
     403: "permission_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
+    431: "invalid_request_error",
     503: "server_busy_error",
 }
 
@@ -83,6 +86,30 @@ def error_response(
     return JSONResponse(
         error_body(status, message, code=code, param=param), status_code=status, headers=headers
     )
+
+
+# OpenAI-style routes this server does not answer yet, named so that a client learns that
+# rather than a bare "Not Found".
+NOT_SERVED_YET = {
+    "/v1/embeddings": "embeddings",
+    "/v1/responses": "the Responses API",
+    "/v1/messages": "the Anthropic Messages API",
+}
+
+
+def unknown_route(request: Request) -> str:
+    """A 404's message: what was asked, and every route this app serves."""
+    served = [
+        f"{method} {route.path_format}"
+        for route in request.app.routes
+        if isinstance(route, APIRoute)
+        for method in sorted(route.methods - {"HEAD"})
+    ]
+    path = request.url.path
+    asked = f"{request.method} {path}"
+    what = NOT_SERVED_YET.get(path.rstrip("/"))
+    head = f"{asked} ({what}) is not served yet" if what else f"no route for {asked}"
+    return f"{head}; this server serves {', '.join(served)}"
 
 
 def from_localinfer_error(exc: LocalinferError, param: str | None = None) -> APIError:
@@ -151,10 +178,15 @@ def install_error_handlers(
         return respond(APIError(400, message, code="invalid_request", param=param))
 
     @app.exception_handler(StarletteHTTPException)
-    async def _http_error(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # The request limits' exceptions carry their own code.
+        code = getattr(exc, "code", None) or {404: "not_found", 405: "method_not_allowed"}.get(
+            exc.status_code
+        )
+        # Only the router raises a bare 404 (an unknown model is an APIError).
+        message = unknown_route(request) if exc.status_code == 404 else str(exc.detail)
         headers = getattr(exc, "headers", None)
-        return respond(APIError(exc.status_code, str(exc.detail), code=code, headers=headers))
+        return respond(APIError(exc.status_code, message, code=code, headers=headers))
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
