@@ -16,6 +16,31 @@ from localinfer import __version__
 from localinfer.errors import LocalinferError
 
 
+class CommandParser(argparse.ArgumentParser):
+    """A command's parser: options may come between its positionals, as in
+    `localinfer generate MODEL --max-tokens 40 "PROMPT"` (plain argparse hands "PROMPT" to no
+    one once an option has split the positionals: "unrecognized arguments")."""
+
+    _intermixing = False
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: list[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        # parse_known_intermixed_args calls parse_known_args itself (Python 3.11, 3.12): the flag
+        # sends those inner calls to argparse's own parsing. A parser with sub-commands or a
+        # REMAINDER positional cannot be intermixed and is parsed as usual.
+        nested = any(
+            a.nargs in (argparse.PARSER, argparse.REMAINDER) for a in self._get_positional_actions()
+        )
+        if self._intermixing or nested:
+            return super().parse_known_args(args, namespace)
+        self._intermixing = True
+        try:
+            return self.parse_known_intermixed_args(args, namespace)
+        finally:
+            self._intermixing = False
+
+
 def build_parser() -> argparse.ArgumentParser:
     import localinfer.commands as commands
 
@@ -23,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="localinfer", description="Run language models on your own machine."
     )
     parser.add_argument("--version", action="version", version=f"localinfer {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=CommandParser)
     for info in sorted(pkgutil.iter_modules(commands.__path__), key=lambda m: m.name):
         if info.name.startswith("_"):
             continue
