@@ -2,7 +2,10 @@
 
 Templates come from model files, so they are untrusted: they render in Jinja2's
 ImmutableSandboxedEnvironment, and any attempt to reach Python internals (``__class__``,
-``__globals__``, ...) raises ChatTemplateError instead of quietly rendering nothing. The
+``__globals__``, ...) raises ChatTemplateError instead of quietly rendering nothing. Loops,
+operations and the sizes of the strings a render builds are bounded (template_limits.py): a
+template that would run for ever or fill memory raises ChatTemplateLimitError, at load time when
+a trial render of one user message shows it, else when the messages that trigger it arrive. The
 environment otherwise follows Hugging Face's ``apply_chat_template`` (trim_blocks, lstrip_blocks,
 loopcontrols, ``raise_exception``, ``strftime_now``, a ``tojson`` that keeps non-ASCII, and the
 ``{% generation %}`` tag), so templates written for transformers render the same here.
@@ -22,9 +25,16 @@ import jinja2
 from jinja2 import nodes
 from jinja2.exceptions import SecurityError, TemplateError, TemplateSyntaxError
 from jinja2.ext import Extension
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 from localinfer.errors import LocalinferError
+from localinfer.loading.template_limits import (
+    BoundedSandbox,
+    RenderBudget,
+    TemplateLimitExceeded,
+    active_budget,
+    bound_loops,
+    text_size,
+)
 from localinfer.loading.unicode_text import scrub_surrogates
 
 # The ChatML layout (Qwen, SmolLM, many fine-tunes), used when a model ships no template.
@@ -57,6 +67,12 @@ class ChatTemplateError(LocalinferError):
     code = "chat_template_error"
 
 
+class ChatTemplateLimitError(ChatTemplateError):
+    """A chat template went past the sandbox's limits on loops, operations, time or size."""
+
+    code = "chat_template_limit"
+
+
 class _TemplateRaised(TemplateError):
     """``raise_exception(msg)`` inside a template: the template rejected the messages."""
 
@@ -73,7 +89,7 @@ class _GenerationTag(Extension):
         return nodes.Scope(body, lineno=lineno)
 
 
-class _StrictSandbox(ImmutableSandboxedEnvironment):
+class _StrictSandbox(BoundedSandbox):
     """The stock sandbox renders a blocked attribute as an empty Undefined, which hides the
     attempt; here it is an error at once."""
 
@@ -111,6 +127,7 @@ def _environment() -> _StrictSandbox:
         extensions=[_GenerationTag, "jinja2.ext.loopcontrols"],
     )
     env.filters["tojson"] = _tojson
+    env.guard_filter("tojson")
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = _strftime_now
     return env
@@ -137,14 +154,33 @@ class ChatTemplate:
         self.source = source
         self.bos_token = bos_token or ""
         self.eos_token = eos_token or ""
+        env = _environment()
         try:
-            self._template = _environment().from_string(source)
+            # Jinja folds constant expressions while compiling: bounded like a render.
+            with active_budget(RenderBudget()):
+                self._template = env.from_string(bound_loops(env.parse(source), env))
         except TemplateSyntaxError as exc:
             raise ChatTemplateError(
                 f"chat template has a syntax error (line {exc.lineno}): {exc.message}"
             ) from None
         except SecurityError as exc:
             raise ChatTemplateError(f"chat template refused by the sandbox: {exc}") from None
+        except TemplateLimitExceeded as exc:
+            raise ChatTemplateLimitError(f"chat template refused: {exc}") from None
+        except Exception as exc:  # untrusted code, folded at compile time
+            raise ChatTemplateError(f"chat template failed: {type(exc).__name__}: {exc}") from None
+        self._trial_render()
+
+    def _trial_render(self) -> None:
+        """Render one user turn now, so a template that runs away on any input is refused at
+        load time rather than on the first request. Other failures wait for real messages: many
+        templates reject some conversations on purpose (raise_exception)."""
+        try:
+            self.render([{"role": "user", "content": "Hello"}], add_generation_prompt=True)
+        except ChatTemplateLimitError:
+            raise
+        except ChatTemplateError:
+            pass
 
     @classmethod
     def chatml(cls, bos_token: str = "", eos_token: str = "<|im_end|>") -> ChatTemplate:
@@ -180,8 +216,16 @@ class ChatTemplate:
             "tools": _plain(list(tools)) if tools else None,
             "add_generation_prompt": add_generation_prompt,
         }
+        budget = RenderBudget(input_chars=text_size(context))
         try:
-            return self._template.render(**context)
+            with active_budget(budget):
+                chunks = []
+                for chunk in self._template.generate(**context):
+                    budget.output(len(chunk))
+                    chunks.append(chunk)
+                return "".join(chunks)
+        except TemplateLimitExceeded as exc:
+            raise ChatTemplateLimitError(f"chat template refused: {exc}") from None
         except SecurityError as exc:
             raise ChatTemplateError(f"chat template refused by the sandbox: {exc}") from None
         except _TemplateRaised as exc:

@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
-from localinfer.loading.chat_template import ChatTemplate
+from localinfer.loading.chat_template import ChatTemplate, ChatTemplateError
 from localinfer.loading.gguf_config import config_from_gguf
 from localinfer.loading.gguf_file import GGUF_MAGIC, GGUFFile
 from localinfer.loading.gguf_weights import GGUFWeights
@@ -26,7 +26,10 @@ def load_gguf(path: Path, name: str | None = None) -> LoadedModel:
     eos = tokenizer.id_to_token(tokenizer.eos_ids[0]) if tokenizer.eos_ids else ""
     source = gguf.get("tokenizer.chat_template")
     if isinstance(source, str) and source.strip():
-        template = ChatTemplate(source, bos_token=bos, eos_token=eos)
+        try:
+            template = ChatTemplate(source, bos_token=bos, eos_token=eos)
+        except ChatTemplateError as exc:  # a broken or runaway template: say whose it is
+            raise type(exc)(f"{path}: {exc}") from None
     else:
         log.info("%s has no chat template; using a built-in one", path)
         template = ChatTemplate.fallback(
