@@ -1,4 +1,5 @@
-"""Packaging: backends/ installs as localinfer.backends, and the package list matches the tree."""
+"""Packaging: backends/ installs as localinfer.backends, the package list matches the tree, and
+building the wheel prints no setuptools warnings (every new user saw them on install)."""
 
 from __future__ import annotations
 
@@ -17,13 +18,16 @@ def _declared_packages() -> set[str]:
 
 
 def _packages_on_disk() -> set[str]:
-    found = set()
-    for init in (ROOT / "localinfer").rglob("__init__.py"):
-        rel = init.parent.relative_to(ROOT)
-        found.add(".".join(rel.parts))
-    for init in (ROOT / "backends").rglob("__init__.py"):
-        rel = init.parent.relative_to(ROOT / "backends")
-        found.add(".".join(("localinfer", "backends", *rel.parts)))
+    # Every folder is a package to setuptools, a folder of data files (no __init__.py) too: one
+    # left out of the list is dropped from the wheel with a warning.
+    found = {"localinfer", "localinfer.backends"}
+    for folder in (ROOT / "localinfer").rglob("*/"):
+        if folder.is_dir():
+            found.add(".".join(folder.relative_to(ROOT).parts))
+    for folder in (ROOT / "backends").rglob("*/"):
+        if folder.is_dir():
+            rel = folder.relative_to(ROOT / "backends")
+            found.add(".".join(("localinfer", "backends", *rel.parts)))
     return {p for p in found if "__pycache__" not in p}
 
 
@@ -43,8 +47,9 @@ def test_catalog_ships_inside_package() -> None:
     assert (files("localinfer") / "models.toml").is_file()
 
 
-def test_wheel_has_no_top_level_backends(tmp_path: Path) -> None:
-    subprocess.run(
+def test_wheel_layout_and_a_build_without_warnings(tmp_path: Path) -> None:
+    # Not quiet: pip shows the build backend's output, where setuptools' warnings go.
+    build = subprocess.run(
         [
             sys.executable,
             "-m",
@@ -52,16 +57,25 @@ def test_wheel_has_no_top_level_backends(tmp_path: Path) -> None:
             "wheel",
             "--no-deps",
             "--no-build-isolation",
-            "-q",
             "-w",
             str(tmp_path),
             str(ROOT),
         ],
-        check=True,
+        capture_output=True,
+        text=True,
     )
+    assert build.returncode == 0, build.stderr
+    output = build.stdout + build.stderr
+    assert "warning" not in output.lower(), output
     (wheel,) = tmp_path.glob("localinfer-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
     assert not any(n.startswith("backends/") for n in names)
     assert "localinfer/backends/base.py" in names
     assert "localinfer/models.toml" in names
     assert "localinfer/backends/torch/cpu_kernels.c" in names  # compiled on first use
+    assert "localinfer/tui/chat.tcss" in names
+    data = {p.name for p in (ROOT / "localinfer" / "data").iterdir()}
+    assert data and all(f"localinfer/data/{name}" in names for name in data)
+    metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()
+    assert "License-Expression: Apache-2.0" in metadata.splitlines()
