@@ -43,6 +43,8 @@ def test_serve_loads_answers_and_stops_on_ctrl_c() -> None:
             "k1",
             "--allowed-host",
             "box.lan",
+            "--max-body-size",
+            "1MiB",
             "--log-level",
             "warning",
         ],
@@ -69,11 +71,15 @@ def test_serve_loads_answers_and_stops_on_ctrl_c() -> None:
                 model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=2
             )
             assert reply.usage.completion_tokens <= 2
-        # The flags reach the server: the Host rule with its extra name.
+        # The flags reach the server: the Host rule with its extra name, the body limit.
         auth = {"Authorization": "Bearer k1"}
         forged = httpx.get(url + "/v1/models", headers={**auth, "Host": "evil.example"})
         assert forged.status_code == 403 and forged.json()["error"]["code"] == "host_not_allowed"
         assert httpx.get(url + "/v1/models", headers={**auth, "Host": "box.lan"}).status_code == 200
+        big = httpx.post(
+            url + "/v1/completions", headers=auth, json={"prompt": "x" * 2_000_000}, timeout=60
+        )
+        assert big.status_code == 413 and "1048576 bytes" in big.json()["error"]["message"]
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
     finally:
@@ -135,3 +141,9 @@ def test_turning_the_host_check_off_needs_a_key() -> None:
     line = refused("--allowed-host", "*")
     assert "--allowed-host '*'" in line and "--api-key" in line
     assert "not a host name" in refused("--allowed-host", "a b:c")
+
+
+def test_bad_limits_are_refused() -> None:
+    assert "--max-body-size" in refused("--max-body-size", "lots")
+    assert "--header-timeout" in refused("--header-timeout", "0")
+    assert "--body-timeout" in refused("--body-timeout", "nan")

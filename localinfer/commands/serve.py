@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import math
 import os
 import socket
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from localinfer.errors import InvalidParameterError, LocalinferError
+
+if TYPE_CHECKING:
+    from localinfer.server.limits import RequestLimits
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8000
@@ -51,6 +55,30 @@ def register(subparsers: Any) -> None:
         help="also answer requests addressed to the name HOST (repeatable; '.example.com' for "
         "its subdomains too). Addresses and localhost are always answered; other names are "
         "refused against DNS rebinding. '*' turns the Host/Origin check off (needs --api-key)",
+    )
+    # The limits' defaults live in localinfer.server.limits.RequestLimits (not imported here:
+    # every command registers its flags at start-up, and the server pulls in FastAPI).
+    p.add_argument(
+        "--max-body-size",
+        metavar="SIZE",
+        help="largest request body, like 8MiB; more is a 413 (default 8MiB)",
+    )
+    p.add_argument(
+        "--max-header-size",
+        metavar="SIZE",
+        help="largest request line + headers, like 64KiB; more is a 431 (default 64KiB)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=float,
+        metavar="S",
+        help="seconds a client has to send a request's head (default 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=float,
+        metavar="S",
+        help="seconds a client has to send a request's body (default 30)",
     )
     p.add_argument("--served-name", help="model id clients see (default: the model's name)")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503")
@@ -106,6 +134,34 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return key
 
 
+def _limits(args: argparse.Namespace) -> RequestLimits:
+    from localinfer.budget.memory import parse_size
+    from localinfer.server.limits import RequestLimits
+
+    def size(flag: str, text: str | None, default: int) -> int:
+        if text is None:
+            return default
+        try:
+            return parse_size(text)
+        except InvalidParameterError as exc:
+            raise InvalidParameterError(f"{flag}: {exc}") from None
+
+    def seconds(flag: str, value: float | None, default: float) -> float:
+        if value is None:
+            return default
+        if not (value > 0 and math.isfinite(value)):
+            raise InvalidParameterError(f"{flag} must be a positive number of seconds, got {value}")
+        return value
+
+    default = RequestLimits()
+    return RequestLimits(
+        max_body_bytes=size("--max-body-size", args.max_body_size, default.max_body_bytes),
+        max_header_bytes=size("--max-header-size", args.max_header_size, default.max_header_bytes),
+        header_timeout_s=seconds("--header-timeout", args.header_timeout, default.header_timeout_s),
+        body_timeout_s=seconds("--body-timeout", args.body_timeout, default.body_timeout_s),
+    )
+
+
 def run(args: argparse.Namespace) -> int:
     if args.slots < 1:
         raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
@@ -116,6 +172,7 @@ def run(args: argparse.Namespace) -> int:
     from localinfer.server.host_guard import HostPolicy
 
     api_key = _api_key(args)
+    limits = _limits(args)
     # The name the server is bound to (--host box.lan) is one it answers to.
     allowed_hosts = [args.host, *args.allowed_host]
     HostPolicy.build(allowed_hosts, cors_origins=args.cors_origin, has_api_key=bool(api_key))
@@ -170,6 +227,7 @@ def run(args: argparse.Namespace) -> int:
         served_name=args.served_name,
         aliases=aliases,
         allowed_hosts=allowed_hosts,
+        limits=limits,
     )
     if not api_key and not _is_loopback(args.host):
         print(

@@ -36,6 +36,7 @@ from localinfer.server.errors import (
     install_error_handlers,
 )
 from localinfer.server.host_guard import HostGuardMiddleware, HostPolicy
+from localinfer.server.limits import BodyLimitMiddleware, RequestLimits
 from localinfer.server.responses import Kind, ResponseBuilder
 from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from localinfer.server.state import ServedSession, ServerState, SessionLoader
@@ -72,12 +73,13 @@ def create_app(
     served_name: str | None = None,
     aliases: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
+    limits: RequestLimits | None = None,
 ) -> FastAPI:
     """The app for ``session`` (owned by the caller), or for the session ``loader`` builds in a
     background thread once the server starts (owned, and closed, by the app).
 
     ``allowed_hosts`` adds names to the Host rule (``host_guard``; ``"*"`` turns it off and
-    needs ``api_key``)."""
+    needs ``api_key``); ``limits`` bound what a request may send (``limits``)."""
     if (session is None) == (loader is None):
         raise ValueError("pass exactly one of session= or loader=")
     if api_key is not None and not api_key.strip():
@@ -87,6 +89,7 @@ def create_app(
         )
     origins = list(cors_origins)
     policy = HostPolicy.build(allowed_hosts, cors_origins=origins, has_api_key=bool(api_key))
+    limits = limits or RequestLimits()
     state = ServerState(
         session, served_name=served_name, aliases=aliases, owns_session=loader is not None
     )
@@ -109,10 +112,12 @@ def create_app(
         openapi_url=None,
     )
     app.state.localinfer = state
+    app.state.request_limits = limits  # uvicorn_config reads the connection half from here
     count_error = state.metrics.count_error
     install_error_handlers(app, on_error=count_error)
     # Added innermost first. A request meets them as: Host/Origin, CORS (so refusals below
-    # carry its headers), the API key.
+    # carry its headers), the API key (before any body is read), the body limits.
+    app.add_middleware(BodyLimitMiddleware, limits=limits, on_error=count_error)
     if api_key:
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
     if origins:

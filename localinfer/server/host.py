@@ -10,6 +10,9 @@ from typing import Any
 
 import uvicorn
 
+from localinfer.server.limits import RequestLimits
+from localinfer.server.protocol import LimitedH11Protocol
+
 # In-flight streams get this long to finish on shutdown before they are cut.
 GRACEFUL_SHUTDOWN_S = 5
 
@@ -20,7 +23,18 @@ def free_port(host: str = "127.0.0.1") -> int:
         return int(s.getsockname()[1])
 
 
-def uvicorn_config(app: Any, host: str, port: int, *, log_level: str = "info") -> uvicorn.Config:
+def uvicorn_config(
+    app: Any,
+    host: str,
+    port: int,
+    *,
+    log_level: str = "info",
+    limits: RequestLimits | None = None,
+) -> uvicorn.Config:
+    """``limits`` default to the ones ``create_app`` gave the app, so the connection and the app
+    enforce the same numbers."""
+    if limits is None:
+        limits = getattr(getattr(app, "state", None), "request_limits", None) or RequestLimits()
     return uvicorn.Config(
         app,
         host=host,
@@ -30,6 +44,9 @@ def uvicorn_config(app: Any, host: str, port: int, *, log_level: str = "info") -
         # One process, one event loop: the engine thread is the only model owner.
         workers=None,
         access_log=log_level == "debug",
+        # Always h11 (never httptools, if installed): the head limits live in this protocol.
+        http=LimitedH11Protocol.factory(limits),
+        h11_max_incomplete_event_size=limits.max_header_bytes,
     )
 
 
