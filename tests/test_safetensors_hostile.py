@@ -1,5 +1,6 @@
-"""A safetensors header whose shape product overflows int64 (or has negative dimensions) is a
-one-line ModelFileError, not a wrapped byte count that passes the size check."""
+"""Impossible Hugging Face model files are one-line ModelFileErrors: a safetensors header whose
+shape product overflows int64 (or has negative dimensions), not a wrapped byte count that passes
+the size check; a BOS/EOS id outside the vocabulary, not an IndexError in a runner."""
 
 from __future__ import annotations
 
@@ -8,8 +9,11 @@ import struct
 from pathlib import Path
 
 import pytest
+from model_files import TINY_VOCAB_SIZE, write_hf_dir
+from tiny import tiny_config, tiny_weights
 
 from localinfer.errors import ModelFileError
+from localinfer.loading.loader import load_model
 from localinfer.loading.safetensors_file import SafetensorsFile
 
 
@@ -33,3 +37,19 @@ def test_impossible_shapes_are_refused(tmp_path: Path, shape: list[int], nbytes:
     with pytest.raises(ModelFileError) as info:
         SafetensorsFile(path)
     assert "'w'" in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("key", ["bos_token_id", "eos_token_id"])
+def test_special_id_outside_the_vocabulary_is_refused(tmp_path: Path, key: str) -> None:
+    config = tiny_config("llama", vocab_size=TINY_VOCAB_SIZE)
+    ws = tiny_weights(config)
+    root = write_hf_dir(tmp_path / "model", config, {n: ws.get(n) for n in ws.names()})
+    spec = json.loads((root / "config.json").read_text())
+    spec[key] = 10**6
+    (root / "config.json").write_text(json.dumps(spec))
+    # the tokenizer_config names no BOS token, so config.json's is the one used
+    tok_cfg = json.loads((root / "tokenizer_config.json").read_text())
+    tok_cfg.pop("bos_token")
+    (root / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
+    with pytest.raises(ModelFileError, match=f"{key} 1000000 is outside the vocabulary"):
+        load_model(root)

@@ -138,6 +138,18 @@ def _chat_template_source(root: Path, tok_cfg: dict[str, Any]) -> str | None:
     return src if isinstance(src, str) else None
 
 
+def _check_special_ids(root: Path, tokenizer: Tokenizer, vocab_size: int) -> None:
+    """BOS/EOS ids index the embedding and the vocabulary: one past either is a broken
+    config (an IndexError deep in a runner otherwise)."""
+    limit = min(vocab_size, tokenizer.vocab_size)
+    named = [("bos_token_id", tokenizer.bos_id), *(("eos_token_id", i) for i in tokenizer.eos_ids)]
+    for key, token_id in named:
+        if token_id is not None and not 0 <= token_id < limit:
+            raise ModelFileError(
+                root, f"{key} {token_id} is outside the vocabulary (0..{limit - 1})"
+            )
+
+
 def load_safetensors_dir(root: Path, name: str | None = None) -> LoadedModel:
     root = Path(root)
     if not root.is_dir():
@@ -172,6 +184,7 @@ def load_safetensors_dir(root: Path, name: str | None = None) -> LoadedModel:
         tokenizer.bos_id = config.bos_token_id
     if not config.eos_token_ids and tokenizer.eos_ids:
         config = dataclasses.replace(config, eos_token_ids=tokenizer.eos_ids)
+    _check_special_ids(root, tokenizer, config.vocab_size)
     source = _chat_template_source(root, tok_cfg)
     template = (
         ChatTemplate(source, bos_token=bos_text, eos_token=eos_text)
