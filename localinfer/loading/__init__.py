@@ -1,7 +1,8 @@
 """Model loading: GGUF files and Hugging Face directories -> LoadedModel.
 
 Public entry points (imported lazily, so `localinfer.loading.model_config` stays light):
-``load_model``, ``embedded_model_path``, ``Tokenizer``, ``ChatTemplate``, ``ChatTemplateError``.
+``load_model``, ``embedded_model_path``, ``Tokenizer``, ``ChatTemplate``, ``ChatTemplateError``,
+``ChatTemplateLimitError``.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ _EXPORTS = {
     "Tokenizer": "localinfer.loading.tokenizer",
     "ChatTemplate": "localinfer.loading.chat_template",
     "ChatTemplateError": "localinfer.loading.chat_template",
+    "ChatTemplateLimitError": "localinfer.loading.chat_template",
     "LoadedModel": "localinfer.loading.model",
     "ModelConfig": "localinfer.loading.model_config",
 }
