@@ -118,7 +118,9 @@ def native_cpu(monkeypatch: pytest.MonkeyPatch):
         one = native_plan.ProductTimes(
             tokens=1, native_f32=2.0, native_q4_1=1.0 if blocks_faster else 3.0, torch_f32=2.0
         )
-        measured = native_plan.Calibration(isa=512 if avx512 else 256, threads=2, products=(one,))
+        measured = native_plan.Calibration(
+            isa=512 if avx512 else 256, threads=2, torch_overhead=0.0, products=(one,)
+        )
 
         def plan() -> native_plan.Calibration | None:
             return measured if native_build.native_kernels_expected() else None

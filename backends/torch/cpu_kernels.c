@@ -45,16 +45,20 @@ static inline int omp_get_thread_num(void) { return 0; }
 /* Tokens multiplied against one weight row while it is in L1. AVX-512 has 32 vector registers:
  * 8 tokens' 16-lane accumulators fit. AVX2 has 16 registers and a 16-lane sum takes two: above
  * 4 tokens the accumulators spill (measured by scripts/bench-native-kernels, part 1). */
+#ifndef MAX_TILE
 #ifdef LI_AVX2
 #define MAX_TILE 4
 #else
 #define MAX_TILE 8
 #endif
+#endif
 #define TT(k) ((k) < MAX_TILE ? (k) : MAX_TILE)  /* a tile size case, capped (dead above) */
 /* Above this many tokens, rows go in pairs: one x load feeds two FMAs. Measured over SmolLM2's
  * matrices, 2 threads, GB/s single rows vs pairs: 2 tokens 27.4 vs 26.1, 4: 28.5 vs 26.5,
  * 8: 21.8 vs 23.1, 16: 9.0 vs 13.6. */
+#ifndef PAIR_ROWS_ABOVE
 #define PAIR_ROWS_ABOVE 4
+#endif
 #ifndef PREFETCH_FLOATS
 #define PREFETCH_FLOATS 1024   /* 4 KB ahead of the row stream */
 #endif
@@ -352,9 +356,9 @@ static void dot_rows2(const float *wa, const float *wb, const float *x, int64_t 
                       int tt, float *ra, float *rb) {
     switch (tt) {
     case 1: dot_tile(wa, x, xs, n, 1, ra); dot_tile(wb, x, xs, n, 1, rb); break;
-    case 2: dot_tile2(wa, wb, x, xs, n, 2, ra, rb); break;
-    case 3: dot_tile2(wa, wb, x, xs, n, 3, ra, rb); break;
-    case 4: dot_tile2(wa, wb, x, xs, n, 4, ra, rb); break;
+    case 2: dot_tile2(wa, wb, x, xs, n, TT(2), ra, rb); break;
+    case 3: dot_tile2(wa, wb, x, xs, n, TT(3), ra, rb); break;
+    case 4: dot_tile2(wa, wb, x, xs, n, TT(4), ra, rb); break;
     case 5: dot_tile2(wa, wb, x, xs, n, TT(5), ra, rb); break;
     case 6: dot_tile2(wa, wb, x, xs, n, TT(6), ra, rb); break;
     case 7: dot_tile2(wa, wb, x, xs, n, TT(7), ra, rb); break;
@@ -366,9 +370,9 @@ static void dot_rows2(const float *wa, const float *wb, const float *x, int64_t 
 static void dot_rows(const float *w, const float *x, int64_t xs, int64_t n, int tt, float *res) {
     switch (tt) {
     case 1: dot_tile(w, x, xs, n, 1, res); break;
-    case 2: dot_tile(w, x, xs, n, 2, res); break;
-    case 3: dot_tile(w, x, xs, n, 3, res); break;
-    case 4: dot_tile(w, x, xs, n, 4, res); break;
+    case 2: dot_tile(w, x, xs, n, TT(2), res); break;
+    case 3: dot_tile(w, x, xs, n, TT(3), res); break;
+    case 4: dot_tile(w, x, xs, n, TT(4), res); break;
     case 5: dot_tile(w, x, xs, n, TT(5), res); break;
     case 6: dot_tile(w, x, xs, n, TT(6), res); break;
     case 7: dot_tile(w, x, xs, n, TT(7), res); break;
@@ -426,8 +430,8 @@ INLINE void qdot_tile2(int fmt, const uint8_t *wa, const uint8_t *wb, const floa
 /* One case per (format, tile size) so every call is fully specialised. */
 #define TILE_CASES(CALL) \
     switch (tt) { \
-    case 1: CALL(1); break; case 2: CALL(2); break; case 3: CALL(3); break; \
-    case 4: CALL(4); break; case 5: CALL(TT(5)); break; case 6: CALL(TT(6)); break; \
+    case 1: CALL(1); break; case 2: CALL(TT(2)); break; case 3: CALL(TT(3)); break; \
+    case 4: CALL(TT(4)); break; case 5: CALL(TT(5)); break; case 6: CALL(TT(6)); break; \
     case 7: CALL(TT(7)); break; default: CALL(MAX_TILE); break; \
     }
 

@@ -39,7 +39,7 @@ log = logging.getLogger(__name__)
 # scripts/bench-native-kernels part 2): the most a calibrated machine sends to the kernels.
 DEFAULT_MAX_TOKENS = 32
 TOKEN_COUNTS = (1, 8, DEFAULT_MAX_TOKENS)  # decode, batched decode / verification, prefill chunk
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2
 SUBPROCESS_TIMEOUT_S = 300  # a first build (~1 s) + torch import + ~0.1 s of timing
 
 
@@ -57,19 +57,25 @@ class ProductTimes:
 class Calibration:
     isa: int  # the kernels' vector ISA: 512, 256 (AVX2) or 0 (generic vectors)
     threads: int
+    # Seconds of the small torch ops that surround each product in a torch-ops forward (the
+    # kernels do that work inside their one call): added to every torch product compared.
+    torch_overhead: float
     products: tuple[ProductTimes, ...]
+
+    def torch_seconds(self, row: ProductTimes) -> float:
+        return row.torch_f32 + self.torch_overhead
 
     def native_f32_max_tokens(self) -> int:
         best = 0
         for row in sorted(self.products, key=lambda r: r.tokens):
-            if row.native_f32 >= row.torch_f32:
+            if row.native_f32 >= self.torch_seconds(row):
                 break
             best = row.tokens
         return best
 
     def blocks_faster(self) -> bool:
         one = min(self.products, key=lambda r: r.tokens)
-        return one.native_q4_1 < min(one.native_f32, one.torch_f32)
+        return one.native_q4_1 < min(one.native_f32, self.torch_seconds(one))
 
     def to_json(self) -> dict:
         return {"version": CALIBRATION_VERSION, **asdict(self)}
@@ -79,15 +85,19 @@ class Calibration:
         if data.get("version") != CALIBRATION_VERSION:
             raise ValueError("calibration of another version")
         rows = tuple(ProductTimes(**row) for row in data["products"])
-        return cls(isa=int(data["isa"]), threads=int(data["threads"]), products=rows)
+        return cls(
+            isa=int(data["isa"]),
+            threads=int(data["threads"]),
+            torch_overhead=float(data["torch_overhead"]),
+            products=rows,
+        )
 
 
-def default_threads() -> int:
-    """The thread count the calibration runs with: the CPUs this process may use."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS
-        return os.cpu_count() or 1
+# One thread: with two threads on a 2-core machine, one busy neighbour (the chat UI, a test run)
+# stalls every parallel region at its barrier for a whole time slice, and the fastest of several
+# calls is still a stall (measured: 5 ms instead of 0.25 ms). One thread's calls each get a core
+# or not, so the fastest is clean, and which path wins a product does not hinge on the count.
+CALIBRATION_THREADS = 1
 
 
 def calibration_path(library: Path) -> Path:
@@ -138,11 +148,11 @@ def _measure_once() -> Calibration | None:
     if "torch" in sys.modules:
         from localinfer.backends.torch.calibrate import calibrate  # torch is loaded already
 
-        return calibrate(default_threads())
+        return calibrate(CALIBRATION_THREADS)
     log.info("measuring the native CPU kernels against torch ops (once per machine)")
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "localinfer.backends.torch.calibrate", str(default_threads())],
+            [sys.executable, "-m", "localinfer.backends.torch.calibrate", str(CALIBRATION_THREADS)],
             capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False,
         )  # fmt: skip
         data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
