@@ -134,17 +134,22 @@ def test_server_never_answers_500_for_surrogates(server: Any, text: str) -> None
         assert data["choices"], data
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the server echoes the request's own prompt string: localinfer/server/translate.py "
-    "completion_prompt should return scrub_surrogates(prompt) (server files, another owner)",
-)
 def test_server_echo_of_a_surrogate_prompt(server: Any) -> None:  # noqa: F811
-    response = _post(
-        server, "/v1/completions", {"prompt": "a\ud800", "echo": True, "max_tokens": 1}
-    )
+    body = {"prompt": "a\ud800", "echo": True, "max_tokens": 1, "temperature": 0}
+    response = _post(server, "/v1/completions", body)
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["text"].startswith("a\ufffd")
+    with httpx.stream(
+        "POST",
+        server.url + "/v1/completions",
+        content=json.dumps({**body, "stream": True}).encode("ascii"),
+        headers={"content-type": "application/json"},
+        timeout=300,
+    ) as streamed:
+        assert streamed.status_code == 200
+        lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+    assert lines[-1] == "data: [DONE]"
+    assert json.loads(lines[0][len("data: ") :])["choices"][0]["text"] == "a\ufffd"
 
 
 def test_server_streams_with_surrogate_stop_and_prompt(server: Any) -> None:  # noqa: F811

@@ -14,6 +14,7 @@ from pydantic import ValidationError
 
 from localinfer.engine.types import SamplingParams
 from localinfer.errors import ContextOverflowError
+from localinfer.loading.unicode_text import scrub_surrogates
 from localinfer.server.errors import APIError
 from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 
@@ -79,7 +80,9 @@ def chat_prompt_ids(source: PromptSource, body: ChatCompletionRequest) -> list[i
 
 
 def completion_prompt(source: PromptSource, body: CompletionRequest) -> tuple[list[int], str]:
-    """Token ids of the prompt, and its text (for ``echo``; empty for token-id prompts)."""
+    """Token ids of the prompt, and its text (for ``echo``; empty for token-id prompts). The
+    text has lone surrogates replaced, as the tokenizer saw it: the JSON writer cannot encode
+    them."""
     prompt = body.prompt
     if isinstance(prompt, list):
         if not prompt:
@@ -96,7 +99,7 @@ def completion_prompt(source: PromptSource, body: CompletionRequest) -> tuple[li
         prompt = first
     if not prompt:
         raise bad_param("prompt", "the prompt is empty")
-    return source.raw_prompt_ids(prompt), prompt
+    return source.raw_prompt_ids(prompt), scrub_surrogates(prompt)
 
 
 def sampling_params(
