@@ -153,7 +153,8 @@ def test_embedded_gguf_weights_are_the_sum_of_its_tensors() -> None:
 
 
 def write_tiny_gemma3_gguf(path: Path, pattern: list[bool] | None = None) -> None:
-    """A 12-layer Gemma 3 shaped GGUF (window 32) with two tensors, written by gguf's writer;
+    """A 12-layer Gemma 3 shaped GGUF (window 32) written by gguf's writer: an f32 embedding and
+    an f16 query matrix in every layer (the budget checks block_count against the blk.N tensors);
     `pattern` stores a per-layer sliding flag the way newer llama.cpp converters do."""
     import numpy as np
     from gguf import GGUFWriter
@@ -172,7 +173,8 @@ def write_tiny_gemma3_gguf(path: Path, pattern: list[bool] | None = None) -> Non
     if pattern is not None:
         writer.add_array("gemma3.attention.sliding_window_pattern", pattern)
     writer.add_tensor("token_embd.weight", np.zeros((100, 64), np.float32))
-    writer.add_tensor("blk.0.attn_q.weight", np.zeros((64, 64), np.float16))
+    for layer in range(12):
+        writer.add_tensor(f"blk.{layer}.attn_q.weight", np.zeros((64, 64), np.float16))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
@@ -183,7 +185,7 @@ def test_gguf_header_of_a_sliding_window_model(tmp_path: Path) -> None:
     path = tmp_path / "tiny-gemma3.gguf"
     write_tiny_gemma3_gguf(path)
     r = compute_budget(BudgetRequest(str(path), ctx=1024, device="1GiB"))
-    assert r.weights_bytes == 100 * 64 * 4 + 64 * 64 * 2  # f32 embedding + f16 matrix
+    assert r.weights_bytes == 100 * 64 * 4 + 12 * 64 * 64 * 2  # f32 embedding + f16 matrices
     assert r.arch == "gemma3" and r.model_max_ctx == 1024
     # llama.cpp's Gemma 3 pattern: layers 5 and 11 global, the other 10 keep a 32-token window.
     per_layer_token = 2 * 1 * 16 * 2
@@ -664,7 +666,8 @@ def test_friendly_quant_names_follow_the_backend() -> None:
 
 
 def write_gguf_header(path: Path, **numbers: int) -> Path:
-    """A small llama-shaped GGUF whose header numbers can be set wrong."""
+    """A small llama-shaped GGUF (two layers, one tensor each) whose header numbers can be set
+    wrong."""
     import numpy as np
     from gguf import GGUFWriter
 
@@ -678,6 +681,8 @@ def write_gguf_header(path: Path, **numbers: int) -> Path:
     writer.add_context_length(values["context"])
     writer.add_token_list([f"t{i}" for i in range(100)])
     writer.add_tensor("token_embd.weight", np.zeros((100, 64), np.float32))
+    for layer in range(2):
+        writer.add_tensor(f"blk.{layer}.attn_norm.weight", np.ones(64, np.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

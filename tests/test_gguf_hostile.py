@@ -26,8 +26,8 @@ from tiny import tiny_config, tiny_weights
 from localinfer.cli import main
 
 # (id, rewrite_gguf edits, words the one-line error must hold, whether `budget` refuses it too:
-# the budget reads only the header checks every architecture shares; block_count against the
-# layers and the tensor shapes are checked for the architectures localinfer runs, before any
+# the budget runs the header checks every architecture shares and block_count against the blk.N
+# tensors; the tensor shapes are checked for the architectures localinfer runs, before any
 # backend loads the file)
 CASES: list[tuple[str, dict, tuple[str, ...], bool]] = [
     # item 5: architecture numbers against the tensors present
@@ -36,10 +36,20 @@ CASES: list[tuple[str, dict, tuple[str, ...], bool]] = [
         "block_count 1e6",
         {"set_kv": {"llama.block_count": raw_u32(10**6)}},
         ("block_count", "1000000", "2 layers"),
-        False,
+        True,
     ),
-    ("block_count 1", {"set_kv": {"llama.block_count": raw_u32(1)}}, ("block_count",), False),
-    ("block_count 3", {"set_kv": {"llama.block_count": raw_u32(3)}}, ("block_count",), False),
+    (
+        "block_count 1",
+        {"set_kv": {"llama.block_count": raw_u32(1)}},
+        ("block_count", "1", "layer 1"),
+        True,
+    ),
+    (
+        "block_count 3",
+        {"set_kv": {"llama.block_count": raw_u32(3)}},
+        ("block_count", "3", "2 layers"),
+        True,
+    ),
     (
         "block_count a string",
         {"set_kv": {"llama.block_count": raw_string("2")}},

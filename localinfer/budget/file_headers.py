@@ -19,6 +19,7 @@ import numpy as np
 
 from localinfer.budget.arch import ArchSpec
 from localinfer.errors import ModelFileError
+from localinfer.loading.gguf_checks import check_layer_count
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
 
 # GGUF general.architecture -> HF model_type
@@ -45,13 +46,14 @@ class WeightsHeader:
 def read_gguf_header(path: str | Path) -> WeightsHeader:
     """Exact tensor bytes and architecture numbers of a GGUF file (header only; the tensor data
     stays memory-mapped and unread). Uses the project's GGUF parser, which turns every kind of
-    broken file into a one-line ModelFileError."""
+    broken file into a one-line ModelFileError; block_count is checked against the blk.N
+    tensors as the loader does, so a million layers is named, not budgeted."""
     from localinfer.loading.gguf_file import GGUFFile
 
     with GGUFFile(path) as gguf:
         tensors = list(gguf.tensors.values())
         quant = gguf.file_type()
-        arch = _gguf_arch(gguf.metadata, {t.name for t in tensors}, tensors, Path(path))
+        arch = _gguf_arch(gguf.metadata, gguf.tensors, Path(path))
     kept = [len(t.shape) == 2 and t.type_name in STORED_BLOCK_TYPES for t in tensors]
     return WeightsHeader(
         weight_bytes=sum(int(t.nbytes) for t in tensors),
@@ -69,7 +71,7 @@ def read_gguf_header(path: str | Path) -> WeightsHeader:
     )
 
 
-def _gguf_arch(meta: dict[str, Any], names: set[str], tensors: list[Any], path: Path) -> ArchSpec:
+def _gguf_arch(meta: dict[str, Any], tensors: dict[str, Any], path: Path) -> ArchSpec:
     arch = meta.get("general.architecture")
     if not arch:
         raise ModelFileError(path, "GGUF header has no general.architecture")
@@ -87,6 +89,7 @@ def _gguf_arch(meta: dict[str, Any], names: set[str], tensors: list[Any], path: 
     n_heads = get("attention.head_count")
     if not (n_layers and hidden and n_heads):
         raise ModelFileError(path, f"GGUF header lacks {arch}.block_count/embedding_length/heads")
+    check_layer_count(path, arch, int(n_layers), tensors)
     n_kv = get("attention.head_count_kv", n_heads)
     vocab = get("vocab_size")
     if vocab is None:
@@ -102,7 +105,7 @@ def _gguf_arch(meta: dict[str, Any], names: set[str], tensors: list[Any], path: 
         "ffn_size": get("feed_forward_length") or get("expert_feed_forward_length") or hidden,
         "vocab_size": vocab,
         "max_ctx": get("context_length", 2048),
-        "tied_embeddings": "output.weight" not in names,
+        "tied_embeddings": "output.weight" not in tensors,
         "qk_norm": arch in ("qwen3", "qwen3moe", "gemma3"),
     }
     window = get("attention.sliding_window")
@@ -135,11 +138,9 @@ def _gguf_arch(meta: dict[str, Any], names: set[str], tensors: list[Any], path: 
         raise ModelFileError(path, f"GGUF header has inconsistent numbers ({exc})") from None
 
 
-def _embedding_rows(tensors: list[Any]) -> int:
-    for t in tensors:
-        if t.name == "token_embd.weight":
-            return int(t.shape[0])  # numpy order: [vocab, hidden]
-    return 0
+def _embedding_rows(tensors: dict[str, Any]) -> int:
+    embd = tensors.get("token_embd.weight")
+    return int(embd.shape[0]) if embd is not None else 0  # numpy order: [vocab, hidden]
 
 
 _SAFETENSORS_DTYPE_BYTES = {

@@ -8,7 +8,8 @@ such a file into one ``ModelFileError`` with a one-line reason, before any backe
   that carry a few tensors; ``GGUFFile`` runs it on open, so the budget and the loaders get it.
 - ``check_layer_count`` (block_count against the blk.N tensors) and ``check_layers`` (every tensor
   shape of the architectures localinfer runs against their ``ModelConfig``) need the whole model;
-  ``config_from_gguf`` runs them, before any runner is made.
+  ``config_from_gguf`` runs them, before any runner is made. The budget runs
+  ``check_layer_count`` too, for every architecture.
 """
 
 from __future__ import annotations
