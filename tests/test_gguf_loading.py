@@ -10,6 +10,7 @@ from pathlib import Path
 import gguf
 import numpy as np
 import pytest
+from llama_reference import reference_llama
 from model_files import TINY_VOCAB_SIZE, gemma3_extra_norms, write_gguf
 from tiny import tiny_config, tiny_weights
 
@@ -541,17 +542,15 @@ def _numpy_llama_logits(model, ids: list[int]) -> np.ndarray:
 
 @pytest.mark.llamacpp
 def test_embedded_weights_reproduce_llama_cpp_logits():
-    llama_cpp = pytest.importorskip("llama_cpp")
+    pytest.importorskip("llama_cpp")
     model = load_model(embedded_model_path())
     ids = model.tokenizer.encode(
         "<|im_start|>user\nName three colours.<|im_end|>\n<|im_start|>assistant\n"
     )
     ours = _numpy_llama_logits(model, ids)
-    llm = llama_cpp.Llama(
-        model_path=str(model.path), n_ctx=64, logits_all=True, verbose=False, n_threads=2
-    )
-    llm.eval(ids)
-    ref = np.asarray(llm.scores[: len(ids)], dtype=np.float32)
+    with reference_llama(model.path, n_ctx=64, logits_all=True, verbose=False, n_threads=2) as llm:
+        llm.eval(ids)
+        ref = np.asarray(llm.scores[: len(ids)], dtype=np.float32)
     # llama.cpp quantizes activations to 8 bits for its matmuls: close, not identical.
     top1 = (ours.argmax(-1) == ref.argmax(-1)).mean()
     corr = min(np.corrcoef(ours[t], ref[t])[0, 1] for t in range(len(ids)))

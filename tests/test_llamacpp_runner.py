@@ -25,6 +25,7 @@ from localinfer.loading.embedded import embedded_model_path  # noqa: E402
 from localinfer.loading.model import LoadedModel  # noqa: E402
 from localinfer.loading.model_config import ModelConfig  # noqa: E402
 from tests.gguf_writer import write_tiny_gguf  # noqa: E402
+from tests.llama_reference import reference_llama  # noqa: E402
 from tests.reference_numpy import reference_logits  # noqa: E402
 from tests.tiny import tiny_config, tiny_weights  # noqa: E402
 
@@ -148,37 +149,26 @@ def test_matches_llama_cpp_high_level_api(
     embedded: LoadedModel,
     chat_tokens: tuple[int, ...],
     flash_attn: bool,
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # Same engine, same file, threads, batch size, attention kernel and weight buffers: the logits
     # must be bit-identical, so any difference is a bug in how the runner builds batches or reads
     # logits. (Flash attention on vs off alone moves these logits by up to ~1.5, so it must match;
-    # the reference loads its weights as the runner does: no AMX buffers, native.weight_buffers.)
-    import llama_cpp
-    import llama_cpp.llama_cpp as low_level
-
-    from localinfer.backends.llamacpp import native
-
-    defaults = low_level.llama_model_default_params
-    monkeypatch.setattr(
-        low_level, "llama_model_default_params", lambda: native.weight_buffers(defaults())
-    )
+    # the reference loads its weights as the runner does: tests/llama_reference.py.)
     n = len(chat_tokens)
     runner = LlamaCppRunner(embedded, cfg(slots=1, max_ctx=256), flash_attn=flash_attn)
     ours = runner.forward([SlotWork(0, chat_tokens, 0, "all")])[0]
     runner.close()
-    ref = llama_cpp.Llama(
-        str(embedded.path),
+    with reference_llama(
+        embedded.path,
         n_ctx=256,
         n_threads=1,
         n_batch=512,
         logits_all=True,
         flash_attn=flash_attn,
         verbose=False,
-    )
-    ref.eval(list(chat_tokens))
-    theirs = np.asarray(ref.scores[:n], dtype=np.float32)
-    ref.close()
+    ) as ref:
+        ref.eval(list(chat_tokens))
+        theirs = np.asarray(ref.scores[:n], dtype=np.float32)
     assert ours.shape == theirs.shape == (n, 49152)
     np.testing.assert_array_equal(ours, theirs)
 
