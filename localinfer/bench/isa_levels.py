@@ -1,0 +1,85 @@
+"""Run a benchmark once per CPU ISA level on this machine: as built for it, and as an AVX2 laptop.
+
+Most users' CPUs have AVX2 + FMA and no AVX-512 (Intel Core since 12th gen, AMD Zen 2/3); the
+project's machines have AVX-512. A benchmark run with ``--isa native,avx2`` measures both in one
+run: the second pass is a fresh process whose native kernels are built without AVX-512
+(LOCALINFER_KERNEL_ISA=avx2) and whose torch (oneDNN, ATen) is told to stay at AVX2. llama.cpp's
+CPU backend was compiled for this machine when pip built it and cannot be lowered at run time: in
+the AVX2 pass it still uses whatever this CPU has, so the comparison errs in its favour.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+from pathlib import Path
+
+# What a process needs to behave as on a CPU without AVX-512.
+AVX2_ENV = {
+    "LOCALINFER_KERNEL_ISA": "avx2",
+    "ONEDNN_MAX_CPU_ISA": "AVX2",
+    "ATEN_CPU_CAPABILITY": "avx2",
+}
+SHOWN_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
+               "amx_tile", "avx_vnni", "neon", "asimd")  # fmt: skip
+
+
+def cpu_flags() -> set[str]:
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return set(line.split(":", 1)[-1].split())
+    return set()
+
+
+def cpu_summary() -> str:
+    """One line: the CPU's name, core count and the vector features that matter here."""
+    name = platform.processor() or platform.machine()
+    try:
+        for line in Path("/proc/cpuinfo").read_text(errors="replace").splitlines():
+            if line.startswith("model name"):
+                name = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    flags = cpu_flags()
+    shown = [f for f in SHOWN_FLAGS if f in flags]
+    return f"{name}, {os.cpu_count()} CPUs, flags: {' '.join(shown) or 'unknown'}"
+
+
+def levels(asked: str) -> list[str]:
+    """``auto``: this machine's own build, plus the AVX2 build where the CPU has AVX-512."""
+    if asked != "auto":
+        return [level.strip() for level in asked.split(",") if level.strip()]
+    return ["native", "avx2"] if "avx512f" in cpu_flags() else ["native"]
+
+
+PASS_ENV = "LOCALINFER_ISA_PASS"  # set in the child: it measures instead of re-running
+
+
+def in_pass() -> bool:
+    return bool(os.environ.get(PASS_ENV))
+
+
+def run_levels(script: Path, argv: list[str], asked: str) -> int:
+    """The parent's job: print the CPU, run ``script argv`` once per level; the worst exit."""
+    print(f"CPU: {cpu_summary()}")
+    return max(rerun(script, argv, level) for level in levels(asked))
+
+
+def rerun(script: Path, argv: list[str], level: str) -> int:
+    """Run ``script argv`` in a fresh Python at ``level`` (native | avx2); its exit code."""
+    env = dict(os.environ)
+    env[PASS_ENV] = level
+    if level == "avx2":
+        env.update(AVX2_ENV)
+    elif level != "native":
+        raise ValueError(f"unknown ISA level {level!r}: native or avx2")
+    label = "this machine's build" if level == "native" else "AVX-512 hidden (an AVX2 laptop)"
+    print(f"\n=== ISA level: {level} — {label}", flush=True)
+    return subprocess.run([sys.executable, str(script), *argv], env=env, check=False).returncode
