@@ -3,7 +3,9 @@ one header field made impossible. ``localinfer generate`` (a separate process: l
 abort it with SIGABRT) and ``localinfer budget`` must print one line and exit 1, never a traceback.
 
 Issue #18 items 5 (architecture numbers against the tensors) and 6 (parser gaps: nested arrays,
-dimension products past 2^63, special-token ids outside the vocabulary)."""
+dimension products past 2^63, special-token ids outside the vocabulary). Special-token ids the
+engine never reads (pad, unk) outside the vocabulary are dropped with one warning instead, as
+llama.cpp runs such files."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from model_files import TINY_VOCAB_SIZE, write_gguf
 from tiny import tiny_config, tiny_weights
 
 from localinfer.cli import main
+from localinfer.loading.gguf_file import GGUFFile
 
 # (id, rewrite_gguf edits, words the one-line error must hold, whether `budget` refuses it too:
 # the budget runs the header checks every architecture shares and block_count against the blk.N
@@ -166,21 +169,21 @@ CASES: list[tuple[str, dict, tuple[str, ...], bool]] = [
         True,
     ),
     (
-        "pad id 2^32-1",
-        {"set_kv": {"tokenizer.ggml.padding_token_id": raw_u32(2**32 - 1)}},
-        ("padding_token_id",),
-        True,
-    ),
-    (
-        "unk id outside the vocabulary",
-        {"set_kv": {"tokenizer.ggml.unknown_token_id": raw_u32(10**6)}},
-        ("unknown_token_id",),
-        True,
-    ),
-    (
         "eot id outside the vocabulary",
         {"set_kv": {"tokenizer.ggml.eot_token_id": raw_u32(10**6)}},
         ("eot_token_id",),
+        True,
+    ),
+    (
+        "eom id outside the vocabulary",
+        {"set_kv": {"tokenizer.ggml.eom_token_id": raw_u32(TINY_VOCAB_SIZE)}},
+        ("eom_token_id",),
+        True,
+    ),
+    (
+        "pad id a string",
+        {"set_kv": {"tokenizer.ggml.padding_token_id": raw_string("0")}},
+        ("padding_token_id", "not a token id"),
         True,
     ),
     (
@@ -197,6 +200,12 @@ CASES: list[tuple[str, dict, tuple[str, ...], bool]] = [
     ),
 ]
 IDS = [case[0] for case in CASES]
+
+# Ids only llama.cpp's tokenizer would read: it warns about bad ones and runs the file.
+STRAY_IDS = {
+    "tokenizer.ggml.padding_token_id": raw_u32(2**32 - 1),
+    "tokenizer.ggml.unknown_token_id": raw_u32(10**6),
+}
 
 
 @pytest.fixture(autouse=True)
@@ -216,9 +225,9 @@ def _hostile(tiny_gguf: Path, tmp_path: Path, edits: dict) -> Path:
     return rewrite_gguf(tiny_gguf, tmp_path / "hostile.gguf", **edits)
 
 
-def _generate(path: Path, cache: Path) -> subprocess.CompletedProcess[str]:
+def _generate(path: Path, cache: Path, *extra: str) -> subprocess.CompletedProcess[str]:
     argv = [sys.executable, "-m", "localinfer", "generate", str(path), "Hi"]
-    argv += ["--max-tokens", "2", "--ctx", "128", "--slots", "1"]
+    argv += ["--max-tokens", "2", "--ctx", "128", "--slots", "1", *extra]
     env = {**os.environ, "LOCALINFER_CACHE_DIR": str(cache)}
     return subprocess.run(argv, capture_output=True, text=True, env=env, timeout=600)
 
@@ -256,3 +265,36 @@ def test_budget_refuses_with_one_line(tiny_gguf: Path, tmp_path: Path, capsys, c
     path = _hostile(tiny_gguf, tmp_path, edits)
     code = main(["budget", str(path)])
     _assert_one_line_error(code, capsys.readouterr().err, path, words)
+
+
+def _stray_warnings(stderr: str, path: Path) -> list[str]:
+    lines = [line for line in stderr.splitlines() if "padding_token_id" in line]
+    for line in lines:
+        assert path.name in line and "unknown_token_id" in line and "ignoring" in line, line
+    return lines
+
+
+@pytest.mark.parametrize("backend", ["torch", "llamacpp"])
+def test_stray_pad_and_unk_ids_are_dropped_with_one_warning(
+    tiny_gguf: Path, tmp_path: Path, backend: str
+) -> None:
+    pytest.importorskip({"torch": "torch", "llamacpp": "llama_cpp"}[backend])
+    path = _hostile(tiny_gguf, tmp_path, {"set_kv": STRAY_IDS})
+    done = _generate(path, tmp_path / "cache", "--backend", backend)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "finish:" in done.stderr, done.stderr
+    assert len(_stray_warnings(done.stderr, path)) == 1, done.stderr
+
+
+def test_stray_ids_leave_the_metadata_and_the_budget_runs(
+    tiny_gguf: Path, tmp_path: Path, capsys, caplog
+) -> None:
+    path = _hostile(tiny_gguf, tmp_path, {"set_kv": STRAY_IDS})
+    with GGUFFile(path) as gguf:
+        assert not set(STRAY_IDS) & set(gguf.metadata)
+        assert gguf.get("tokenizer.ggml.bos_token_id") is not None  # the used ones stay
+    assert len(_stray_warnings(caplog.text, path)) == 1
+    caplog.clear()
+    assert main(["budget", str(path), "--device", "1GiB"]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+    assert len(_stray_warnings(caplog.text, path)) == 1

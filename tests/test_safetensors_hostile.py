@@ -1,6 +1,7 @@
 """Impossible Hugging Face model files are one-line ModelFileErrors: a safetensors header whose
 shape product overflows int64 (or has negative dimensions), not a wrapped byte count that passes
-the size check; a BOS/EOS id outside the vocabulary, not an IndexError in a runner."""
+the size check; a BOS/EOS id outside the vocabulary, not an IndexError in a runner. Pad and unk
+ids, which localinfer never reads, may lie outside it (llama.cpp runs such files too)."""
 
 from __future__ import annotations
 
@@ -39,11 +40,15 @@ def test_impossible_shapes_are_refused(tmp_path: Path, shape: list[int], nbytes:
     assert "'w'" in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("key", ["bos_token_id", "eos_token_id"])
-def test_special_id_outside_the_vocabulary_is_refused(tmp_path: Path, key: str) -> None:
+def _hf_dir(tmp_path: Path) -> Path:
     config = tiny_config("llama", vocab_size=TINY_VOCAB_SIZE)
     ws = tiny_weights(config)
-    root = write_hf_dir(tmp_path / "model", config, {n: ws.get(n) for n in ws.names()})
+    return write_hf_dir(tmp_path / "model", config, {n: ws.get(n) for n in ws.names()})
+
+
+@pytest.mark.parametrize("key", ["bos_token_id", "eos_token_id"])
+def test_special_id_outside_the_vocabulary_is_refused(tmp_path: Path, key: str) -> None:
+    root = _hf_dir(tmp_path)
     spec = json.loads((root / "config.json").read_text())
     spec[key] = 10**6
     (root / "config.json").write_text(json.dumps(spec))
@@ -53,3 +58,17 @@ def test_special_id_outside_the_vocabulary_is_refused(tmp_path: Path, key: str) 
     (root / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
     with pytest.raises(ModelFileError, match=f"{key} 1000000 is outside the vocabulary"):
         load_model(root)
+
+
+def test_pad_and_unk_ids_outside_the_vocabulary_load(tmp_path: Path) -> None:
+    root = _hf_dir(tmp_path)
+    spec = json.loads((root / "config.json").read_text())
+    (root / "config.json").write_text(
+        json.dumps({**spec, "pad_token_id": 10**6, "unk_token_id": -1})
+    )
+    (root / "generation_config.json").write_text(json.dumps({"pad_token_id": 10**6}))
+    tok_cfg = json.loads((root / "tokenizer_config.json").read_text())
+    tok_cfg.update(pad_token="<not in the vocabulary>", unk_token="<nor this>")
+    (root / "tokenizer_config.json").write_text(json.dumps(tok_cfg))
+    model = load_model(root)
+    assert model.config.bos_token_id == 1 and model.config.eos_token_ids == (2,)

@@ -2,7 +2,9 @@
 
 Backends trust these numbers: llama.cpp aborts the whole process (SIGABRT) on a block_count of 0
 or a million, and a special-token id past the vocabulary indexes out of bounds. Each check turns
-such a file into one ``ModelFileError`` with a one-line reason, before any backend sees it.
+such a file into one ``ModelFileError`` with a one-line reason, before any backend sees it. The
+exception: a special-token id localinfer never reads (pad, unk, sep, mask, fim_*) outside the
+vocabulary is only reported back, for the caller to drop with a warning, as llama.cpp does.
 
 - ``check_header`` holds for every architecture llama.cpp knows, and for header-only stand-ins
   that carry a few tensors; ``GGUFFile`` runs it on open, so the budget and the loaders get it.
@@ -58,6 +60,12 @@ _ARCH_FLOATS: dict[str, bool] = {
 }
 _TOKENIZER_FLAGS = ("add_bos_token", "add_eos_token", "add_space_prefix")
 _SPECIAL_ID = re.compile(r"^tokenizer\.ggml\.[a-z_]+_token_id$")
+# The special-token ids localinfer reads (gguf_config._special_ids: BOS, and EOS/EOT/EOM as stop
+# ids): one outside the vocabulary is refused. llama.cpp only warns about any bad special id and
+# runs the file, and real GGUFs carry stray pad ids, so the others are dropped instead.
+USED_SPECIAL_IDS = frozenset(
+    f"tokenizer.ggml.{name}_token_id" for name in ("bos", "eos", "eot", "eom")
+)
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
@@ -73,13 +81,14 @@ def _int_array(value: Any) -> bool:
     return isinstance(value, np.ndarray) and value.ndim == 1 and value.dtype.kind in "iu"
 
 
-def check_header(path: Path, metadata: Mapping[str, Any], tensors: Mapping[str, Any]) -> None:
+def check_header(path: Path, metadata: Mapping[str, Any], tensors: Mapping[str, Any]) -> list[str]:
     """Every architecture: number types and ranges, embedding width and vocabulary against
-    token_embd, and every special-token id."""
+    token_embd, and every special-token id. Returns the keys of unused special-token ids that lie
+    outside the vocabulary (not in USED_SPECIAL_IDS), for the caller to drop."""
     arch = metadata["general.architecture"]
     _check_arch_numbers(path, arch, metadata)
     _check_embedding(path, arch, metadata, tensors)
-    _check_tokenizer(path, metadata, tensors)
+    return _check_tokenizer(path, metadata, tensors)
 
 
 def _check_arch_numbers(path: Path, arch: str, metadata: Mapping[str, Any]) -> None:
@@ -150,7 +159,9 @@ def _check_embedding(
         )
 
 
-def _check_tokenizer(path: Path, metadata: Mapping[str, Any], tensors: Mapping[str, Any]) -> None:
+def _check_tokenizer(
+    path: Path, metadata: Mapping[str, Any], tensors: Mapping[str, Any]
+) -> list[str]:
     tokens = metadata.get("tokenizer.ggml.tokens")
     for key in ("tokenizer.ggml.tokens", "tokenizer.ggml.merges"):
         value = metadata.get(key)
@@ -176,12 +187,18 @@ def _check_tokenizer(path: Path, metadata: Mapping[str, Any], tensors: Mapping[s
         size, what = tensors["token_embd.weight"].shape[0], "token_embd.weight"
     else:
         size, what = None, ""
+    stray: list[str] = []
     for key in sorted(k for k in metadata if _SPECIAL_ID.match(k)):
         value = metadata[key]
-        if not _is_int(value):
+        if not _is_int(value):  # llama.cpp aborts on a special id of the wrong type
             raise _fail(path, f"'{key}' is {_describe(value)}, not a token id")
-        if size is not None and not 0 <= int(value) < size:
-            raise _fail(path, f"'{key}' is {value}, outside {what} (ids 0..{size - 1})")
+        if size is None or 0 <= int(value) < size:
+            continue
+        if key not in USED_SPECIAL_IDS:
+            stray.append(key)
+            continue
+        raise _fail(path, f"'{key}' is {value}, outside {what} (ids 0..{size - 1})")
+    return stray
 
 
 def _describe(value: Any) -> str:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import math
 import mmap
 import struct
@@ -27,6 +28,8 @@ from gguf import quants as gguf_quants
 
 from localinfer.errors import ModelFileError
 from localinfer.loading.gguf_checks import check_header
+
+log = logging.getLogger(__name__)
 
 GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
@@ -258,7 +261,11 @@ class GGUFFile:
             if name in self.tensors:
                 raise _Corrupt(f"tensor '{name}' appears twice")
             self.tensors[name] = info
-        check_header(self.path, self.metadata, self.tensors)
+        stray = check_header(self.path, self.metadata, self.tensors)
+        if stray:
+            # Never read by localinfer; dropped so that nothing later can index by them.
+            dropped = ", ".join(f"{key} = {self.metadata.pop(key)}" for key in stray)
+            log.warning("%s: ignoring %s (outside the vocabulary; not used)", self.path, dropped)
 
     def _tensor_info(
         self, name: str, dims: tuple[int, ...], qtype: int, rel_offset: int
