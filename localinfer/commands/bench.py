@@ -14,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from localinfer.errors import InvalidParameterError
+from localinfer.threads_option import add_threads_option
 
 if TYPE_CHECKING:
     from localinfer.bench.prompts import BenchPrompt
@@ -55,7 +56,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     engine.add_argument("--backend", choices=("torch", "llamacpp", "mlx"))
     engine.add_argument("--slots", type=int, default=None, help="default: the largest level")
     engine.add_argument("--ctx", type=int, help="context tokens per slot (default 2048)")
-    engine.add_argument("--threads", type=int, help="CPU threads for the backend")
+    add_threads_option(engine)
     engine.add_argument("--quant", help="which quantization of a catalog model")
     engine.add_argument(
         "--no-prefix-reuse",

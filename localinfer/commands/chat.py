@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from localinfer.threads_option import add_threads_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -17,6 +19,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--quant", default=None, help="weight quantization (default: the file's)")
     parser.add_argument("--ctx", type=int, default=2048, help="context per slot (default 2048)")
     parser.add_argument("--slots", type=int, default=1, help="concurrent sequences (default 1)")
+    add_threads_option(parser)
     parser.add_argument(
         "--draft", default=None, help="speculative decoding: ngram, auto, a draft model, or off"
     )
@@ -40,6 +43,7 @@ def run(args: argparse.Namespace) -> int:
         quant=args.quant,
         ctx=args.ctx,
         slots=args.slots,
+        threads=args.threads,
         speculative={None: "off", "off": "off", "ngram": "ngram"}.get(args.draft, "draft"),
         draft=args.draft,
         temperature=args.temperature,

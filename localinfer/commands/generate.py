@@ -8,6 +8,7 @@ import sys
 from typing import Any
 
 from localinfer.errors import InvalidParameterError, LocalinferError
+from localinfer.threads_option import add_threads_option
 
 
 def register(subparsers: Any) -> None:
@@ -33,6 +34,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--backend", choices=("torch", "llamacpp", "mlx"))
     p.add_argument("--ctx", type=int, help="context tokens per slot (default: 2048)")
     p.add_argument("--slots", type=int, default=1)
+    add_threads_option(p)
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--quant", help="which quantization of a catalog model to use")
     p.add_argument(
@@ -86,6 +88,7 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         ctx=args.ctx,
         slots=args.slots,
+        threads=args.threads,
         dtype=args.dtype,
         quant=args.quant,
         draft=args.draft,

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from localinfer.threads_option import add_threads_option
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = subparsers.add_parser(
@@ -24,7 +26,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     )
     parser.add_argument("--window", type=int, default=512, help="tokens per scored window")
     parser.add_argument("--speed-steps", type=int, default=32, help="decode steps timed; 0: skip")
-    parser.add_argument("--threads", type=int, default=None)
+    add_threads_option(parser)
     parser.set_defaults(func=run)
 
 

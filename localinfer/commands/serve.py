@@ -16,6 +16,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localinfer.errors import InvalidParameterError, LocalinferError
+from localinfer.threads_option import add_threads_option
 
 if TYPE_CHECKING:
     from localinfer.server.limits import RequestLimits
@@ -86,7 +87,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ctx", type=int, help="context tokens per slot (default: 2048)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     p.add_argument("--quant", help="which quantization of a catalog model to use")
-    p.add_argument("--threads", type=int, help="CPU threads for the backend")
+    add_threads_option(p)
     p.add_argument(
         "--draft",
         help="speculative decoding: ngram, auto (the catalog's draft), a draft model, or off",

@@ -85,6 +85,7 @@ def open_with_settings(settings: ChatSettings) -> SessionLike:
         backend=settings.backend,
         ctx=settings.ctx,
         slots=settings.slots,
+        threads=settings.threads,
         quant=settings.quant,
         draft=draft,
     )

@@ -25,6 +25,7 @@ class ChatSettings:
     max_tokens: int = 512
     ctx: int = 2048
     slots: int = 1
+    threads: int | None = None  # None: the backend's default (physical cores)
     quant: str | None = None  # None: keep the file's own
     backend: str | None = None  # None: pick for this machine
     speculative: SpeculativeMode = "off"
