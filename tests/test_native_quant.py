@@ -137,7 +137,8 @@ def tiny_runners(
     config = tiny_config(arch, tied_embeddings=arch == "llama")
     model = gguf_model(write_quantized_gguf(tmp_path / f"tiny-{arch}.gguf", config, types))
     cfg = RunnerConfig(slots=slots, max_ctx=96, dtype="float32")
-    blocks = TorchRunner(model, cfg)
+    # Every forward on the kernels, as the float32 reference: bit for bit.
+    blocks = TorchRunner(model, cfg, native_max_tokens=BIG, stored_blocks=True)
     dense = TorchRunner(model, cfg, native_max_tokens=BIG, stored_blocks=False)
     return blocks, dense, model
 
@@ -231,7 +232,7 @@ def embedded():
 @pytest.mark.usefixtures("kernels")
 def test_embedded_model_on_blocks_equals_float32(embedded: LoadedModel) -> None:
     cfg = RunnerConfig(slots=3, max_ctx=400, dtype="float32")
-    blocks = TorchRunner(embedded, cfg)
+    blocks = TorchRunner(embedded, cfg, native_max_tokens=BIG, stored_blocks=True)
     dense = TorchRunner(embedded, cfg, native_max_tokens=BIG, stored_blocks=False)
     assert blocks.info.quant == "Q4_1"
     weights = blocks._model.weights
@@ -269,3 +270,27 @@ def test_embedded_model_on_blocks_equals_float32(embedded: LoadedModel) -> None:
     ]
     for g, w in zip(blocks.forward(ragged), dense.forward(ragged), strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.usefixtures("kernels")
+@pytest.mark.parametrize(("arch", "types"), CASES)
+def test_long_forwards_on_blocks_run_torch_ops_on_dequantized_matrices(
+    tmp_path: Path, arch: str, types: dict[str, GGMLQuantizationType]
+) -> None:
+    """Above its native limit a block runner multiplies with torch ops by each block matrix
+    dequantized as it is used: the same model to float32 rounding, the KV it writes serves the
+    native steps that follow, and a block LM head still goes through the kernels."""
+    config = tiny_config(arch, tied_embeddings=arch == "llama")
+    model = gguf_model(write_quantized_gguf(tmp_path / f"tiny-{arch}.gguf", config, types))
+    cfg = RunnerConfig(slots=2, max_ctx=96, dtype="float32")
+    hybrid = TorchRunner(model, cfg, native_max_tokens=4, stored_blocks=True)
+    native = TorchRunner(model, cfg, native_max_tokens=BIG, stored_blocks=True)
+    assert hybrid._model.weights.has_blocks() and hybrid.native_max_tokens == 4
+    prompt = seq(40, 11)
+    work = [SlotWork(0, prompt, 0, logits="all"), SlotWork(1, seq(7, 12), 0, logits="all")]
+    for got, want in zip(hybrid.forward(work), native.forward(work), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        assert (got.argmax(-1) == want.argmax(-1)).mean() > 0.95
+    steps = [SlotWork(0, (5,), len(prompt)), SlotWork(1, (6, 7), 7, logits="all")]  # native
+    for got, want in zip(hybrid.forward(steps), native.forward(steps), strict=True):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

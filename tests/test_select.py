@@ -110,16 +110,20 @@ def test_nothing_installed_lists_every_install_command(machine) -> None:
 
 @pytest.fixture
 def native_cpu(monkeypatch: pytest.MonkeyPatch):
-    """Pretend the kernels build for AVX-512 (or AVX2) with a C compiler, and their calibration
-    found a product on blocks faster than on float32 (or not)."""
+    """Pretend the kernels build at ISA level ``isa`` (512 AVX-512, 256 AVX2, 0 baseline) with a
+    C compiler, and their calibration found a product on blocks faster than on float32 (or
+    not)."""
     from localinfer.backends.torch import native_build, native_plan, support
 
-    def configure(avx512: bool = True, compiler: bool = True, blocks_faster: bool = True) -> None:
+    def configure(isa: int = 512, compiler: bool = True, blocks_faster: bool = True) -> None:
         one = native_plan.ProductTimes(
             tokens=1, native_f32=2.0, native_q4_1=1.0 if blocks_faster else 3.0, torch_f32=2.0
         )
         measured = native_plan.Calibration(
-            isa=512 if avx512 else 256, threads=2, torch_overhead=0.0, products=(one,)
+            isa=isa,
+            threads=2,
+            torch_overhead=0.0,
+            products=(one,),
         )
 
         def plan() -> native_plan.Calibration | None:
@@ -160,7 +164,9 @@ def test_cpu_picks_the_native_kernels_for_gguf_blocks_they_read_as_stored(
 
 def test_native_kernels_are_not_preferred_where_they_were_not_measured(machine, native_cpu) -> None:
     machine({"llamacpp", "torch"})
-    native_cpu(avx512=False)
+    native_cpu(isa=256)  # AVX2 + FMA: measured faster than llama.cpp too
+    assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "torch"
+    native_cpu(isa=0)  # baseline vectors: not measured against llama.cpp
     assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"
     native_cpu(compiler=False)
     assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"

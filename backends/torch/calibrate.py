@@ -106,7 +106,10 @@ def measure(kernels: NativeKernels, threads: int) -> Calibration:
                 )
             )
         return Calibration(
-            isa=kernels.isa(), threads=threads, torch_overhead=overhead, products=tuple(rows)
+            isa=kernels.isa(),
+            threads=threads,
+            torch_overhead=overhead,
+            products=tuple(rows),
         )
     finally:
         torch.set_num_threads(before)

@@ -767,6 +767,19 @@ void li_linear(const float *x, int64_t T, int64_t in, const li_mat *w, int64_t o
     }
 }
 
+/* out = every row of a block matrix [rows, in] dequantized, rows split over threads: a long
+ * prefill chunk multiplies by it with torch's GEMM (torch ops beat the kernels' tiles there). */
+void li_dequant_matrix(const li_mat *w, int64_t in, int64_t rows, float *out, int nthreads) {
+    #pragma omp parallel num_threads(nthreads)
+    {
+        int64_t a, b;
+        split(rows, omp_get_num_threads(), omp_get_thread_num(), &a, &b);
+        for (int64_t r = a; r < b; r++)
+            decode_row_any(w->format, (const uint8_t *)w->data + r * w->row_bytes, in,
+                           out + r * in);
+    }
+}
+
 /* out[r] = the dequantized row rows[r] of a block matrix (the embedding lookup of a table kept
  * as blocks): the same decode as the products, so equal to the float32 table's rows. */
 void li_dequant_rows(const li_mat *w, int64_t in, const int64_t *rows, int64_t n, float *out) {

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ctypes
 import logging
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -121,6 +122,16 @@ class NativeKernels:
         )  # fmt: skip
         return y
 
+    def dequant_matrix(self, w: BlockMatrix, out: torch.Tensor, threads: int) -> torch.Tensor:
+        """All of w as float32 [out, in], written into ``out`` (a float32 buffer of at least
+        that many elements, reused across calls): the dequantized matrix, bit for bit."""
+        rows, cols = w.shape
+        if out.dtype != torch.float32 or not out.is_contiguous() or out.numel() < rows * cols:
+            raise ValueError("dequant_matrix needs a contiguous float32 buffer large enough")
+        m = mat(w)
+        self.lib.li_dequant_matrix(ctypes.byref(m), cols, rows, out.data_ptr(), threads)
+        return out[: rows * cols].view(rows, cols)
+
     def dequant_rows(self, w: BlockMatrix, rows: torch.Tensor) -> torch.Tensor:
         """w's rows ``rows`` ([n] long, in range) as float32 [n, in]: the embedding lookup of a
         table kept as blocks, equal to indexing its dequantized float32 table."""
@@ -131,6 +142,20 @@ class NativeKernels:
             ctypes.byref(m), w.in_features, rows.data_ptr(), rows.shape[0], out.data_ptr()
         )
         return out
+
+
+def matrix_decoder(kernels: NativeKernels, threads: int) -> Callable[[BlockMatrix], torch.Tensor]:
+    """``decode(w)``: all of w as float32, in one buffer reused from call to call (grown to the
+    largest matrix asked for): what a torch op multiplies by, valid until the next call."""
+    buffer = torch.empty(0, dtype=torch.float32)
+
+    def decode(w: BlockMatrix) -> torch.Tensor:
+        nonlocal buffer
+        if buffer.numel() < w.out_features * w.in_features:
+            buffer = torch.empty(w.out_features * w.in_features, dtype=torch.float32)
+        return kernels.dequant_matrix(w, buffer, threads)
+
+    return decode
 
 
 def _check_f32(*tensors: torch.Tensor) -> None:
@@ -168,6 +193,8 @@ def open_library(path: Path) -> NativeKernels:
     lib.li_linear.restype = None
     lib.li_dequant_rows.argtypes = [p, i64, p, i64, p]
     lib.li_dequant_rows.restype = None
+    lib.li_dequant_matrix.argtypes = [p, i64, i64, p, i32]
+    lib.li_dequant_matrix.restype = None
     lib.li_isa.argtypes = []
     lib.li_isa.restype = ctypes.c_int
     return NativeKernels(lib, path)

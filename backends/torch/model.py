@@ -63,7 +63,7 @@ class LlamaModel:
         nh, nkv = c.n_heads, c.n_kv_heads
         cos = self.cos[positions][:, None, :]  # [T, 1, head_dim]
         sin = self.sin[positions][:, None, :]
-        x = w.embed[tokens]  # [T, hidden]
+        x = w.embed_rows(tokens)  # [T, hidden]
         for i, layer in enumerate(w.layers):
             h = rms_norm(x, layer.input_norm, eps)
             qkv = linear(h, layer.qkv, layer.qkv_bias)  # [T, (heads + 2 * kv_heads) * head_dim]

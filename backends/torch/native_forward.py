@@ -57,8 +57,9 @@ class NativeForward:
         threads: int | None = None,
         chunk_tokens: int = CHUNK_TOKENS,
     ) -> None:
-        """max_tokens: forwards of up to this many tokens come here, unless the weights hold
-        block matrices (then every forward does, ``chunk_tokens`` at a time)."""
+        """max_tokens: forwards of up to this many tokens come here (``chunk_tokens`` at a time);
+        longer ones run torch ops, on block matrices dequantized one at a time as they are used
+        (weights.dequant). Logits always come here when the LM head is blocks."""
         self.kernels = kernels
         # The runner's thread count (RunnerConfig.threads, else torch's setting when built),
         # passed to every OpenMP region explicitly.
@@ -66,8 +67,9 @@ class NativeForward:
         self.config = config
         self.max_tokens = max_tokens
         self.chunk_tokens = chunk_tokens
-        # The torch ops cannot multiply by block matrices: then this path takes every forward.
-        self.required = weights.has_blocks()
+        # A block LM head is never dequantized whole (49152 x 576 floats for the embedded
+        # model): every logits product comes here.
+        self.block_head = isinstance(weights.lm_head, BlockMatrix)
         # The kernels hold raw addresses: keep every tensor they point into alive here.
         self._weights, self._cache = weights, cache
         self._cos, self._sin = cos.contiguous(), signed_sin.contiguous()
@@ -91,7 +93,10 @@ class NativeForward:
         self._scratch = torch.empty(0, dtype=torch.float32)
 
     def handles(self, tokens: int) -> bool:
-        return self.required or tokens <= self.max_tokens
+        return tokens <= self.max_tokens
+
+    def handles_logits(self, rows: int) -> bool:
+        return self.block_head or rows <= self.max_tokens
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         """[T] ids -> a fresh [T, hidden] float32 tensor (the kernels update it in place)."""

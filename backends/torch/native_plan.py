@@ -10,7 +10,9 @@ budget``), which costs a torch import once per machine. The decisions:
   largest measured size at which the kernels beat torch ops, counting up from one token; 0 when
   torch ops win a decode step).
 - ``blocks_faster``: GGUF Q8_0/Q4_0/Q4_1 matrices are kept as stored blocks when a one-token
-  product on them beats the faster float32 path (every forward then runs natively).
+  product on them beats the faster float32 path.
+- With blocks kept, forwards up to DEFAULT_MAX_TOKENS run natively and longer ones (prefill
+  chunks) run torch ops on each block matrix dequantized as it is used (``native_block_tokens``).
 """
 
 from __future__ import annotations
@@ -173,6 +175,17 @@ def native_f32_tokens() -> int:
         return 0
     plan = native_plan()
     return DEFAULT_MAX_TOKENS if plan is None else plan.native_f32_max_tokens()
+
+
+def native_block_tokens() -> int:
+    """With a GGUF's blocks kept: forwards up to this many tokens run the kernels, longer ones
+    torch ops on the matrices dequantized as they are used. Not from the product calibration,
+    which misjudges it: dequantizing every matrix for one forward is a fixed cost a whole
+    forward pays once. scripts/bench-native-kernels part 3 (embedded model, 2 threads): a
+    17-token verification forward cost 5.7 one-token steps on the kernels (AVX2 build: 8.8)
+    against 12.1 (11.2) through dequantized torch ops, while a 512-token prefill ran at 588
+    (272) tok/s on the kernels against 1058 (751) through torch ops."""
+    return DEFAULT_MAX_TOKENS
 
 
 def keeps_blocks() -> bool:

@@ -14,14 +14,18 @@ from localinfer.backends.slot_lengths import split_logits
 from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.batch_plan import plan_batch
 from localinfer.backends.torch.block_weights import BlockMatrix
-from localinfer.backends.torch.cpu_kernels import load_kernels
+from localinfer.backends.torch.cpu_kernels import load_kernels, matrix_decoder
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.model import LlamaModel
 from localinfer.backends.torch.native_forward import (
     MAX_HEAD_DIM,
     NativeForward,
 )
-from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens
+from localinfer.backends.torch.native_plan import (
+    keeps_blocks,
+    native_block_tokens,
+    native_f32_tokens,
+)
 from localinfer.backends.torch.quant import (
     QUANT_LAYOUT_VERSION,
     KernelChooser,
@@ -29,7 +33,12 @@ from localinfer.backends.torch.quant import (
     WeightQuantizer,
     parse_quant,
 )
-from localinfer.backends.torch.weights import ModelWeights, load_weights, onednn_available
+from localinfer.backends.torch.weights import (
+    BlockDequant,
+    ModelWeights,
+    load_weights,
+    onednn_available,
+)
 from localinfer.errors import BackendUnavailableError, UnsupportedModelError
 from localinfer.loading.model import LoadedModel
 from localinfer.quant_cache import QuantCache, quant_cache_enabled
@@ -92,9 +101,10 @@ class TorchRunner:
         )
         if stored_blocks is None:  # an explicit 0 native tokens means torch ops only
             stored_blocks = native_here and native_max_tokens != 0 and keeps_blocks()
-        if native_max_tokens is None:
-            native_max_tokens = native_f32_tokens() if native_here else 0
         keep_blocks = bool(stored_blocks) and can_keep_blocks
+        if native_max_tokens is None:  # as calibrated for what the kernels will multiply by
+            tokens = native_block_tokens if keep_blocks else native_f32_tokens
+            native_max_tokens = tokens() if native_here else 0
         if native_here and (native_max_tokens or keep_blocks):
             kernels = load_kernels()
         onednn = self.quant_spec is None and onednn_available(self.dtype, self.device)
@@ -117,6 +127,13 @@ class TorchRunner:
         release_pages = getattr(model.weights, "release_pages", None)
         if release_pages is not None:
             release_pages()
+        if kernels is not None and weights.has_blocks():
+            # Long prefill chunks run torch ops (faster there, by the calibration): each block
+            # matrix is dequantized into one reused buffer as it is used.
+            threads = config.threads or torch.get_num_threads()
+            weights.dequant = BlockDequant(
+                matrix=matrix_decoder(kernels, threads), rows=kernels.dequant_rows
+            )
         self._model = LlamaModel(mc, weights, config.max_ctx, self.dtype, self.device)
         self._cache = StaticKVCache(
             mc.n_layers, config.slots, mc.n_kv_heads, config.max_ctx, mc.head_dim,
@@ -176,7 +193,7 @@ class TorchRunner:
                 wanted = hidden
             else:
                 wanted = hidden[torch.tensor(flat_rows, dtype=torch.long, device=dev)]
-            if native is not None and native.handles(len(flat_rows)):
+            if native is not None and native.handles_logits(len(flat_rows)):
                 logits = native.logits(wanted)
             else:
                 logits = self._model.logits(wanted)  # [R, vocab] float32

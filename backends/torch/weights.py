@@ -73,8 +73,13 @@ def linear_quant(x: torch.Tensor, w: QuantLinear, b: torch.Tensor | None = None)
     return w(x, b)
 
 
-def linear_blocks(x: torch.Tensor, w: BlockMatrix, b: torch.Tensor | None = None) -> torch.Tensor:
-    raise RuntimeError("GGUF block matrices are multiplied by the native kernels only")
+@dataclass(slots=True, frozen=True)
+class BlockDequant:
+    """How torch ops reach block matrices (the native kernels' decoders): ``matrix(w)`` is all
+    of w as float32 in a reused buffer, valid until the next call; ``rows(w, ids)`` a gather."""
+
+    matrix: Callable[[BlockMatrix], torch.Tensor]
+    rows: Callable[[BlockMatrix, torch.Tensor], torch.Tensor]
 
 
 def pack_onednn(w: torch.Tensor) -> torch.Tensor:
@@ -116,20 +121,39 @@ class ModelWeights:
     # prefill chunks on CPU, 676 vs 586 tokens/s for F.linear on a 256-token SmolLM2 prompt
     # (packed: 712; one ad-hoc A/B while choosing, not a committed benchmark).
     onednn_dense: bool = False
+    # With block matrices: their decoders, set by the runner once the native kernels are loaded,
+    # so a long prefill chunk can run on torch ops (each block matrix dequantized as it is used).
+    dequant: BlockDequant | None = None
 
     @property
     def linear(self):  # -> Callable[[Tensor, Tensor, Tensor | None], Tensor]
         if self.quantized:
             return linear_quant
-        return linear_onednn if self.packed or self.onednn_dense else linear_dense
+        plain = linear_onednn if self.packed or self.onednn_dense else linear_dense
+        if self.dequant is None:
+            return plain
+        dequantize = self.dequant.matrix
+
+        def linear_any(x: torch.Tensor, w: Matrix, b: torch.Tensor | None = None) -> torch.Tensor:
+            return plain(x, dequantize(w) if isinstance(w, BlockMatrix) else w, b)
+
+        return linear_any
 
     @property
     def lm_linear(self):  # -> Callable[[Tensor, Tensor, Tensor | None], Tensor]
         if isinstance(self.lm_head, QuantLinear):
             return linear_quant
         if isinstance(self.lm_head, BlockMatrix):
-            return linear_blocks
+            return self.linear
         return linear_onednn if self.lm_head.is_mkldnn or self.onednn_dense else linear_dense
+
+    def embed_rows(self, tokens: torch.Tensor) -> torch.Tensor:
+        """[T] ids -> [T, hidden]: the embedding lookup, whatever the table is stored as."""
+        if isinstance(self.embed, BlockMatrix):
+            if self.dequant is None:
+                raise RuntimeError("a block embedding table needs the native kernels' decoder")
+            return self.dequant.rows(self.embed, tokens)
+        return self.embed[tokens]
 
     def has_blocks(self) -> bool:
         return any(isinstance(t, BlockMatrix) for t in self.tensors())
