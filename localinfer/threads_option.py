@@ -1,13 +1,18 @@
 """The one ``--threads`` option every command that runs a model shares, with its reason.
 
 The default is the physical cores this process may use (backends/llamacpp/cpu.py), for every
-backend. scripts/bench-threads measured it on the project's 2-core machine with a Python thread
-in the same process kept busy as the chat UI or the HTTP server is while an answer streams
-(single-stream decode of the embedded model, llama.cpp, tok/s, 1 vs 2 threads): idle neighbour
-57 vs 96, busy half the time 50 vs 53, busy all the time 39 vs 25. Two threads win by 1.7x
-unless the neighbour takes a whole core, which the chat must not do (issue: chat at the
-engine's speed), so the default stays at the cores; ``--threads N`` for a machine shared with
-other busy work.
+backend. scripts/bench-threads measured it on the project's 2-core machine, single-stream decode
+of the embedded model with a Python thread of the same process busy as the chat UI or the HTTP
+server is while an answer streams; 1 thread vs 2 (the default), tok/s:
+
+    neighbour busy        0%          50%         100%
+    llama.cpp          59 vs 106    50 vs 60     41 vs 21
+    native kernels    105 vs 208    99 vs 97     49 vs 21
+
+Two threads are twice as fast while the neighbour idles and even at half its time; only a
+neighbour that takes a whole core makes one thread better (2x). The chat UI must not take a core
+(the chat issue's coalesced rendering), so the default stays at the cores; ``--threads N`` is for
+a machine shared with other busy programs.
 """
 
 from __future__ import annotations
