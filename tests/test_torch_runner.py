@@ -393,3 +393,18 @@ def test_embedded_model_bf16_agrees_on_top1(
     got = prefill_chunks(runner, 0, embedded_tokens, [128] * 3)
     agree = np.mean(got.argmax(-1) == embedded_reference.argmax(-1))
     assert agree >= 0.85, agree
+
+
+def test_budget_and_runner_agree_on_bf16_packing() -> None:
+    """The budget's torch-free answer (CPU flags, ONEDNN_MAX_CPU_ISA) is what oneDNN does: on
+    a CPU whose oneDNN cannot pack bf16 (an AVX2 laptop; scripts/test's AVX-512-hidden pass)
+    both say no, and a bf16 runner works with plain matrices instead of raising."""
+    from localinfer.backends.torch import support
+    from localinfer.backends.torch.weights import onednn_available
+
+    packs = onednn_available(torch.bfloat16, torch.device("cpu"))
+    assert support.onednn_bf16_expected() == packs
+    runner = make_runner(tiny_model(), slots=1, max_ctx=32, dtype="bfloat16")
+    assert runner.packed_weights == packs
+    (logits,) = runner.forward([SlotWork(0, tuple(tokens_for(5)), 0)])
+    assert np.isfinite(logits).all()
