@@ -75,6 +75,18 @@ def test_forward_with_two_threads_matches_reference(arch: str) -> None:
         torch.set_num_threads(before)
 
 
+def assert_torch_ops_fallback(native_max_tokens: int | None = None) -> None:
+    """With no kernels to load, a float32 runner (even one asking for them) runs torch ops and
+    matches the numpy reference."""
+    config = RunnerConfig(slots=1, max_ctx=32, dtype="float32")
+    runner = TorchRunner(tiny_model(), config, native_max_tokens=native_max_tokens)
+    assert runner.native_max_tokens == 0
+    tokens = tokens_for(5)
+    (got,) = runner.forward([SlotWork(0, tuple(tokens), 0, logits="all")])
+    want = reference_logits(runner.model_config, tiny_model().weights, tokens)
+    np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+
+
 def test_without_a_compiler_the_runner_keeps_torch_ops(
     monkeypatch: pytest.MonkeyPatch, tmp_path, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -87,12 +99,7 @@ def test_without_a_compiler_the_runner_keeps_torch_ops(
         with caplog.at_level(logging.WARNING):
             assert cpu_kernels.load_kernels() is None
         assert "no C compiler found" in caplog.text
-        runner = TorchRunner(tiny_model(), RunnerConfig(slots=1, max_ctx=32, dtype="float32"))
-        assert runner.native_max_tokens == 0
-        tokens = tokens_for(5)
-        (got,) = runner.forward([SlotWork(0, tuple(tokens), 0, logits="all")])
-        want = reference_logits(runner.model_config, tiny_model().weights, tokens)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        assert_torch_ops_fallback()
     finally:
         cpu_kernels._load.cache_clear()
 
@@ -257,13 +264,6 @@ def test_a_build_for_another_platform_that_fails_falls_back_to_torch_ops(
         with caplog.at_level(logging.WARNING):
             assert cpu_kernels.load_kernels() is None
         assert len(caplog.records) == 1 and "using torch ops" in caplog.text
-        runner = TorchRunner(
-            tiny_model(), RunnerConfig(slots=1, max_ctx=32, dtype="float32"), native_max_tokens=32
-        )
-        assert runner.native_max_tokens == 0
-        tokens = tokens_for(5)
-        (got,) = runner.forward([SlotWork(0, tuple(tokens), 0, logits="all")])
-        want = reference_logits(runner.model_config, tiny_model().weights, tokens)
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
+        assert_torch_ops_fallback(native_max_tokens=32)
     finally:
         cpu_kernels._load.cache_clear()

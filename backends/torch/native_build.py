@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import tempfile
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from localinfer.paths import cache_dir
@@ -104,13 +105,18 @@ def compiler() -> str:
 
 def library_path(flags: tuple[str, ...], cc: str) -> Path:
     """Where the library built with ``flags`` by ``cc`` lives (it may not exist yet)."""
-    version = subprocess.run(
-        [cc, "--version"], capture_output=True, text=True, timeout=30, check=False
-    ).stdout
     key = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join(flags).encode() + version.encode() + cpu_id().encode()
+        SOURCE.read_bytes() + " ".join(flags).encode() + _version(cc).encode() + cpu_id().encode()
     ).hexdigest()[:16]
     return cache_dir() / "kernels" / f"cpu_kernels-{key}.so"
+
+
+@cache
+def _version(cc: str) -> str:
+    # Asked once per process: the budget, backend choice and runner each look the library up.
+    return subprocess.run(
+        [cc, "--version"], capture_output=True, text=True, timeout=30, check=False
+    ).stdout
 
 
 def build(where: Platform | None = None) -> Path:

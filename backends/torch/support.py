@@ -14,7 +14,6 @@ x86-64, ARM).
 from __future__ import annotations
 
 import os
-import platform
 from functools import cache
 from pathlib import Path
 
@@ -27,16 +26,15 @@ NATIVE_BLOCK_TYPES = STORED_BLOCK_TYPES  # block_weights.BLOCK_FORMATS covers ea
 
 
 @cache
-def _cpu_flags() -> frozenset[str]:
-    """x86-64 Linux CPU flags from /proc/cpuinfo (elsewhere: none)."""
-    if platform.machine().lower() not in ("x86_64", "amd64"):
-        return frozenset()
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (x86 "flags", ARM "Features"; elsewhere
+    none)."""
     try:
         text = Path("/proc/cpuinfo").read_text(errors="replace")
     except OSError:
         return frozenset()
     for line in text.splitlines():
-        if line.startswith("flags"):
+        if line.startswith(("flags", "Features")):
             return frozenset(line.split(":", 1)[-1].split())
     return frozenset()
 
@@ -53,7 +51,7 @@ def onednn_bf16_expected() -> bool:
     limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
     if limit and not limit.startswith(_BF16_ISA_LEVELS):
         return False
-    flags = _cpu_flags()
+    flags = cpu_flags()
     return {"avx512bw", "avx512vl", "avx512dq"} <= flags or "avx_ne_convert" in flags
 
 

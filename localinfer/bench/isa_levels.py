@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from localinfer.backends.torch.support import cpu_flags  # torch-free
+
 # What a process needs to behave as on a CPU without AVX-512.
 AVX2_ENV = {
     "LOCALINFER_KERNEL_ISA": "avx2",
@@ -24,17 +26,6 @@ AVX2_ENV = {
 }
 SHOWN_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
                "amx_tile", "avx_vnni", "neon", "asimd")  # fmt: skip
-
-
-def cpu_flags() -> set[str]:
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return set(line.split(":", 1)[-1].split())
-    return set()
 
 
 def cpu_summary() -> str:
