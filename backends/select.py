@@ -2,7 +2,7 @@
 
 Default order (DESIGN.md): Apple Silicon with Metal -> mlx; an NVIDIA GPU -> torch (CUDA);
 otherwise, on CPU: torch with its native kernels for a GGUF they read as stored where they were
-measured faster than llama.cpp (backends/torch/support.py), else llama.cpp when installed (the
+measured faster than llama.cpp (backends/torch/profile.py), else llama.cpp when installed (the
 fast CPU path), else torch. ``--backend`` overrides.
 Nothing here imports a framework at module import: detection uses ``find_spec``, the platform and
 ``nvidia-smi``; a backend's module is imported only when its runner is built.
@@ -23,16 +23,19 @@ from localinfer.errors import BackendUnavailableError, UnsupportedModelError
 
 if TYPE_CHECKING:
     from localinfer.backends.base import Runner, RunnerConfig
+    from localinfer.backends.profile import BackendProfile
     from localinfer.loading.model import LoadedModel
 
 BACKENDS = ("torch", "llamacpp", "mlx")
 
-# Backend -> (module that must import, pip command that installs it).
-_REQUIREMENTS = {
-    "torch": ("torch", "pip install 'localinfer[torch]'"),
-    "llamacpp": ("llama_cpp", "pip install 'localinfer[llamacpp]'"),
-    "mlx": ("mlx", "pip install 'localinfer[mlx]'"),
-}
+
+def backend_profile(name: str) -> BackendProfile:
+    """The framework-free profile of backend ``name`` (backends/<name>/profile.py)."""
+    if name not in BACKENDS:
+        raise BackendUnavailableError(
+            f"unknown backend '{name}'; choose one of: {', '.join(BACKENDS)}"
+        )
+    return importlib.import_module(f"localinfer.backends.{name}.profile").PROFILE
 
 
 @dataclass(slots=True, frozen=True)
@@ -45,9 +48,13 @@ class BackendChoice:
     def notice(self) -> str:
         return f"backend: {self.name} ({self.reason})"
 
+    @property
+    def profile(self) -> BackendProfile:
+        return backend_profile(self.name)
+
 
 def is_installed(backend: str) -> bool:
-    module, _ = _REQUIREMENTS[backend]
+    module = backend_profile(backend).module
     try:
         return importlib.util.find_spec(module) is not None
     except (ImportError, ValueError):
@@ -80,21 +87,23 @@ def has_nvidia_gpu() -> bool:
 
 
 def _require(backend: str) -> None:
-    if backend not in BACKENDS:
-        raise BackendUnavailableError(
-            f"unknown backend '{backend}'; choose one of: {', '.join(BACKENDS)}"
-        )
+    profile = backend_profile(backend)
     if backend == "mlx" and not _has_mlx_runner():
         raise BackendUnavailableError("the mlx backend is not part of this localinfer build yet")
     if not is_installed(backend):
-        _, hint = _REQUIREMENTS[backend]
-        raise BackendUnavailableError(f"backend '{backend}' is not installed: {hint}")
+        raise BackendUnavailableError(
+            f"backend '{backend}' is not installed: {profile.install_hint}"
+        )
+
+
+def _hint(backend: str) -> str:
+    return backend_profile(backend).install_hint
 
 
 def _native_blocks_preferred(file_quant: str | None, arch: str | None) -> bool:
-    from localinfer.backends.torch.support import native_blocks_preferred  # torch-free
+    from localinfer.backends.torch.profile import PROFILE
 
-    return native_blocks_preferred(file_quant, arch)
+    return PROFILE.preferred_for_gguf(file_quant, arch)
 
 
 def _has_mlx_runner() -> bool:
@@ -115,14 +124,14 @@ def choose_backend(
     ``model_format`` ("gguf" | "safetensors"), when known, keeps safetensors models off llama.cpp,
     which only reads GGUF. ``file_quant`` and ``arch`` (a GGUF's dominant type and architecture),
     when known, let a CPU pick the torch runner's native kernels for files they read as stored
-    (backends/torch/support.py).
+    (backends/torch/profile.py).
     """
     if requested:
         name = requested.lower()
         _require(name)
-        if name == "llamacpp" and model_format not in (None, "gguf"):
+        if not backend_profile(name).runs_format(model_format):
             raise UnsupportedModelError(
-                f"the llamacpp backend runs GGUF files only, and this model is {model_format}; "
+                f"the {name} backend runs GGUF files only, and this model is {model_format}; "
                 "use --backend torch (or convert the model to GGUF)"
             )
         device = "cpu"
@@ -137,7 +146,20 @@ def choose_backend(
     if has_nvidia_gpu():
         if is_installed("torch"):
             return BackendChoice("torch", "NVIDIA GPU found: PyTorch on CUDA", "cuda")
-        note = f"; an NVIDIA GPU is present, to use it: {_REQUIREMENTS['torch'][1]}"
+        note = f"; an NVIDIA GPU is present, to use it: {_hint('torch')}"
+    choice = _cpu_choice(model_format, file_quant, arch, note)
+    if choice is None:
+        raise BackendUnavailableError(
+            "no backend is installed: " + "; ".join(f"{name}: {_hint(name)}" for name in BACKENDS)
+        )
+    return choice
+
+
+def _cpu_choice(
+    model_format: str | None, file_quant: str | None, arch: str | None, note: str = ""
+) -> BackendChoice | None:
+    """This CPU's engine among the installed ones (None: none is): the native kernels for a
+    GGUF they read as stored where measured faster, else llama.cpp for GGUF, else torch."""
     if (
         model_format == "gguf"
         and is_installed("torch")
@@ -158,19 +180,33 @@ def choose_backend(
                 "torch", f"CPU: llama.cpp reads GGUF only and this model is {model_format}"
             )
     if is_installed("torch"):
-        hint = _REQUIREMENTS["llamacpp"][1]
-        return BackendChoice("torch", f"CPU: PyTorch; for faster CPU inference: {hint}")
-    raise BackendUnavailableError(
-        "no backend is installed: "
-        + "; ".join(f"{name}: {hint}" for name, (_, hint) in _REQUIREMENTS.items())
-    )
+        return BackendChoice(
+            "torch", f"CPU: PyTorch; for faster CPU inference: {_hint('llamacpp')}"
+        )
+    return None
 
 
-def create_runner(
-    model: LoadedModel, config: RunnerConfig, backend: str | None = None
-) -> tuple[Runner, str]:
-    """Build the chosen backend's runner; returns it with the one-line notice to show."""
-    choice = choose_backend(backend, model.format, model.file_quant, model.config.arch)
+def planned_backend(
+    device_kind: str,
+    requested: str | None = None,
+    model_format: str | None = None,
+    file_quant: str | None = None,
+    arch: str | None = None,
+) -> str:
+    """The backend the budget costs on a device of ``device_kind`` (cpu | cuda | metal | planned:
+    a named machine), installed here or not: cuda -> torch, metal -> mlx, a planned machine ->
+    llama.cpp, this CPU -> choose_backend's CPU rule (torch when nothing is installed)."""
+    if requested:
+        return backend_profile(requested.lower()).name
+    by_kind = {"cuda": "torch", "metal": "mlx", "planned": "llamacpp"}
+    if device_kind in by_kind:
+        return by_kind[device_kind]
+    choice = _cpu_choice(model_format, file_quant, arch)
+    return choice.name if choice is not None else "torch"
+
+
+def create_runner(model: LoadedModel, config: RunnerConfig, choice: BackendChoice) -> Runner:
+    """Build the runner of the backend already chosen (choose_backend); selection runs once."""
+    _require(choice.name)
     module = importlib.import_module(f"localinfer.backends.{choice.name}.runner")
-    runner = module.create_runner(model, config)
-    return runner, choice.notice
+    return module.create_runner(model, config)

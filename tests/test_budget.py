@@ -18,7 +18,7 @@ from localinfer.budget.hf_config import arch_from_hf_config
 from localinfer.budget.memory import device_memory, parse_nvidia_smi, parse_size
 from localinfer.budget.model_facts import model_facts
 from localinfer.budget.quant import bytes_for_params, kv_dtype
-from localinfer.budget.runtime import BACKEND_PROFILES
+from localinfer.backends.select import backend_profile
 from localinfer.cli import main
 from localinfer.errors import InvalidParameterError, ModelFileError
 from localinfer.loading.embedded import embedded_model_path
@@ -286,7 +286,7 @@ def test_total_is_the_sum_of_its_parts() -> None:
     assert r.kv_cache_bytes == 2 * GiB
     assert r.overhead_bytes == r.compute_bytes + r.runtime_bytes
     assert r.total_bytes == r.weights_bytes + r.kv_cache_bytes + r.overhead_bytes
-    assert r.runtime_bytes == BACKEND_PROFILES[r.backend].runtime_bytes
+    assert r.runtime_bytes == backend_profile(r.backend).memory.runtime_bytes
     # Logits for a 512-token prefill chunk over a 128256 vocab, float32, are part of compute.
     assert r.compute_bytes > 512 * 128256 * 4
     assert r.fits and r.available_bytes == 24 * GiB
@@ -297,7 +297,7 @@ def test_max_context_and_concurrency_are_the_exact_boundaries() -> None:
     r = compute_budget(request)
     facts = model_facts(resolve_model("qwen3-8b"))
     # "planned": the kind of device a --device SIZE budget is for.
-    planner = Planner(facts, BACKEND_PROFILES[r.backend], r.prefill_chunk, "planned")
+    planner = Planner(facts, backend_profile(r.backend), r.prefill_chunk, "planned")
     assert not r.fits
     assert planner.fits(r.available_bytes, r.quant, r.max_context, 2, F16)
     assert not planner.fits(r.available_bytes, r.quant, r.max_context + 1, 2, F16)

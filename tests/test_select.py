@@ -113,7 +113,7 @@ def native_cpu(monkeypatch: pytest.MonkeyPatch):
     """Pretend the kernels build at ISA level ``isa`` (512 AVX-512, 256 AVX2, 0 baseline) with a
     C compiler, and their calibration found a product on blocks faster than on float32 (or
     not)."""
-    from localinfer.backends.torch import native_build, native_plan, support
+    from localinfer.backends.torch import native_build, native_plan, profile
 
     def configure(isa: int = 512, compiler: bool = True, blocks_faster: bool = True) -> None:
         one = native_plan.ProductTimes(
@@ -129,7 +129,7 @@ def native_cpu(monkeypatch: pytest.MonkeyPatch):
         def plan() -> native_plan.Calibration | None:
             return measured if native_build.native_kernels_expected() else None
 
-        monkeypatch.setattr(support, "native_plan", plan)
+        monkeypatch.setattr(profile, "native_plan", plan)
 
         def find() -> str:
             if not compiler:
@@ -179,7 +179,7 @@ def test_native_kernels_are_not_preferred_where_they_were_not_measured(machine, 
 
 def test_native_block_types_are_the_ones_the_kernels_read() -> None:
     from localinfer.backends.torch.block_weights import BLOCK_FORMATS
-    from localinfer.backends.torch.support import NATIVE_BLOCK_TYPES
+    from localinfer.backends.torch.profile import NATIVE_BLOCK_TYPES
 
     assert sorted(NATIVE_BLOCK_TYPES) == sorted(BLOCK_FORMATS)
 
@@ -202,18 +202,40 @@ def test_create_runner_on_this_machine_builds_a_real_runner() -> None:
     from localinfer.loading.loader import load_model
 
     model = load_model(embedded_model_path())
-    runner, notice = select.create_runner(model, RunnerConfig(slots=1, max_ctx=32, threads=1))
+    config = RunnerConfig(slots=1, max_ctx=32, threads=1)
+    choice = select.choose_backend(None, "gguf", model.file_quant, model.config.arch)
+    runner = select.create_runner(model, config, choice)
     try:
-        assert isinstance(runner, Runner)
-        expected = select.choose_backend(None, "gguf", model.file_quant, model.config.arch).name
-        assert runner.info.backend == expected and notice.startswith(f"backend: {expected} (")
+        assert isinstance(runner, Runner) and runner.info.backend == choice.name
     finally:
         runner.close()
-    runner, notice = select.create_runner(
-        model, RunnerConfig(slots=1, max_ctx=32, threads=1), backend="llamacpp"
-    )
-    assert runner.info.backend == "llamacpp" and "requested" in notice
+    runner = select.create_runner(model, config, select.choose_backend("llamacpp", "gguf"))
+    assert runner.info.backend == "llamacpp"
     runner.close()
+
+
+def test_profiles_import_no_framework_and_match_their_backend() -> None:
+    code = (
+        "import sys; from localinfer.backends import select; "
+        "names = [select.backend_profile(n).name for n in select.BACKENDS]; "
+        "print(names, sorted(m for m in ('torch', 'llama_cpp', 'mlx') if m in sys.modules))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "['torch', 'llamacpp', 'mlx'] []"
+
+
+def test_planned_backend_follows_the_device_kind(machine) -> None:
+    machine({"llamacpp", "torch"})
+    assert select.planned_backend("cuda") == "torch"
+    assert select.planned_backend("metal") == "mlx"
+    assert select.planned_backend("planned") == "llamacpp"
+    assert select.planned_backend("cpu", None, "safetensors") == "torch"
+    assert select.planned_backend("cpu", None, "gguf", "Q4_K_M", "llama") == "llamacpp"
+    assert select.planned_backend("planned", "TORCH") == "torch"
+    machine(set())  # the budget plans for a backend not installed here
+    assert select.planned_backend("cpu") == "torch"
+    with pytest.raises(BackendUnavailableError):
+        select.planned_backend("cpu", "tpu")
 
 
 def test_no_nvidia_driver_means_no_gpu_without_importing_torch(

@@ -2,9 +2,8 @@
 readable without importing torch (the budget and backend choice ask before any framework loads).
 
 calibrate.py measures the kernels against torch ops once per kernel build and stores the result
-beside the library as JSON. ``native_plan()`` reads it; when there is none yet it measures,
-in-process if torch is already loaded (the runner), else in a subprocess (the budget, ``localinfer
-budget``), which costs a torch import once per machine. The decisions:
+beside the library as JSON. ``native_plan()`` reads it; when there is none yet it measures in a
+subprocess, which costs a torch import once per kernel build. The decisions:
 
 - ``native_f32_max_tokens``: forwards of up to this many tokens run natively on float32 rows (the
   largest measured size at which the kernels beat torch ops, counting up from one token; 0 when
@@ -147,10 +146,9 @@ def native_plan() -> Calibration | None:
 
 @cache
 def _measure_once() -> Calibration | None:
-    if "torch" in sys.modules:
-        from localinfer.backends.torch.calibrate import calibrate  # torch is loaded already
-
-        return calibrate(CALIBRATION_THREADS)
+    # Always in a child process, even where torch is loaded: the measurement then runs on a
+    # quiet process, and this module (which the torch-free profile imports) never imports the
+    # torch code that imports it back.
     log.info("measuring the native CPU kernels against torch ops (once per machine)")
     try:
         proc = subprocess.run(

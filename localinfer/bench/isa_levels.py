@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from localinfer.backends.torch.support import cpu_flags  # torch-free
+from localinfer.backends.torch.profile import cpu_flags  # torch-free
 
 # What a process needs to behave as on a CPU without AVX-512.
 AVX2_ENV = {

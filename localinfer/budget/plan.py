@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from localinfer.budget.compute import Planner, Suggestion, VllmPlan, kv_cache_bytes
 from localinfer.budget.model_facts import ModelFacts
+from localinfer.budget.planner import Planner, kv_cache_bytes
 from localinfer.budget.quant import KV_DTYPES, SUGGESTION_ORDER, KVDtype, kv_dtype, weight_bits
+from localinfer.budget.report import Suggestion, VllmPlan
 from localinfer.errors import LocalinferError
 
 # A context shorter than this is not a useful suggestion for chat or code.
@@ -48,8 +49,8 @@ def suggestions_for(
         best_seqs = planner.max_sequences(budget, quant, ctx, kv)
         if best_seqs >= 1:
             add(f"--concurrency {best_seqs}", quant, ctx, best_seqs, kv)
-    if planner.profile.name == "torch":
-        # torch keeps weights (dequantized) and cache in its compute dtype: halve both.
+    if planner.profile.holds_compute_dtype:
+        # Weights (dequantized) and cache are in the compute dtype: halve both.
         if planner.compute_dtype() == "float32":
             half = replace(planner, dtype="bfloat16")
             half_kv = KV_DTYPES["bf16"] if kv.name == "f32" else kv
@@ -77,7 +78,7 @@ def suggestions_for(
         return out
     # Nothing alone: the smallest quantization, the cheapest cache, the longest context it allows.
     q = smaller[-1] if smaller else quant
-    k = kv if planner.profile.name == "torch" else kv_dtype("q4_0")
+    k = kv if planner.profile.holds_compute_dtype else kv_dtype("q4_0")
     for seqs in dict.fromkeys((sequences, 1)):
         best_ctx = planner.max_context(budget, q, seqs, k)
         if best_ctx >= min(MIN_USEFUL_CTX, ctx):

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from localinfer.backends.llamacpp.quantize import QuantizeProgress
 
 TARGET_CHOICES = ("int8", "int4", "q8_0", "q4_0", "q4_k_m")
 
@@ -35,7 +39,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from localinfer.backends.llamacpp.quantize import QuantizeProgress, quantize_gguf
+    from localinfer.backends.llamacpp.profile import quantize_gguf
 
     console = Console(stderr=True)
     columns = (

@@ -1,0 +1,56 @@
+"""The llama.cpp backend's framework-free facts. Importing this never imports llama_cpp."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
+
+if TYPE_CHECKING:
+    from localinfer.backends.llamacpp.quantize import QuantizeProgress, QuantizeResult
+
+PROFILE = BackendProfile(
+    name="llamacpp",
+    module="llama_cpp",
+    install_hint="pip install 'localinfer[llamacpp]'",
+    formats=("gguf",),
+    memory=MemoryModel(
+        # scripts/budget-accuracy --cell llamacpp 1024 2: RSS growth minus predicted weights + KV
+        # + compute = 54.5-55.5 MiB (`import llama_cpp` 35.5 MiB, plus the loader's tokenizer).
+        runtime_bytes=55 * 2**20,
+        accelerator_runtime_bytes=256 * 2**20,  # UNMEASURED placeholder (CUDA/Metal builds)
+        # flash_attn = auto enables it on CPU: the compute buffer is 98.25 MiB at any n_ctx.
+        fused_attention=True,
+        # The compute buffer is reserved for n_ubatch (the runner's n_batch, 512) tokens.
+        prefill_chunk=512,
+        how_measured="CPU: measured RSS growth of load + forward minus weights, KV, compute",
+        # The graph reserves n_ubatch logits rows: resident on a GPU; on the CPU the pages stay
+        # untouched while the engine asks one row per sequence.
+        chunk_logits_on=("cuda", "metal", "planned"),
+    ),
+    # scripts/bench-speculative, embedded Q4_1, 2 threads: a (k+1)-token forward costs
+    # 1 + 0.45 + 0.48 k one-token steps (a matrix-vector kernel for one token, compute-bound
+    # batches); speculation pays up to 2 busy slots (1.51x / 1.04x at 1 / 2).
+    cpu_speculation=SpeculationCosts(per_token=0.48, fixed=0.45, max_busy_slots=2),
+)
+
+
+def quantize_gguf(
+    source: Path,
+    output: Path | None,
+    target: str,
+    *,
+    threads: int | None = None,
+    allow_requantize: bool = False,
+    on_progress: Callable[[QuantizeProgress], None] | None = None,
+) -> QuantizeResult:
+    """Write ``source`` re-quantized to ``target`` with llama.cpp (quantize.py; imports
+    llama_cpp when called): `localinfer quantize` reaches the backend through its profile."""
+    from localinfer.backends.llamacpp.quantize import quantize_gguf as write
+
+    return write(
+        source, output, target,
+        threads=threads, allow_requantize=allow_requantize, on_progress=on_progress,
+    )  # fmt: skip

@@ -1,0 +1,96 @@
+"""What every backend tells the rest of localinfer about itself, without importing a framework.
+
+Each backend owns one instance (``backends/<name>/profile.py``): the memory model the budget
+costs it with, the speculation costs the session configures it with, its default dtype per device,
+and the file facts it can run. Selection (select.py), the budget and the session read a profile;
+nothing outside ``backends/<name>/`` imports that backend's other modules.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryModel:
+    """Memory a backend holds that does not scale with the model.
+
+    Runtime constants are measured (scripts/budget-accuracy), never guessed: the framework's own
+    resident memory (library code, allocator arenas, CUDA context). ``how_measured`` says where
+    each figure came from; one marked UNMEASURED is a placeholder to replace.
+    """
+
+    runtime_bytes: int  # host memory (CPU device)
+    accelerator_runtime_bytes: int  # on the GPU / Metal device
+    fused_attention: bool  # False: a prefill chunk's attention scores are materialized
+    prefill_chunk: int  # tokens one forward pass may carry: sizes the compute buffers
+    how_measured: str
+    # Device kinds where a logits row for every token of the chunk is resident (a backend that
+    # reserves them up front, as llama.cpp's graph does). Elsewhere one row per sequence counts.
+    chunk_logits_on: tuple[str, ...] = ()
+    # The vocab x hidden table held twice on CPU when the LM head is packed beside the tied
+    # embedding the lookup reads.
+    tied_head_copy_on_cpu: bool = False
+    # Runtime constant when a GGUF's blocks are kept as stored (None: runtime_bytes).
+    kept_blocks_runtime_bytes: int | None = None
+
+    def runtime_for(self, device_kind: str, kept_blocks: bool = False) -> int:
+        if kept_blocks and self.kept_blocks_runtime_bytes is not None:
+            return self.kept_blocks_runtime_bytes
+        if device_kind in ("cuda", "metal"):
+            return self.accelerator_runtime_bytes
+        return self.runtime_bytes
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationCosts:
+    """A target's verification cost in one-token decode steps (see engine SpecConfig):
+    1 + fixed + per_token * k for a (k+1)-token forward, and the most slots decoding at once
+    while speculation still pays."""
+
+    per_token: float
+    fixed: float
+    max_busy_slots: int
+
+
+# Any accelerator: a (k+1)-token forward costs about what a one-token one does.
+GPU_SPECULATION = SpeculationCosts(per_token=0.02, fixed=0.0, max_busy_slots=2)
+
+
+@dataclass(frozen=True, slots=True)
+class BackendProfile:
+    """A backend's framework-free facts; the instances live in ``backends/<name>/profile.py``."""
+
+    name: str  # torch | llamacpp | mlx
+    module: str  # the framework module that must import for the backend to run
+    install_hint: str  # the command that installs it
+    formats: tuple[str, ...]  # model formats its runner reads: gguf, safetensors
+    memory: MemoryModel
+    cpu_speculation: SpeculationCosts
+    gpu_dtype: str = "bfloat16"  # default dtype on CUDA / Metal; CPU computes in float32
+    # Weights dequantized and the KV cache held in the compute dtype (torch), rather than the
+    # file's types and an f16 cache (llama.cpp, MLX).
+    holds_compute_dtype: bool = False
+
+    def default_dtype(self, device: str) -> str:
+        """The compute dtype a runner uses when none is asked (llama.cpp keeps the file's)."""
+        return self.gpu_dtype if device.startswith(("cuda", "metal")) else "float32"
+
+    def runs_format(self, model_format: str | None) -> bool:
+        return model_format is None or model_format in self.formats
+
+    def keeps_blocks(self) -> bool:
+        """A CPU float32 runner keeps a GGUF's block matrices as stored (torch's native kernels)
+        instead of dequantizing them."""
+        return False
+
+    def packs_matrices(self, stored: str) -> bool:
+        """On CPU, matrices stored as ``stored`` are packed into a second layout (the LM head
+        beside a tied embedding table is then held twice)."""
+        return False
+
+    def speculation(self, device: str, weights: str | None = None) -> SpeculationCosts:
+        """Verification costs of a target on ``device`` holding ``weights`` (RunnerInfo.quant)."""
+        if device.startswith(("cuda", "metal")):
+            return GPU_SPECULATION
+        return self.cpu_speculation

@@ -1,0 +1,133 @@
+"""The torch backend's framework-free facts: what it runs, where it is the faster CPU engine,
+its memory model and speculation costs. Importing this never imports torch.
+
+On CPU the runner's native kernels (cpu_kernels.c) read GGUF Q8_0/Q4_0/Q4_1 matrices as stored;
+where this machine's calibration (native_plan.py) found them faster and the build has
+hand-written SIMD (AVX-512 or AVX2 + FMA), they beat llama.cpp on the same file at prefill,
+one-stream and 8-slot decode (scripts/bench-native-kernels, part 3), so selection prefers them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
+from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens, native_plan
+from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
+
+TORCH_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
+MEASURED_ISAS = (512, 256)  # Calibration.isa of AVX-512 and AVX2 + FMA builds
+NATIVE_BLOCK_TYPES = STORED_BLOCK_TYPES  # block_weights.BLOCK_FORMATS covers each
+
+__all__ = [
+    "NATIVE_BLOCK_TYPES",
+    "PROFILE",
+    "TORCH_ARCHS",
+    "TorchProfile",
+    "cpu_flags",
+    "keeps_blocks",
+    "native_blocks_preferred",
+    "native_f32_tokens",
+    "onednn_bf16_expected",
+]
+
+
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (x86 "flags", ARM "Features"; elsewhere
+    none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[-1].split())
+    return frozenset()
+
+
+# ONEDNN_MAX_CPU_ISA levels at which oneDNN may use the instructions its bf16 packing needs.
+_BF16_ISA_LEVELS = ("AVX2_VNNI_2", "AVX512", "AMX", "ALL", "DEFAULT")
+
+
+@cache
+def onednn_bf16_expected() -> bool:
+    """Whether torch's oneDNN packs bf16 linear weights on this CPU (AVX-512 BW+VL+DQ, or
+    AVX-NE-CONVERT, and not hidden by ONEDNN_MAX_CPU_ISA): the torch-free twin of
+    weights.onednn_available for bf16, which asks oneDNN itself."""
+    limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if limit and not limit.startswith(_BF16_ISA_LEVELS):
+        return False
+    flags = cpu_flags()
+    return {"avx512bw", "avx512vl", "avx512dq"} <= flags or "avx_ne_convert" in flags
+
+
+def native_blocks_preferred(file_quant: str | None, arch: str | None) -> bool:
+    """Whether a GGUF stored mostly as ``file_quant`` with architecture ``arch`` runs faster on
+    the native kernels than on llama.cpp here: the kernels keep its blocks on this machine
+    (its calibration) and were built with hand-written SIMD, the builds measured against
+    llama.cpp. Baseline and NEON builds were not compared: llama.cpp stays their default."""
+    if (file_quant or "").upper() not in NATIVE_BLOCK_TYPES or arch not in TORCH_ARCHS:
+        return False
+    plan = native_plan()
+    return plan is not None and plan.isa in MEASURED_ISAS and plan.blocks_faster()
+
+
+# Verification costs on CPU (scripts/bench-speculative, embedded model, 2 threads): float32 with
+# the native kernels 0.14 per extra token; on Q4_1 blocks a one-token step reads 5.6x fewer
+# bytes, so each extra token weighs more (0.34), and a second busy slot's tokens are better
+# spent on its own step (busy-batch table: 1.95x at 1 slot, 0.92x at 2).
+_F32_SPECULATION = SpeculationCosts(per_token=0.14, fixed=0.0, max_busy_slots=2)
+_BLOCKS_SPECULATION = SpeculationCosts(per_token=0.34, fixed=0.0, max_busy_slots=1)
+
+
+@dataclass(frozen=True, slots=True)
+class TorchProfile(BackendProfile):
+    def speculation(self, device: str, weights: str | None = None) -> SpeculationCosts:
+        if not device.startswith(("cuda", "metal")) and weights in NATIVE_BLOCK_TYPES:
+            return _BLOCKS_SPECULATION
+        return BackendProfile.speculation(self, device, weights)
+
+    def preferred_for_gguf(self, file_quant: str | None, arch: str | None) -> bool:
+        """Chosen over llama.cpp on this CPU for a GGUF of this type and architecture."""
+        return native_blocks_preferred(file_quant, arch)
+
+    def keeps_blocks(self) -> bool:
+        """A CPU float32 runner keeps a GGUF's Q8_0/Q4_0/Q4_1 matrices as stored blocks."""
+        return keeps_blocks()
+
+    def packs_matrices(self, stored: str) -> bool:
+        """Matrices packed for oneDNN on CPU: bf16 where this CPU's oneDNN can; f32 only where
+        the native kernels (which read the dense matrices, the tied table itself) will not run."""
+        if stored == "bf16":
+            return onednn_bf16_expected()
+        return stored == "f32" and native_f32_tokens() == 0
+
+
+PROFILE = TorchProfile(
+    name="torch",
+    module="torch",
+    install_hint="pip install 'localinfer[torch]'",
+    formats=("gguf", "safetensors"),
+    memory=MemoryModel(
+        # scripts/budget-accuracy --backends torch, 9 cells (ctx 512/2048/8192 x 1/4/8), fresh
+        # process each: RSS growth minus predicted weights + KV + compute = 252-279 MiB (the
+        # library, 213 MiB alone, plus the loader's tokenizer); with a GGUF's blocks kept,
+        # 308-315 MiB (long forwards bring in oneDNN and one float32 buffer of the largest matrix).
+        runtime_bytes=268 * 2**20,
+        kept_blocks_runtime_bytes=311 * 2**20,
+        # UNMEASURED placeholder: CUDA context + cuBLAS workspace.
+        accelerator_runtime_bytes=512 * 2**20,
+        # SDPA with a boolean mask on CPU runs the flash kernel: no chunk x ctx scores.
+        fused_attention=True,
+        prefill_chunk=256,  # the engine's prefill chunk: torch allocates per forward pass
+        how_measured="CPU: measured RSS growth of load + forward minus weights, KV, compute; "
+        "CUDA: UNMEASURED placeholder",
+        tied_head_copy_on_cpu=True,  # weights() measured 621.1 MiB = 513.1 + 108.0 (tied head)
+    ),
+    cpu_speculation=_F32_SPECULATION,
+    holds_compute_dtype=True,
+)

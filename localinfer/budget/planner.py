@@ -1,0 +1,199 @@
+"""The budget's arithmetic for one model on one backend and device kind: weights, KV cache,
+compute buffers and the backend's runtime constant (DESIGN.md, "Budget arithmetic")."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from localinfer.backends.profile import BackendProfile
+from localinfer.budget.arch import ArchSpec, active_ffn_width
+from localinfer.budget.model_facts import ModelFacts
+from localinfer.budget.quant import KVDtype
+
+MAX_SEQUENCES = 4096  # upper end of the max-concurrency search
+ACTIVATION_BYTES = 4  # activations and logits are float32 on every backend
+# Compute dtypes a runner may hold dequantized weights in -> the budget's quant name.
+DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+
+def kv_cache_bytes(arch: ArchSpec, ctx: int, sequences: int, dtype: KVDtype) -> int:
+    """Σ over layers of K and V rows x cells, times sequences.
+
+    cells = ctx on full-attention layers and min(ctx, window) on sliding-window layers. MLA keeps
+    one latent row (kv_lora_rank + qk_rope_head_dim) per token per layer: no K/V pair, no x2.
+    """
+    per_sequence = 0
+    for layer in range(arch.n_layers):
+        cells = ctx
+        if arch.is_sliding(layer):
+            assert arch.sliding_window is not None
+            cells = min(ctx, arch.sliding_window)
+        if arch.is_mla:
+            assert arch.kv_lora_rank is not None and arch.qk_rope_head_dim is not None
+            per_sequence += dtype.row_bytes(arch.kv_lora_rank + arch.qk_rope_head_dim) * cells
+        else:
+            per_sequence += 2 * dtype.row_bytes(arch.n_kv_heads * arch.head_dim) * cells
+    return per_sequence * sequences
+
+
+def compute_buffer_bytes(
+    arch: ArchSpec,
+    ctx: int,
+    sequences: int,
+    chunk: int,
+    profile: BackendProfile,
+    device_kind: str = "planned",
+) -> int:
+    """Float32 working memory of one prefill step of `chunk` tokens.
+
+    Layers run one after another and reuse their buffers, so one layer's activations count:
+    residual + normed input (2 x hidden), q, k, v, and the MLP's gate and up outputs. Logits are
+    chunk x vocab (DESIGN.md) where the backend holds a buffer that size on this device kind
+    (`profile.memory.chunk_logits_on`: llama.cpp's reserved graph on a GPU or an unknown machine);
+    elsewhere only the rows the engine asks for are ever resident, one per sequence. A backend
+    without fused attention also holds the chunk's scores against the whole context
+    (chunk x heads x ctx). Checked against llama.cpp's own report for the embedded model
+    (n_ubatch 512): 98.25 MiB reserved at every n_ctx, 106 MiB estimated here with chunk logits.
+    """
+    tokens = min(chunk, ctx * sequences)
+    q = arch.n_heads * arch.head_dim
+    kv = arch.n_kv_heads * arch.head_dim
+    width = 2 * arch.hidden_size + q + 2 * kv + 2 * active_ffn_width(arch)
+    activations = tokens * width * ACTIVATION_BYTES
+    rows = tokens if device_kind in profile.memory.chunk_logits_on else min(tokens, sequences)
+    logits = rows * arch.vocab_size * ACTIVATION_BYTES
+    scores = 0 if profile.memory.fused_attention else tokens * arch.n_heads * ctx * ACTIVATION_BYTES
+    # Scores live inside a layer, logits after the last one: graph allocators (llama.cpp's)
+    # reuse one buffer for both, so the larger of the two counts.
+    return activations + max(logits, scores)
+
+
+@dataclass(frozen=True, slots=True)
+class Breakdown:
+    weights: int
+    weights_source: str
+    kv: int
+    compute: int
+    runtime: int
+
+    @property
+    def overhead(self) -> int:
+        return self.compute + self.runtime
+
+    @property
+    def total(self) -> int:
+        return self.weights + self.kv + self.overhead
+
+
+@dataclass(frozen=True, slots=True)
+class Planner:
+    """Everything fixed for one request; evaluates totals for varied settings."""
+
+    facts: ModelFacts
+    profile: BackendProfile
+    chunk: int
+    device_kind: str = "cpu"
+    dtype: str | None = None  # the runner's compute dtype, where it matters (torch)
+
+    def compute_dtype(self) -> str:
+        return self.dtype or self.profile.default_dtype(self.device_kind)
+
+    def default_kv_dtype(self) -> str:
+        """llama.cpp and MLX cache in f16; the torch runner caches in its compute dtype."""
+        return DTYPES[self.compute_dtype()] if self.profile.holds_compute_dtype else "f16"
+
+    def stored_quant(self, quant: str) -> str:
+        """The form the backend keeps weights in: torch dequantizes GGUF block types."""
+        if self.profile.holds_compute_dtype and is_gguf_block_type(quant):
+            return DTYPES[self.compute_dtype()]
+        return quant
+
+    def kept_blocks(self, quant: str) -> int | None:
+        """Bytes the torch runner holds when its native CPU kernels keep the file's Q8_0/Q4_0/
+        Q4_1 matrices as stored blocks (this CPU, float32, kernels buildable, the file's own
+        quant): None where it dequantizes everything instead."""
+        header = self.facts.header
+        if (
+            not self.profile.holds_compute_dtype
+            or self.device_kind != "cpu"
+            or self.compute_dtype() != "float32"
+            or header is None
+            or header.kept_block_bytes is None
+            or quant != header.quant
+        ):
+            return None
+        return header.kept_block_bytes if self.profile.keeps_blocks() else None
+
+    def breakdown(self, quant: str, ctx: int, sequences: int, kv: KVDtype) -> Breakdown:
+        kept = self.kept_blocks(quant)
+        if kept is not None:
+            source = (
+                f"torch keeps the {quant} blocks for its native kernels, other tensors float32"
+                " (GGUF header)"
+            )
+            return self._breakdown(ctx, sequences, kv, kept, source, kept_blocks=True)
+        stored = self.stored_quant(quant)
+        weights, source = self.facts.weights(stored)
+        arch = self.facts.arch
+        if stored != quant:
+            source = f"torch dequantizes {quant} to {stored}: {source}"
+        if (
+            self.device_kind == "cpu"
+            and self.profile.memory.tied_head_copy_on_cpu
+            and arch.tied_embeddings
+            and self.profile.packs_matrices(stored)
+        ):
+            weights += arch.vocab_size * arch.hidden_size * (4 if stored == "f32" else 2)
+            source += " + a packed copy of the tied LM head"
+        return self._breakdown(ctx, sequences, kv, weights, source)
+
+    def _breakdown(
+        self,
+        ctx: int,
+        sequences: int,
+        kv: KVDtype,
+        weights: int,
+        source: str,
+        kept_blocks: bool = False,
+    ) -> Breakdown:
+        arch = self.facts.arch
+        return Breakdown(
+            weights=weights,
+            weights_source=source,
+            kv=kv_cache_bytes(arch, ctx, sequences, kv),
+            compute=compute_buffer_bytes(
+                arch, ctx, sequences, self.chunk, self.profile, self.device_kind
+            ),
+            runtime=self.profile.memory.runtime_for(self.device_kind, kept_blocks),
+        )
+
+    def fits(self, budget: int, quant: str, ctx: int, sequences: int, kv: KVDtype) -> bool:
+        return self.breakdown(quant, ctx, sequences, kv).total <= budget
+
+    def max_context(self, budget: int, quant: str, sequences: int, kv: KVDtype) -> int:
+        """Largest ctx in 1..model max that fits (0 when even one token doesn't)."""
+        return _largest(
+            lambda c: self.fits(budget, quant, c, sequences, kv), self.facts.arch.max_ctx
+        )
+
+    def max_sequences(self, budget: int, quant: str, ctx: int, kv: KVDtype) -> int:
+        return _largest(lambda s: self.fits(budget, quant, ctx, s, kv), MAX_SEQUENCES)
+
+
+def _largest(ok: Callable[[int], bool], upper: int) -> int:
+    """Largest n in 1..upper with ok(n), for ok monotone (True then False); 0 if ok(1) is False."""
+    if not ok(1):
+        return 0
+    lo, hi = 1, upper
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def is_gguf_block_type(quant: str) -> bool:
+    return quant.startswith(("Q", "IQ"))

@@ -1,0 +1,107 @@
+"""What a budget is asked and what it answers: the data crossing the budget's seam (CLI, session,
+TUI, server all read BudgetReport)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel
+
+from localinfer.backends.select import BACKENDS
+from localinfer.budget.planner import DTYPES
+from localinfer.errors import InvalidParameterError
+
+# What `localinfer chat/serve` allocate per slot when no --ctx is given; the budget's default
+# answers "will the default run fit". The session imports it from here.
+DEFAULT_CTX = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetRequest:
+    model: str  # catalog name, GGUF file, HF folder or cached HF repo id
+    ctx: int | None = None  # tokens per sequence; None: min(DEFAULT_CTX, model max)
+    concurrency: int = 1  # sequences held at once (runner slots)
+    quant: str | None = None  # None: the file's own / catalog default; "none": 16-bit weights
+    kv_dtype: str | None = None  # None: the backend's (f16; torch: its compute dtype)
+    device: str = "auto"  # auto | cpu | cuda | cuda:N | metal | a size like 24GiB
+    backend: str | None = None  # None: chosen from the device
+    prefill_chunk: int | None = None  # tokens per forward pass; None: the backend's
+    online: bool = False  # allow asking the Hub for safetensors sizes of remote models
+    dtype: str | None = None  # float32 | bfloat16 | float16: what torch dequantizes GGUF to
+
+    def __post_init__(self) -> None:
+        if self.ctx is not None and self.ctx < 1:
+            raise InvalidParameterError(
+                f"--ctx must be a positive number of tokens, got {self.ctx}"
+            )
+        if self.concurrency < 1:
+            raise InvalidParameterError(f"--concurrency must be at least 1, got {self.concurrency}")
+        if self.prefill_chunk is not None and self.prefill_chunk < 1:
+            raise InvalidParameterError(f"prefill chunk must be positive, got {self.prefill_chunk}")
+        if self.dtype is not None and self.dtype not in DTYPES:
+            raise InvalidParameterError(
+                f"unknown dtype '{self.dtype}' (known: {', '.join(DTYPES)})"
+            )
+        if self.backend is not None and self.backend not in BACKENDS:
+            raise InvalidParameterError(
+                f"unknown backend '{self.backend}' (known: {', '.join(BACKENDS)})"
+            )
+
+
+class Suggestion(BaseModel):
+    """A nearby setting that fits."""
+
+    change: str  # what to change, as CLI flags
+    quant: str
+    ctx: int
+    concurrency: int
+    kv_dtype: str
+    total_bytes: int
+
+
+class VllmPlan(BaseModel):
+    """When nothing fits here: the smallest set of 80 GiB GPUs that serves it with vLLM."""
+
+    gpus: int
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    max_model_len: int
+    max_num_seqs: int
+    gpu_memory_utilization: float
+    kv_cache_dtype: str
+    per_gpu_bytes: int
+    command: str
+
+
+class BudgetReport(BaseModel):
+    model: str
+    model_path: str | None
+    model_kind: str
+    arch: str
+    params: int
+    quant: str
+    kv_dtype: str
+    ctx: int
+    concurrency: int
+    prefill_chunk: int
+    device: str
+    backend: str
+    weights_bytes: int
+    weights_source: str
+    kv_cache_bytes: int
+    compute_bytes: int
+    runtime_bytes: int
+    overhead_bytes: int
+    total_bytes: int
+    available_bytes: int
+    device_total_bytes: int
+    fits: bool
+    max_context: int  # largest context that fits at the asked concurrency (0: none)
+    max_concurrency: int  # most sequences that fit at the asked context (0: none)
+    model_max_ctx: int
+    suggestions: list[Suggestion] = []
+    vllm: VllmPlan | None = None
+
+    @property
+    def free_bytes(self) -> int:
+        return self.available_bytes - self.total_bytes
