@@ -11,8 +11,9 @@ Each step:
 3. one ragged batch is planned: every decoding slot feeds its one sampled token, and prefilling
    slots share a per-step prompt-token budget (``prefill_chunk``) in admission order, so a long
    prompt is prefilled over several steps *in the same forward* as the running streams' decodes
-   and never freezes them;
-4. one ``Runner.forward``; a slot whose whole pending input was fed samples its next token;
+   and never freezes them (``batch_plan``);
+4. one ``Runner.forward`` (slot by slot when it fails, so only the failing request errs:
+   ``forward_fallback``); a slot whose whole pending input was fed samples its next token;
 5. finished requests (stop, length, error) emit their last event and free their slot.
 
 With a :class:`~localinfer.engine.speculative.Speculator`, a decoding slot may feed its last
@@ -34,13 +35,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from localinfer.backends.base import Runner, SlotWork
+from localinfer.backends.base import Runner
+from localinfer.engine.batch_plan import PlannedWork, plan_batch, speculation_candidates
+from localinfer.engine.forward_fallback import forward_each_isolated
 from localinfer.engine.metrics import MetricsRecorder
 from localinfer.engine.sampler import SampledToken
 from localinfer.engine.sequence import Sequence
-from localinfer.engine.slots import Slot, SlotTable
+from localinfer.engine.slots import Slot, SlotTable, cut_slot, empty_slot
 from localinfer.engine.speculative import Proposal, Speculator
-from localinfer.engine.speculative.speculator import Candidate
 from localinfer.engine.types import EngineMetrics, FinishReason, StreamEvent, TokenLogprob
 from localinfer.errors import QueueFullError
 
@@ -64,14 +66,6 @@ class StepReport:
     @property
     def batch_tokens(self) -> int:
         return len(self.decoded) + sum(self.proposed.values()) + sum(self.prefilled.values())
-
-
-@dataclass(slots=True)
-class _Planned:
-    seq: Sequence
-    work: SlotWork
-    is_decode: bool
-    proposal: Proposal | None = None  # speculative tokens fed after the last sampled one
 
 
 class Scheduler:
@@ -147,7 +141,7 @@ class Scheduler:
         planned = self._plan(report)
         if planned:
             started = time.perf_counter()
-            outputs = self._forward(planned)
+            outputs = forward_each_isolated(self.runner, planned)
             if self.speculator is not None and self.speculator.measuring:
                 plain = all(p.is_decode and p.proposal is None for p in planned)
                 self.speculator.observe_forward(time.perf_counter() - started, plain)
@@ -190,7 +184,7 @@ class Scheduler:
                 slot.seq = seq
                 seq.slot = slot.index
             try:
-                reuse = self._cut_cache(slot, reuse)
+                reuse = cut_slot(self.runner, slot, reuse)
             except Exception as exc:  # noqa: BLE001 - the runner cannot even empty the slot
                 log.exception("preparing slot %d for %s failed", slot.index, seq.request_id)
                 self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
@@ -205,104 +199,25 @@ class Scheduler:
             if reuse:
                 report.reused[seq.request_id] = reuse
 
-    def _cut_cache(self, slot: Slot, keep: int) -> int:
-        """Make the runner's slot hold exactly ``slot.cached[:keep]``; returns what it kept.
-
-        A runner that cannot cut its cache there (a backend whose memory refuses partial
-        removal) costs the reuse, never correctness: the slot is emptied and prefilled cold.
-        """
-        if len(slot.cached) > keep:
-            try:
-                self.runner.truncate(slot.index, keep)
-            except Exception:  # noqa: BLE001 - fall back to a cold prefill of this slot
-                log.exception("truncating slot %d to %d failed; releasing it", slot.index, keep)
-                self.runner.release(slot.index)
-                keep = 0
-            del slot.cached[keep:]
-        return keep
-
-    def _plan(self, report: StepReport) -> list[_Planned]:
-        decodes: list[_Planned] = []
-        prefills: list[_Planned] = []
-        budget = self.prefill_chunk
+    def _plan(self, report: StepReport) -> list[PlannedWork]:
         decoding = [seq for seq in self.running if seq.num_output > 0]
-        proposals = self._proposals(decoding)
-        for seq in self.running:
-            slot = self.slots.slots[seq.slot]  # type: ignore[index]
-            start = len(slot.cached)
-            pending = len(seq.tokens) - start
-            if seq.num_output > 0:
-                # Decoding: exactly the last sampled token is not in the cache yet.
-                assert pending == 1, f"{seq.request_id}: {pending} tokens pending while decoding"
-                proposal = proposals.get(slot.index)
-                if proposal is None:
-                    work = SlotWork(slot.index, (seq.tokens[start],), start)
-                else:
-                    tokens = (seq.tokens[start], *proposal.tokens)
-                    work = SlotWork(slot.index, tokens, start, logits="all")
-                    report.proposed[seq.request_id] = proposal.k
-                decodes.append(_Planned(seq, work, is_decode=True, proposal=proposal))
-                report.decoded.append(seq.request_id)
-            elif budget > 0:
-                n = min(pending, budget)
-                budget -= n
-                work = SlotWork(slot.index, tuple(seq.tokens[start : start + n]), start)
-                prefills.append(_Planned(seq, work, is_decode=False))
-                report.prefilled[seq.request_id] = n
-        return decodes + prefills
-
-    def _proposals(self, decoding: list[Sequence]) -> dict[int, Proposal]:
-        """Speculative proposals for this step's decoding slots (slot -> proposal)."""
-        if self.speculator is None or not decoding:
-            return {}
-        candidates = []
-        for seq in decoding:
-            # Room: the forward must fit the context (len(tokens) + k <= max_ctx), and the
-            # k + 1 tokens a verification can emit should fit max_tokens.
-            room = min(self.max_ctx - len(seq.tokens), seq.params.max_tokens - seq.num_output - 1)
-            if room > 0:
-                candidates.append(Candidate(seq.slot, seq.tokens, room, seq.sampler))  # type: ignore[arg-type]
-        return self.speculator.propose(candidates, busy=len(decoding))
-
-    def _forward(self, planned: list[_Planned]) -> list[np.ndarray | Exception]:
-        batch = [p.work for p in planned]
-        try:
-            return list(self.runner.forward(batch))
-        except Exception as exc:  # noqa: BLE001 - isolate the request that caused it
-            if len(batch) == 1 and planned[0].proposal is None:
-                return [exc]
-            log.warning("batched forward failed (%s); retrying slot by slot", exc)
-        outputs: list[np.ndarray | Exception] = []
+        proposals: dict[int, Proposal] = {}
+        if self.speculator is not None and decoding:
+            candidates = speculation_candidates(decoding, self.max_ctx)
+            proposals = self.speculator.propose(candidates, busy=len(decoding))
+        planned = plan_batch(self.running, self.slots, self.prefill_chunk, proposals)
         for item in planned:
-            try:
-                self._resync(item.work.slot, item.work.start_pos)
-                outputs.append(self.runner.forward([item.work])[0])
+            rid = item.seq.request_id
+            if not item.is_decode:
+                report.prefilled[rid] = len(item.work.tokens)
                 continue
-            except Exception as exc:  # noqa: BLE001
-                if item.proposal is None:
-                    outputs.append(exc)
-                    continue
-            # A proposed token must never fail a request that plain decoding would serve:
-            # retry this slot with its last sampled token alone.
-            item.proposal = None
-            item.work = SlotWork(item.work.slot, item.work.tokens[:1], item.work.start_pos)
-            try:
-                self._resync(item.work.slot, item.work.start_pos)
-                outputs.append(self.runner.forward([item.work])[0])
-            except Exception as exc:  # noqa: BLE001
-                outputs.append(exc)
-        return outputs
-
-    def _resync(self, slot: int, length: int) -> None:
-        """After a failed forward, put the runner's slot back to the length the engine expects."""
-        have = self.runner.slot_length(slot)
-        if have > length:
-            self.runner.truncate(slot, length)
-        elif have < length:
-            raise RuntimeError(f"slot {slot} lost cached tokens ({have} < {length})")
+            report.decoded.append(rid)
+            if item.proposal is not None:
+                report.proposed[rid] = item.proposal.k
+        return planned
 
     def _after_forward(
-        self, item: _Planned, out: np.ndarray | Exception, report: StepReport
+        self, item: PlannedWork, out: np.ndarray | Exception, report: StepReport
     ) -> None:
         seq = item.seq
         if isinstance(out, Exception):
@@ -329,7 +244,7 @@ class Scheduler:
             report.finished[seq.request_id] = reason
 
     def _verify_and_emit(
-        self, item: _Planned, slot: Slot, logits: np.ndarray, report: StepReport
+        self, item: PlannedWork, slot: Slot, logits: np.ndarray, report: StepReport
     ) -> FinishReason | None:
         """Keep the verified prefix of the proposal, roll the KV back, emit the tokens."""
         seq, proposal = item.seq, item.proposal
@@ -442,11 +357,7 @@ class Scheduler:
         if failed or not self.prefix_reuse:
             # Without prefix reuse an idle slot's cache is worthless; after a failure its
             # contents are suspect. Either way, start it empty.
-            try:
-                self.runner.release(slot.index)
-            except Exception:  # noqa: BLE001 - the next admission truncates again anyway
-                log.exception("releasing slot %d failed", slot.index)
-            slot.cached.clear()
+            empty_slot(self.runner, slot)
 
     def _emit(self, seq: Sequence, event: StreamEvent) -> None:
         try:

@@ -8,12 +8,16 @@ with ``Runner.truncate``).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from localinfer.backends.base import Runner
     from localinfer.engine.sequence import Sequence as Seq
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -29,6 +33,7 @@ class Slot:
 
 
 def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
+    """How many leading tokens ``a`` and ``b`` have in common."""
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -71,3 +76,29 @@ class SlotTable:
         scored = [(min(shared_prefix(s.cached, prompt_ids), cap), s) for s in free]
         best, slot = max(scored, key=lambda p: (p[0], -p[1].released_at_step, -p[1].index))
         return slot, best
+
+
+def cut_slot(runner: Runner, slot: Slot, keep: int) -> int:
+    """Make the runner's slot hold exactly ``slot.cached[:keep]``; returns what it kept.
+
+    A runner that cannot cut its cache there (a backend whose memory refuses partial removal)
+    costs the reuse, never correctness: the slot is emptied and prefilled cold.
+    """
+    if len(slot.cached) > keep:
+        try:
+            runner.truncate(slot.index, keep)
+        except Exception:  # noqa: BLE001 - fall back to a cold prefill of this slot
+            log.exception("truncating slot %d to %d failed; releasing it", slot.index, keep)
+            runner.release(slot.index)
+            keep = 0
+        del slot.cached[keep:]
+    return keep
+
+
+def empty_slot(runner: Runner, slot: Slot) -> None:
+    """Drop the slot's whole cache, in the runner and in this view."""
+    try:
+        runner.release(slot.index)
+    except Exception:  # noqa: BLE001 - the next admission truncates again anyway
+        log.exception("releasing slot %d failed", slot.index)
+    slot.cached.clear()

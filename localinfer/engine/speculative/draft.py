@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from localinfer.backends.base import Runner, SlotWork
+from localinfer.engine.slots import shared_prefix
 from localinfer.engine.speculative.distribution import draw, proposal_probs
 from localinfer.engine.speculative.proposal import Proposal
 from localinfer.engine.types import SamplingParams
@@ -104,7 +105,7 @@ class DraftProposer:
             if self.runner.slot_length(it.slot) != len(cached):  # after a failed forward
                 self.runner.release(it.slot)
                 cached.clear()
-            keep = min(_shared(cached, it.context), len(it.context) - 1)
+            keep = min(shared_prefix(cached, it.context), len(it.context) - 1)
             if len(cached) > keep:
                 self.runner.truncate(it.slot, keep)
                 del cached[keep:]
@@ -175,11 +176,3 @@ class DraftProposer:
 
     def close(self) -> None:
         self.runner.close()
-
-
-def _shared(a: Sequence[int], b: Sequence[int]) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i

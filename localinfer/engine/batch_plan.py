@@ -1,0 +1,73 @@
+"""One step's ragged batch: what each running request feeds to the next forward.
+
+Every decoding slot feeds its one sampled token (plus the speculative tokens proposed for it, with
+``logits="all"``); prefilling slots share a per-step prompt-token budget in admission order, so a
+long prompt is prefilled over several steps in the same forward as the running streams' decodes.
+Decodes come first in the batch, then prefills.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence as Seq
+from dataclasses import dataclass
+
+from localinfer.backends.base import SlotWork
+from localinfer.engine.sequence import Sequence
+from localinfer.engine.slots import SlotTable
+from localinfer.engine.speculative import Proposal
+from localinfer.engine.speculative.speculator import Candidate
+
+
+@dataclass(slots=True)
+class PlannedWork:
+    """One request's part of the step's forward."""
+
+    seq: Sequence
+    work: SlotWork
+    is_decode: bool
+    proposal: Proposal | None = None  # speculative tokens fed after the last sampled one
+
+
+def plan_batch(
+    running: Seq[Sequence],
+    slots: SlotTable,
+    prefill_chunk: int,
+    proposals: dict[int, Proposal],
+) -> list[PlannedWork]:
+    """The step's work, decodes first; ``proposals`` maps a decoding slot to its proposal."""
+    decodes: list[PlannedWork] = []
+    prefills: list[PlannedWork] = []
+    budget = prefill_chunk
+    for seq in running:
+        slot = slots.slots[seq.slot]  # type: ignore[index]
+        start = len(slot.cached)
+        pending = len(seq.tokens) - start
+        if seq.num_output > 0:
+            # Decoding: exactly the last sampled token is not in the cache yet.
+            assert pending == 1, f"{seq.request_id}: {pending} tokens pending while decoding"
+            proposal = proposals.get(slot.index)
+            if proposal is None:
+                work = SlotWork(slot.index, (seq.tokens[start],), start)
+            else:
+                work = SlotWork(
+                    slot.index, (seq.tokens[start], *proposal.tokens), start, logits="all"
+                )
+            decodes.append(PlannedWork(seq, work, is_decode=True, proposal=proposal))
+        elif budget > 0:
+            n = min(pending, budget)
+            budget -= n
+            work = SlotWork(slot.index, tuple(seq.tokens[start : start + n]), start)
+            prefills.append(PlannedWork(seq, work, is_decode=False))
+    return decodes + prefills
+
+
+def speculation_candidates(decoding: Seq[Sequence], max_ctx: int) -> list[Candidate]:
+    """The decoding requests that have room for proposals, with how many each may take."""
+    candidates = []
+    for seq in decoding:
+        # Room: the forward must fit the context (len(tokens) + k <= max_ctx), and the
+        # k + 1 tokens a verification can emit should fit max_tokens.
+        room = min(max_ctx - len(seq.tokens), seq.params.max_tokens - seq.num_output - 1)
+        if room > 0:
+            candidates.append(Candidate(seq.slot, seq.tokens, room, seq.sampler))  # type: ignore[arg-type]
+    return candidates
