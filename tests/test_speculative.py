@@ -311,6 +311,11 @@ def test_ngram_index_matches_the_definition_and_grows_incrementally() -> None:
     assert index.lookup(2) == ((2, 1), 1)
 
 
+def _controller(step_cost: float, **config: object) -> AdaptiveK:
+    """A controller with no margin over plain decoding unless one is given."""
+    return AdaptiveK(SpecConfig(**{"min_gain": 1.0, **config}), step_cost)  # type: ignore[arg-type]
+
+
 def test_adaptive_k_follows_the_acceptance_rate() -> None:
     assert expected_tokens(0.0, 5) == 1.0
     assert expected_tokens(1.0, 5) == 6.0
@@ -318,7 +323,7 @@ def test_adaptive_k_follows_the_acceptance_rate() -> None:
     assert best_k(0.9, 8, 0.05) == 8
     assert best_k(0.02, 8, 0.05) == 0
     assert 0 < best_k(0.6, 8, 0.2) < 8
-    ctl = AdaptiveK(k_max=6, prior_acceptance=0.9, step_cost=0.05, probe_every=4)
+    ctl = _controller(0.05, k_max=6, prior_acceptance=0.9, probe_every=4)
     assert ctl.tentative and ctl.next_k() >= 4  # the prior pays for a long first try
     for _ in range(10):
         ctl.update(proposed=6, accepted=6)
@@ -340,16 +345,16 @@ def test_a_fixed_verification_cost_never_pays_for_one_token() -> None:
     # A promised gain below the margin is not worth the risk of a cost model that is off.
     assert best_k(0.5, 8, 0.2) > 0 and best_k(0.5, 8, 0.2, min_gain=1.3) == 0
     # The probe of a paused slot is the prior's k, not 1 (which could only lose there).
-    assert AdaptiveK(k_max=16, step_cost=0.5, fixed_cost=0.7).probe_k > 1
+    assert _controller(0.5, k_max=16, verify_fixed=0.7).probe_k > 1
     # A draft as slow as the target: no k pays even at the prior's acceptance, so no probes.
-    slow = AdaptiveK(k_max=16, step_cost=0.95, probe_every=2)
+    slow = _controller(0.95, k_max=16, probe_every=2)
     slow.update(4, 0)
     assert slow.probe_k == 0
     assert [slow.next_k() for _ in range(40)] == [0] * 40 and not slow.probing
 
 
 def test_failed_probes_back_off_and_a_full_probe_restarts_from_the_prior() -> None:
-    ctl = AdaptiveK(k_max=8, prior_acceptance=0.9, step_cost=0.3, fixed_cost=0.5, probe_every=4)
+    ctl = _controller(0.3, k_max=8, prior_acceptance=0.9, verify_fixed=0.5, probe_every=4)
     while (k := ctl.next_k()) > 0:  # free text: every try fails until the slot pauses
         ctl.update(k, 0)
     assert not ctl.tentative

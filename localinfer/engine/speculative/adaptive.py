@@ -25,6 +25,8 @@ probing costs on free text.
 
 from __future__ import annotations
 
+from localinfer.engine.speculative.config import SpecConfig
+
 
 def expected_tokens(a: float, k: int) -> float:
     """Tokens one verification of ``k`` proposals yields at per-token acceptance ``a``."""
@@ -51,35 +53,30 @@ MAX_PROBE_BACKOFF = 8
 
 
 class AdaptiveK:
-    """The k controller of one slot (reset when a new request takes the slot)."""
+    """The k controller of one slot (reset when a new request takes the slot).
 
-    def __init__(
-        self,
-        k_max: int = 16,
-        prior_acceptance: float = 0.9,
-        step_cost: float = 0.05,
-        decay: float = 0.7,
-        probe_every: int = 16,
-        fixed_cost: float = 0.0,
-        min_gain: float = 1.0,
-    ) -> None:
-        self.k_max = k_max
+    ``config`` gives k_max, the prior, the decay (``ema_decay``), ``probe_every``, the fixed cost
+    (``verify_fixed``) and ``min_gain``; ``step_cost`` (verification plus draft, per proposed
+    token) changes as the speculator measures a draft model.
+    """
+
+    def __init__(self, config: SpecConfig, step_cost: float) -> None:
+        self.config = config
         self.step_cost = step_cost
-        self.fixed_cost = fixed_cost
-        self.min_gain = min_gain
-        self.decay = decay
-        self.probe_every = probe_every
-        self.prior_acceptance = prior_acceptance
+        self.probing = False  # the k last returned is a probe of a paused slot
+        self.pinned = False  # step_cost stays as configured (a seeded sampled request)
+        self._verified = 0  # verifications seen by this controller
+        self._paused_steps = 0
+        self._probe_interval = config.probe_every
         self._hits = self._tries = 0.0
         self._restart()
-        self._paused_steps = 0
-        self._probe_interval = probe_every
-        self.probing = False  # the k last returned is a probe of a paused slot
-        self._verified = 0  # verifications seen by this controller
-        self.pinned = False  # step_cost stays as configured (a seeded sampled request)
+
+    def _best_k(self, acceptance: float) -> int:
+        c = self.config
+        return best_k(acceptance, c.k_max, self.step_cost, c.verify_fixed, c.min_gain)
 
     def _restart(self) -> None:
-        self._hits = self.prior_acceptance * PRIOR_WEIGHT
+        self._hits = self.config.prior_acceptance * PRIOR_WEIGHT
         self._tries = PRIOR_WEIGHT
 
     @property
@@ -88,8 +85,7 @@ class AdaptiveK:
         changes as the speculator measures a draft model). 0: not even the prior's acceptance
         pays at these costs (a draft measured nearly as slow as the target), so probing could
         only lose; the slot decodes plainly until the costs change."""
-        prior = self.prior_acceptance
-        return best_k(prior, self.k_max, self.step_cost, self.fixed_cost, self.min_gain)
+        return self._best_k(self.config.prior_acceptance)
 
     @property
     def acceptance(self) -> float:
@@ -97,11 +93,11 @@ class AdaptiveK:
 
     def next_k(self) -> int:
         """k for this step (0: decode plainly). Call once per decode step of the slot."""
-        k = best_k(self.acceptance, self.k_max, self.step_cost, self.fixed_cost, self.min_gain)
+        k = self._best_k(self.acceptance)
         self.probing = False
         if k > 0:
             self._paused_steps = 0
-            self._probe_interval = self.probe_every
+            self._probe_interval = self.config.probe_every
             return k
         self._paused_steps += 1
         if self._paused_steps >= self._probe_interval:
@@ -130,10 +126,11 @@ class AdaptiveK:
             self._paused_steps = 0
             if accepted == proposed:
                 self._restart()
-                self._probe_interval = self.probe_every
+                self._probe_interval = self.config.probe_every
             else:
                 self._probe_interval = min(
-                    self._probe_interval * 2, self.probe_every * MAX_PROBE_BACKOFF
+                    self._probe_interval * 2, self.config.probe_every * MAX_PROBE_BACKOFF
                 )
-        self._hits = self.decay * self._hits + accepted
-        self._tries = self.decay * self._tries + accepted + (1 if accepted < proposed else 0)
+        decay = self.config.ema_decay
+        self._hits = decay * self._hits + accepted
+        self._tries = decay * self._tries + accepted + (1 if accepted < proposed else 0)

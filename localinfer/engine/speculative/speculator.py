@@ -63,17 +63,9 @@ class Speculator:
 
     def start(self, slot: int) -> None:
         """A new request took ``slot``: its acceptance history and n-gram index start afresh."""
-        c = self.config
         self._indexes[slot] = self.ngram.index()
-        self._controllers[slot] = AdaptiveK(
-            k_max=c.k_max,
-            prior_acceptance=c.prior_acceptance,
-            step_cost=c.verify_cost + self.draft_cost,
-            decay=c.ema_decay,
-            probe_every=c.probe_every,
-            fixed_cost=c.verify_fixed,
-            min_gain=c.min_gain,
-        )
+        step_cost = self.config.verify_cost + self.draft_cost
+        self._controllers[slot] = AdaptiveK(self.config, step_cost)
 
     def controller(self, slot: int) -> AdaptiveK:
         if slot not in self._controllers:
