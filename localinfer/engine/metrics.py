@@ -17,6 +17,23 @@ from localinfer.engine.types import EngineMetrics, RequestMetrics
 Clock = Callable[[], float]
 
 
+@dataclass(slots=True, frozen=True)
+class DecodePace:
+    """How fast an answer's tokens came after its first (the first one's wait is the TTFT)."""
+
+    tpot_s: float  # mean seconds per token after the first
+    tokens_per_s: float | None  # None when they all came at once
+
+    @classmethod
+    def between(cls, first: float | None, last: float | None, tokens: int) -> DecodePace | None:
+        """The pace of ``tokens`` tokens that arrived from ``first`` to ``last``; None before
+        the second token."""
+        if first is None or last is None or tokens <= 1:
+            return None
+        span = last - first
+        return cls(span / (tokens - 1), (tokens - 1) / span if span > 0 else None)
+
+
 @dataclass(slots=True)
 class RequestTiming:
     """Timestamps of one request (clock seconds); filled in by the scheduler as it goes."""
@@ -32,11 +49,8 @@ class RequestTiming:
     ) -> RequestMetrics:
         queued = None if self.admitted is None else self.admitted - self.submitted
         ttft = None if self.first_token is None else self.first_token - self.submitted
-        tpot = decode_tps = prefill_tps = None
-        if self.first_token is not None and self.last_token is not None and completion_tokens > 1:
-            span = self.last_token - self.first_token
-            tpot = span / (completion_tokens - 1)
-            decode_tps = (completion_tokens - 1) / span if span > 0 else None
+        pace = DecodePace.between(self.first_token, self.last_token, completion_tokens)
+        prefill_tps = None
         if self.first_token is not None and self.admitted is not None:
             span = self.first_token - self.admitted
             computed = prompt_tokens - cached_tokens
@@ -47,8 +61,8 @@ class RequestTiming:
             cached_tokens=cached_tokens,
             queued_s=queued,
             ttft_s=ttft,
-            tpot_s=tpot,
-            decode_tps=decode_tps,
+            tpot_s=None if pace is None else pace.tpot_s,
+            decode_tps=None if pace is None else pace.tokens_per_s,
             prefill_tps=prefill_tps,
         )
 

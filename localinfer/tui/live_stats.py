@@ -13,6 +13,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from localinfer.engine.metrics import DecodePace
 from localinfer.engine.types import RequestMetrics
 
 
@@ -84,25 +85,16 @@ class LiveStats:
     def snapshot(self) -> StatsSnapshot:
         now = self._clock()
         running = self._final is None and self._t0 is not None
-        ttft = None if self._first is None or self._t0 is None else self._first - self._t0
         average = tpot = None
-        if self._first is not None and self._last is not None and self._completion > 1:
-            span = self._last - self._first
-            if span > 0:
-                average = (self._completion - 1) / span
-                tpot = span / (self._completion - 1)
+        pace = DecodePace.between(self._first, self._last, self._completion)
+        if pace is not None and pace.tokens_per_s is not None:  # tokens over a measurable span
+            average, tpot = pace.tokens_per_s, pace.tpot_s
         current = average
         if running and self._first is not None:
-            # Rate over (start, now], start = the later of one window ago and the first token
-            # (the first token itself marks the start, so it is not counted).
-            start = max(now - self._window_s, self._first)
-            while self._arrivals and self._arrivals[0][0] <= start:
-                self._arrivals.popleft()
-            span = now - start
-            current = sum(n for _, n in self._arrivals) / span if span > 0 else None
+            current = self._window_rate(now, self._first)
         snap = StatsSnapshot(
             running=running,
-            ttft_s=ttft,
+            ttft_s=self._ttft(),
             current_tps=current,
             average_tps=average,
             tpot_s=tpot,
@@ -125,3 +117,15 @@ class LiveStats:
             cached_tokens=final.cached_tokens,
             history=snap.history,
         )
+
+    def _ttft(self) -> float | None:
+        return None if self._first is None or self._t0 is None else self._first - self._t0
+
+    def _window_rate(self, now: float, first: float) -> float | None:
+        """Tokens per second over (start, now], start = the later of one window ago and the
+        first token (the first token itself marks the start, so it is not counted)."""
+        start = max(now - self._window_s, first)
+        while self._arrivals and self._arrivals[0][0] <= start:
+            self._arrivals.popleft()
+        span = now - start
+        return sum(n for _, n in self._arrivals) / span if span > 0 else None
