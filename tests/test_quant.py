@@ -1,4 +1,4 @@
-"""backends/torch/quant.py on random matrices: layout, round-trip error bounds, kernels."""
+"""backends/torch/quant_*.py on random matrices: layout, round-trip error bounds, kernels."""
 
 from __future__ import annotations
 
@@ -7,17 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from localinfer.backends.torch import quant
-from localinfer.backends.torch.quant import (
-    DequantBuffer,
-    DequantLinear,
-    KernelChooser,
-    QuantLinear,
-    QuantMatrix,
-    QuantSpec,
-    parse_quant,
-    quantize,
-)
+from localinfer.backends.torch import quant_dequant, quant_kernels
+from localinfer.backends.torch.quant_dequant import DequantBuffer, DequantLinear
+from localinfer.backends.torch.quant_kernels import KernelChooser
+from localinfer.backends.torch.quant_layout import QuantMatrix, QuantSpec, parse_quant, quantize
+from localinfer.backends.torch.quant_linear import QuantLinear
 from localinfer.errors import UnsupportedModelError
 
 AWKWARD_SHAPES = [(1, 1), (3, 7), (5, 33), (17, 130), (2, 257), (40, 64)]
@@ -125,7 +119,7 @@ def test_dequant_linear_matches_dense_product(
 ) -> None:
     # A tiny block forces the blocked path (several row blocks through one shared buffer).
     m = quantize(rand(shape, seed=4), spec)
-    monkeypatch.setattr(quant, "DEQUANT_BLOCK_ELEMENTS", 3 * m.padded_in)
+    monkeypatch.setattr(quant_dequant, "DEQUANT_BLOCK_ELEMENTS", 3 * m.padded_in)
     buf = DequantBuffer(torch.float32, torch.device("cpu"))
     ql = DequantLinear(m, torch.float32, buf)
     assert ql.block_rows == 3
@@ -174,7 +168,7 @@ def test_chooser_defaults_to_weight_only_dequant_on_cpu() -> None:
     assert ch.kernels_used == {"dequant": 1}
 
 
-@pytest.mark.skipif(not quant.kernel_available("fbgemm"), reason="no fbgemm")
+@pytest.mark.skipif(not quant_kernels.kernel_available("fbgemm"), reason="no fbgemm")
 def test_fbgemm_kernel_agrees_on_random_input() -> None:
     ch = KernelChooser(8, torch.float32, torch.device("cpu"), force="fbgemm")
     m = quantize(rand((96, 128)), QuantSpec(8, 0))
@@ -192,8 +186,8 @@ def test_chooser_falls_back_when_a_fast_kernel_is_wrong(monkeypatch: pytest.Monk
         def __call__(self, x: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
             return torch.zeros(x.shape[0], self.out_features)
 
-    monkeypatch.setattr(quant, "kernel_available", lambda name: True)
-    monkeypatch.setattr(quant, "_make_fast", lambda name, m, dtype: Wrong(m, dtype))
+    monkeypatch.setattr(quant_kernels, "kernel_available", lambda name: True)
+    monkeypatch.setattr(quant_kernels, "_make_fast", lambda name, m, dtype: Wrong(m, dtype))
     ch = KernelChooser(8, torch.float32, torch.device("cpu"), force="wrong")
     ch.candidates = ["wrong", "dequant"]
     ql = ch.build(quantize(rand((8, 16)), QuantSpec(8, 0)))

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from localinfer.backends.base import RunnerConfig, SlotWork
-from localinfer.backends.torch.quant import QuantSpec, parse_quant, quantize
+from localinfer.backends.torch.quant_layout import QuantSpec, parse_quant, quantize
 from localinfer.backends.torch.runner import TorchRunner
 from localinfer.errors import UnsupportedModelError
 from localinfer.loading.model import DictWeights, LoadedModel

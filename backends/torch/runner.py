@@ -26,13 +26,10 @@ from localinfer.backends.torch.native_plan import (
     native_block_tokens,
     native_f32_tokens,
 )
-from localinfer.backends.torch.quant import (
-    QUANT_LAYOUT_VERSION,
-    KernelChooser,
-    QuantLinear,
-    WeightQuantizer,
-    parse_quant,
-)
+from localinfer.backends.torch.quant_kernels import KernelChooser
+from localinfer.backends.torch.quant_layout import QUANT_LAYOUT_VERSION, parse_quant
+from localinfer.backends.torch.quant_linear import QuantLinear
+from localinfer.backends.torch.weight_quantizer import WeightQuantizer
 from localinfer.backends.torch.weights import (
     BlockDequant,
     ModelWeights,

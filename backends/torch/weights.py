@@ -28,8 +28,9 @@ import torch.nn.functional as F
 
 from localinfer.backends.torch.block_weights import BlockMatrix, BlockSource, block_matrix
 from localinfer.backends.torch.huge_pages import ALIGN, HugePageArena
-from localinfer.backends.torch.quant import QuantLinear, WeightQuantizer
+from localinfer.backends.torch.quant_linear import QuantLinear
 from localinfer.backends.torch.support import TORCH_ARCHS
+from localinfer.backends.torch.weight_quantizer import WeightQuantizer
 from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.loading.model import WeightSource
 from localinfer.loading.model_config import ModelConfig
@@ -69,7 +70,7 @@ def linear_onednn(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = Non
 
 
 def linear_quant(x: torch.Tensor, w: QuantLinear, b: torch.Tensor | None = None) -> torch.Tensor:
-    """x [T, in], w a quantized matrix (backends/torch/quant.py) -> [T, out]."""
+    """x [T, in], w a quantized matrix (quant_kernels.py) -> [T, out]."""
     return w(x, b)
 
 
