@@ -8,60 +8,28 @@
 
 HTTP handlers parse, template and tokenize; only the engine's thread touches the model (the
 llama.cpp server's split). Every response carries ``timings``; every error is OpenAI's JSON,
-an unknown route's too (it lists the routes above).
+an unknown route's too (it lists the routes above). The routes live in ``ops_routes`` and
+``openai_routes``; running a completion in ``generation``.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
-from collections.abc import AsyncIterator, Iterable
-from contextlib import asynccontextmanager
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from starlette.concurrency import run_in_threadpool
 
 from localinfer import __version__
-from localinfer.engine.types import Request as EngineRequest
-from localinfer.engine.types import StreamEvent
-from localinfer.errors import InvalidParameterError, LocalinferError
+from localinfer.errors import InvalidParameterError
 from localinfer.server.auth import APIKeyMiddleware
-from localinfer.server.errors import (
-    APIError,
-    error_body,
-    from_localinfer_error,
-    install_error_handlers,
-)
+from localinfer.server.errors import install_error_handlers
 from localinfer.server.host_guard import HostGuardMiddleware, HostPolicy
 from localinfer.server.limits import BodyLimitMiddleware, RequestLimits
-from localinfer.server.responses import Kind, ResponseBuilder
-from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
+from localinfer.server.openai_routes import add_openai_routes
+from localinfer.server.ops_routes import add_ops_routes
 from localinfer.server.state import ServedSession, ServerState, SessionLoader
-from localinfer.server.streaming import (
-    SSE_DONE,
-    ClientGone,
-    EventStreamResponse,
-    collect,
-    events_after,
-    sse,
-    unless_disconnected,
-)
-from localinfer.server.translate import (
-    chat_prompt_ids,
-    check_chat,
-    check_completion,
-    completion_prompt,
-    sampling_params,
-)
-
-log = logging.getLogger(__name__)
-
-# OpenAI's legacy /v1/completions default; chat answers may run to the end of the context.
-COMPLETIONS_DEFAULT_MAX_TOKENS = 16
-CLIENT_CLOSED = 499  # nginx's status for "client closed request"; only ever logged
 
 
 def create_app(
@@ -93,20 +61,10 @@ def create_app(
     state = ServerState(
         session, served_name=served_name, aliases=aliases, owns_session=loader is not None
     )
-
-    @asynccontextmanager
-    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if loader is not None:
-            threading.Thread(
-                target=state.load, args=(loader,), name="localinfer-load", daemon=True
-            ).start()
-        yield
-        state.close()
-
     app = FastAPI(
         title="localinfer",
         version=__version__,
-        lifespan=lifespan,
+        lifespan=_lifespan(state, loader),
         docs_url=None,
         redoc_url=None,
         openapi_url=None,
@@ -128,200 +86,24 @@ def create_app(
             allow_headers=["*"],
         )
     app.add_middleware(HostGuardMiddleware, policy=policy, on_error=count_error)
-
-    @app.get("/health")
-    async def health() -> JSONResponse:
-        current = state.session
-        if current is not None:
-            m = current.engine.metrics()
-            return JSONResponse(
-                {
-                    "status": "ok",
-                    "model": state.served_name,
-                    "slots_total": m.slots_total,
-                    "slots_busy": m.slots_busy,
-                    "queue_depth": m.queue_depth,
-                }
-            )
-        if state.load_error is not None:
-            return JSONResponse({"status": "error", "error": state.load_error}, status_code=500)
-        return JSONResponse({"status": "loading"}, status_code=503)
-
-    @app.get("/metrics")
-    async def metrics() -> PlainTextResponse:
-        current = state.session
-        snapshot = current.engine.metrics() if current is not None else None
-        return PlainTextResponse(
-            state.metrics.render(snapshot, state.served_name),
-            media_type="text/plain; version=0.0.4; charset=utf-8",
-        )
-
-    @app.get("/v1/models")
-    async def list_models() -> dict[str, Any]:
-        current = state.ready()
-        return {"object": "list", "data": [_model_card(state, current)]}
-
-    @app.get("/v1/models/{model_id:path}")
-    async def get_model(model_id: str) -> dict[str, Any]:
-        current = state.ready()
-        state.check_model(model_id)
-        return _model_card(state, current)
-
-    @app.post("/v1/chat/completions")
-    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        current = state.ready()
-        state.check_model(body.model)
-        logprobs = check_chat(body)
-        prompt = await run_in_threadpool(chat_prompt_ids, current, body)
-        max_tokens = body.max_completion_tokens or body.max_tokens
-        return await _generate(state, current, request, "chat", body, prompt, logprobs, max_tokens)
-
-    @app.post("/v1/completions")
-    async def completions(body: CompletionRequest, request: Request) -> Response:
-        current = state.ready()
-        state.check_model(body.model)
-        logprobs = check_completion(body)
-        prompt, text = await run_in_threadpool(completion_prompt, current, body)
-        if body.echo and not text:  # a token-id prompt: echo its text
-            text = current.model.tokenizer.decode(prompt)
-        max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
-        return await _generate(
-            state,
-            current,
-            request,
-            "completion",
-            body,
-            prompt,
-            logprobs,
-            max_tokens,
-            echo=text if body.echo else "",
-        )
-
+    # Registered on the app itself, in this order: a 404 lists app.routes as they stand.
+    add_ops_routes(app, state)
+    add_openai_routes(app, state)
     return app
 
 
-def _model_card(state: ServerState, session: ServedSession) -> dict[str, Any]:
-    engine = session.engine
-    return {
-        "id": state.served_name,
-        "object": "model",
-        "created": 0,
-        "owned_by": "localinfer",
-        "max_model_len": engine.max_ctx,  # per request (per slot)
-        "meta": {"backend": engine.runner.info.backend, "slots": engine.runner.info.slots},
-    }
+def _lifespan(
+    state: ServerState, loader: SessionLoader | None
+) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
+    """Starts loading the session (when the app owns it) with the server; closes it after."""
 
+    @asynccontextmanager
+    async def lifespan(_: FastAPI) -> AsyncIterator[None]:
+        if loader is not None:
+            threading.Thread(
+                target=state.load, args=(loader,), name="localinfer-load", daemon=True
+            ).start()
+        yield
+        state.close()
 
-async def _generate(
-    state: ServerState,
-    session: ServedSession,
-    request: Request,
-    kind: Kind,
-    body: SamplingFields,
-    prompt_ids: list[int],
-    logprobs: int | None,
-    max_tokens: int | None,
-    *,
-    echo: str = "",
-) -> Response:
-    engine = session.engine
-    params = sampling_params(
-        body,
-        prompt_tokens=len(prompt_ids),
-        max_ctx=engine.max_ctx,
-        logprobs=logprobs,
-        max_tokens=max_tokens,
-    )
-    builder = ResponseBuilder(
-        kind,
-        model=state.served_name,
-        token_bytes=session.model.tokenizer.token_bytes,
-        want_logprobs=logprobs is not None,
-        include_usage=bool(
-            body.stream and body.stream_options and body.stream_options.include_usage
-        ),
-    )
-    rid = builder.id
-    events = engine.stream(EngineRequest(prompt_ids, params, request_id=rid))
-
-    async def first_event() -> StreamEvent:
-        return await anext(events)
-
-    def client_gone() -> Response:
-        engine.abort(rid)
-        state.metrics.count_disconnect()
-        log.info("%s: client disconnected; request aborted", rid)
-        return Response(status_code=CLIENT_CLOSED)
-
-    # The engine admits (or refuses: queue full, context overflow) on the first step of the
-    # stream, so the status line waits for that: errors still get their proper HTTP status.
-    try:
-        first = await unless_disconnected(first_event(), request.receive)
-    except ClientGone:
-        await events.aclose()
-        return client_gone()
-    except LocalinferError as exc:
-        await events.aclose()
-        raise from_localinfer_error(exc) from None
-
-    if not body.stream:
-        try:
-            done = await unless_disconnected(collect(first, events), request.receive)
-        except ClientGone:
-            return client_gone()
-        finally:
-            await events.aclose()
-        if done.finish_reason in ("error", "abort"):
-            raise _failed(done.finish_reason, done.error)
-        state.metrics.observe_request(done.metrics)
-        return JSONResponse(
-            builder.response(
-                done.text,
-                done.finish_reason,
-                done.logprobs,
-                done.metrics,
-                len(prompt_ids),
-                done.token_count,
-                echo_prefix=echo,
-            )
-        )
-
-    async def body_chunks() -> AsyncIterator[bytes]:
-        try:
-            head = builder.first_chunk(echo)
-            if head is not None:
-                yield sse(head)
-            count = 0
-            async for ev in events_after(first, events):
-                count += len(ev.token_ids)
-                chunk = builder.delta_chunk(ev.text, ev.logprobs)
-                if chunk is not None:
-                    yield sse(chunk)
-                if ev.finish_reason is None:
-                    continue
-                if ev.finish_reason in ("error", "abort"):
-                    err = _failed(ev.finish_reason, ev.error)
-                    yield sse(error_body(err.status, err.message, code=err.code))
-                    break
-                state.metrics.observe_request(ev.metrics)
-                yield sse(builder.finish_chunk(ev.finish_reason, ev.metrics))
-                if builder.include_usage:
-                    yield sse(builder.usage_chunk(ev.metrics, len(prompt_ids), count))
-            yield SSE_DONE
-        finally:
-            await events.aclose()
-
-    def on_close() -> None:
-        if engine.abort(rid):  # False when the answer finished: nothing to free
-            state.metrics.count_disconnect()
-            log.info("%s: client disconnected mid-stream; request aborted", rid)
-
-    return EventStreamResponse(body_chunks(), on_close)
-
-
-def _failed(finish_reason: str, error: str | None) -> APIError:
-    if finish_reason == "abort":
-        return APIError(
-            503, error or "the request was aborted (server shutting down)", code="aborted"
-        )
-    return APIError(500, error or "the engine failed on this request", code="engine_error")
+    return lifespan

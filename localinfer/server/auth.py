@@ -7,7 +7,7 @@ import hmac
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from localinfer.server.errors import error_response
+from localinfer.server.errors import APIError
 
 
 class APIKeyMiddleware:
@@ -36,12 +36,12 @@ class APIKeyMiddleware:
             state = scope["app"].state.localinfer  # a ServerState
             message = "missing API key" if not given else "invalid API key"
             state.metrics.count_error(401, "invalid_api_key")
-            response = error_response(
+            refusal = APIError(
                 401,
                 f"{message}: send it as 'Authorization: Bearer KEY'",
                 code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-            await response(scope, receive, send)
+            await refusal.response()(scope, receive, send)
             return
         await self.app(scope, receive, send)

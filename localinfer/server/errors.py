@@ -18,10 +18,13 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from localinfer.errors import LocalinferError, QueueFullError
 
 log = logging.getLogger(__name__)
+
+ErrorCounter = Callable[[int, str | None], None]  # (status, code) of each error response
 
 # Seconds a client should wait before retrying when every slot and queue place is taken.
 RETRY_AFTER_S = 1
@@ -59,6 +62,26 @@ class APIError(Exception):
         self.param = param
         self.headers = headers or {}
 
+    def body(self) -> dict[str, Any]:
+        return error_body(self.status, self.message, code=self.code, param=self.param)
+
+    def response(self) -> JSONResponse:
+        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+
+
+class RefusingMiddleware:
+    """Base of the pure ASGI middlewares that may answer a request themselves, with an error;
+    ``on_error(status, code)`` counts each refusal."""
+
+    def __init__(self, app: ASGIApp, on_error: ErrorCounter | None = None) -> None:
+        self.app = app
+        self._on_error = on_error
+
+    async def refuse(self, error: APIError, scope: Scope, receive: Receive, send: Send) -> None:
+        if self._on_error is not None:
+            self._on_error(error.status, error.code)
+        await error.response()(scope, receive, send)
+
 
 def error_body(
     status: int, message: str, *, code: str | None = None, param: str | None = None
@@ -73,19 +96,6 @@ def error_body(
             "code": code,
         }
     }
-
-
-def error_response(
-    status: int,
-    message: str,
-    *,
-    code: str | None = None,
-    param: str | None = None,
-    headers: dict[str, str] | None = None,
-) -> JSONResponse:
-    return JSONResponse(
-        error_body(status, message, code=code, param=param), status_code=status, headers=headers
-    )
 
 
 # OpenAI-style routes this server does not answer yet, named so that a client learns that
@@ -152,17 +162,13 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     return "; or ".join(seen[:2]) + more, param
 
 
-def install_error_handlers(
-    app: FastAPI, on_error: Callable[[int, str | None], None] | None = None
-) -> None:
+def install_error_handlers(app: FastAPI, on_error: ErrorCounter | None = None) -> None:
     """Replace FastAPI's error responses; ``on_error(status, code)`` counts each one."""
 
     def respond(err: APIError) -> JSONResponse:
         if on_error is not None:
             on_error(err.status, err.code)
-        return error_response(
-            err.status, err.message, code=err.code, param=err.param, headers=err.headers
-        )
+        return err.response()
 
     @app.exception_handler(APIError)
     async def _api_error(_: Request, exc: APIError) -> JSONResponse:

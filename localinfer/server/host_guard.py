@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import ipaddress
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from localinfer.errors import InvalidParameterError
-from localinfer.server.errors import error_response
+from localinfer.server.errors import APIError, ErrorCounter, RefusingMiddleware
 
 ANY = "*"
 # Methods a browser may send cross-site without asking first, and that change nothing here.
@@ -125,19 +125,13 @@ class HostPolicy:
         return parts.scheme in ("http", "https") and self.host_allowed(parts.netloc)
 
 
-class HostGuardMiddleware:
+class HostGuardMiddleware(RefusingMiddleware):
     """403 (OpenAI error JSON) for a Host or Origin the policy refuses; pure ASGI, outermost, so
     nothing else runs for such a request."""
 
-    def __init__(
-        self,
-        app: ASGIApp,
-        policy: HostPolicy,
-        on_error: Callable[[int, str | None], None] | None = None,
-    ) -> None:
-        self.app = app
+    def __init__(self, app: ASGIApp, policy: HostPolicy, on_error: ErrorCounter | None = None):
+        super().__init__(app, on_error)
         self.policy = policy
-        self._on_error = on_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http" or self.policy.any_host:
@@ -180,6 +174,4 @@ class HostGuardMiddleware:
     async def _refuse(
         self, scope: Scope, receive: Receive, send: Send, code: str, message: str
     ) -> None:
-        if self._on_error is not None:
-            self._on_error(403, code)
-        await error_response(403, message, code=code)(scope, receive, send)
+        await self.refuse(APIError(403, message, code=code), scope, receive, send)

@@ -10,13 +10,12 @@ stops arriving gets a 408 once its deadline passes. The errors are OpenAI's JSON
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from localinfer.server.errors import error_response
+from localinfer.server.errors import APIError, ErrorCounter, RefusingMiddleware
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -62,19 +61,15 @@ class BodyTimeout(HTTPException):
         )
 
 
-class BodyLimitMiddleware:
+class BodyLimitMiddleware(RefusingMiddleware):
     """Pure ASGI: wraps ``receive`` while the body is arriving; after the body (a handler
     waiting for the client to disconnect) ``receive`` is left alone."""
 
     def __init__(
-        self,
-        app: ASGIApp,
-        limits: RequestLimits,
-        on_error: Callable[[int, str | None], None] | None = None,
+        self, app: ASGIApp, limits: RequestLimits, on_error: ErrorCounter | None = None
     ) -> None:
-        self.app = app
+        super().__init__(app, on_error)
         self.limits = limits
-        self._on_error = on_error
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -128,12 +123,10 @@ class BodyLimitMiddleware:
     async def _refuse(
         self, error: BodyTooLarge | BodyTimeout, scope: Scope, receive: Receive, send: Send
     ) -> None:
-        if self._on_error is not None:
-            self._on_error(error.status_code, error.code)
-        response = error_response(
+        refusal = APIError(
             error.status_code, str(error.detail), code=error.code, headers=error.headers
         )
-        await response(scope, receive, send)
+        await self.refuse(refusal, scope, receive, send)
 
 
 def _content_length(scope: Scope) -> int | None:

@@ -1,0 +1,76 @@
+"""OpenAI's routes: the model list, chat completions and text completions.
+
+Each handler checks the model name, templates and tokenizes the prompt off the event loop, and
+hands the rest to ``generation``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
+
+from localinfer.server.generation import GenerationInput, generate
+from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest
+from localinfer.server.state import ServedSession, ServerState
+from localinfer.server.translate import (
+    chat_prompt_ids,
+    check_chat,
+    check_completion,
+    completion_prompt,
+)
+
+# OpenAI's legacy /v1/completions default; chat answers may run to the end of the context.
+COMPLETIONS_DEFAULT_MAX_TOKENS = 16
+
+
+def add_openai_routes(app: FastAPI, state: ServerState) -> None:
+    """The model list, ``/v1/chat/completions`` and ``/v1/completions`` on ``app``."""
+
+    @app.get("/v1/models")
+    async def list_models() -> dict[str, Any]:
+        current = state.ready()
+        return {"object": "list", "data": [model_card(state, current)]}
+
+    @app.get("/v1/models/{model_id:path}")
+    async def get_model(model_id: str) -> dict[str, Any]:
+        current = state.ready()
+        state.check_model(model_id)
+        return model_card(state, current)
+
+    @app.post("/v1/chat/completions")
+    async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
+        current = state.ready()
+        state.check_model(body.model)
+        logprobs = check_chat(body)
+        prompt = await run_in_threadpool(chat_prompt_ids, current, body)
+        max_tokens = body.max_completion_tokens or body.max_tokens
+        given = GenerationInput("chat", body, prompt, logprobs, max_tokens)
+        return await generate(state, current, request, given)
+
+    @app.post("/v1/completions")
+    async def completions(body: CompletionRequest, request: Request) -> Response:
+        current = state.ready()
+        state.check_model(body.model)
+        logprobs = check_completion(body)
+        prompt, text = await run_in_threadpool(completion_prompt, current, body)
+        if body.echo and not text:  # a token-id prompt: echo its text
+            text = current.model.tokenizer.decode(prompt)
+        max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
+        echo = text if body.echo else ""
+        given = GenerationInput("completion", body, prompt, logprobs, max_tokens, echo=echo)
+        return await generate(state, current, request, given)
+
+
+def model_card(state: ServerState, session: ServedSession) -> dict[str, Any]:
+    engine = session.engine
+    return {
+        "id": state.served_name,
+        "object": "model",
+        "created": 0,
+        "owned_by": "localinfer",
+        "max_model_len": engine.max_ctx,  # per request (per slot)
+        "meta": {"backend": engine.runner.info.backend, "slots": engine.runner.info.slots},
+    }
