@@ -14,9 +14,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from localinfer.budget.arch import ArchSpec, count_params
-from localinfer.budget.quant import normalize_quant
 from localinfer.errors import LocalinferError
+from localinfer.facts.arch import ArchSpec, count_params
+from localinfer.facts.quant import normalize_quant
 
 
 class CatalogError(LocalinferError):

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localinfer.budget.quant import normalize_quant
 from localinfer.catalog import BundledSource, CatalogEntry, HFSource, LocalSource, load_catalog
 from localinfer.errors import InvalidParameterError, LocalinferError
+from localinfer.facts.quant import normalize_quant
 from localinfer.resolve import ALIASES, hf_cache_dir
 from localinfer.stale_files import age_s
 

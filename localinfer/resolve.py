@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from localinfer.budget.quant import normalize_quant
 from localinfer.catalog import BundledSource, CatalogEntry, HFSource, LocalSource, load_catalog
 from localinfer.errors import ModelFileError, UnknownModelError
+from localinfer.facts.quant import normalize_quant
 
 ModelKind = Literal["gguf", "hf_dir", "catalog_remote"]
 

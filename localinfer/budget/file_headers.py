@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from localinfer.budget.arch import ArchSpec
+from localinfer.facts.arch import ArchSpec
 from localinfer.errors import ModelFileError
 from localinfer.loading.gguf_checks import check_layer_count
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES

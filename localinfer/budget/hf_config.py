@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from localinfer.budget.arch import ArchSpec
+from localinfer.facts.arch import ArchSpec
 from localinfer.errors import ModelFileError
 
 # Values transformers fills in when config.json leaves a key out. Gemma 3's multimodal

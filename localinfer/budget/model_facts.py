@@ -7,7 +7,7 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from localinfer.budget.arch import ArchSpec
+from localinfer.facts.arch import ArchSpec
 from localinfer.budget.file_headers import (
     WeightsHeader,
     read_gguf_header,
@@ -15,7 +15,7 @@ from localinfer.budget.file_headers import (
     safetensors_dtype_bytes,
 )
 from localinfer.budget.hf_config import arch_from_hf_config, load_hf_config
-from localinfer.budget.quant import bytes_for_params, weight_bits
+from localinfer.facts.quant import bytes_for_params, weight_bits
 from localinfer.resolve import ResolvedModel
 
 
