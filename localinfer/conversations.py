@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from localinfer.errors import LocalinferError
-from localinfer.stale_files import sweep, writer_tag
+from localinfer.stale_files import LeftoverSweep, writer_tag
 
 Role = Literal["system", "user", "assistant"]
 FORMAT_VERSION = 1
@@ -42,10 +42,8 @@ STALE_TEMP_S = 600.0
 _READ_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError)
 
 
-class ConversationError(LocalinferError):
+class ConversationError(LocalinferError, code="conversation_error"):
     """A saved conversation is missing or unreadable."""
-
-    code = "conversation_error"
 
 
 def _now() -> str:
@@ -158,7 +156,7 @@ class ConversationStore:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else default_root()
-        self._swept = False
+        self._leftovers = LeftoverSweep(self.root, _TEMP_RE, STALE_TEMP_S)
 
     def path_for(self, conversation_id: str) -> Path:
         if not isinstance(conversation_id, str) or not _ID_RE.fullmatch(conversation_id):
@@ -170,7 +168,7 @@ class ConversationStore:
         conversation.updated = _now()
         target = self.path_for(conversation.id)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._sweep_once()
+        self._leftovers.once()
         payload = json.dumps(conversation.to_json(), ensure_ascii=False, indent=1)
         fd, tmp = tempfile.mkstemp(
             prefix=f".{conversation.id}.{writer_tag()}.", suffix=".tmp", dir=self.root
@@ -200,7 +198,7 @@ class ConversationStore:
         """Saved conversations, most recently updated first; unreadable files are skipped."""
         if not self.root.is_dir():
             return []
-        self._sweep_once()
+        self._leftovers.once()
         out: list[ConversationSummary] = []
         for path in self.root.glob("*.json"):
             if not _ID_RE.fullmatch(path.stem):
@@ -219,13 +217,7 @@ class ConversationStore:
 
     def remove_stale_temps(self) -> list[Path]:
         """Delete the temporaries of saves that never finished (their process was killed)."""
-        return sweep(self.root, _TEMP_RE, STALE_TEMP_S)
-
-    def _sweep_once(self) -> None:
-        # Once per store, on first use: the leftovers of an earlier run, not of this one.
-        if not self._swept:
-            self._swept = True
-            self.remove_stale_temps()
+        return self._leftovers.run()
 
 
 def _read(path: Path) -> Conversation:

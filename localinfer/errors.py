@@ -8,15 +8,28 @@ from __future__ import annotations
 
 
 class LocalinferError(Exception):
-    """Base class: a clear, user-facing failure."""
+    """Base class: a clear, user-facing failure.
+
+    A subclass names its HTTP status and error code in its class line, ``class
+    QueueFullError(LocalinferError, http_status=503, code="server_busy")``; what it leaves out it
+    inherits.
+    """
 
     http_status = 500
     code = "internal_error"
 
+    def __init_subclass__(
+        cls, *, http_status: int | None = None, code: str | None = None, **kwargs: object
+    ) -> None:
+        super().__init_subclass__(**kwargs)
+        if http_status is not None:
+            cls.http_status = http_status
+        if code is not None:
+            cls.code = code
 
-class UnknownModelError(LocalinferError):
-    http_status = 404
-    code = "model_not_found"
+
+class UnknownModelError(LocalinferError, http_status=404, code="model_not_found"):
+    """A name that is no catalog entry, local file or cached repository."""
 
     def __init__(self, name: str, suggestions: list[str] | None = None) -> None:
         self.name = name
@@ -27,11 +40,8 @@ class UnknownModelError(LocalinferError):
         )
 
 
-class ModelFileError(LocalinferError):
+class ModelFileError(LocalinferError, http_status=500, code="model_file_error"):
     """A model file is missing, truncated or malformed."""
-
-    http_status = 500
-    code = "model_file_error"
 
     def __init__(self, path: object, reason: str) -> None:
         self.path = str(path)
@@ -39,14 +49,12 @@ class ModelFileError(LocalinferError):
         super().__init__(f"{self.path}: {reason}")
 
 
-class UnsupportedModelError(LocalinferError):
-    http_status = 400
-    code = "unsupported_model"
+class UnsupportedModelError(LocalinferError, http_status=400, code="unsupported_model"):
+    """A model file or directory in a form or architecture localinfer does not run."""
 
 
-class ContextOverflowError(LocalinferError):
-    http_status = 400
-    code = "context_length_exceeded"
+class ContextOverflowError(LocalinferError, http_status=400, code="context_length_exceeded"):
+    """A prompt (or prompt plus answer) longer than the context: refused, never truncated."""
 
     def __init__(self, requested: int, limit: int, what: str = "prompt") -> None:
         self.requested = requested
@@ -57,21 +65,17 @@ class ContextOverflowError(LocalinferError):
         )
 
 
-class InvalidParameterError(LocalinferError):
-    http_status = 400
-    code = "invalid_parameter"
+class InvalidParameterError(LocalinferError, http_status=400, code="invalid_parameter"):
+    """A setting or request parameter out of range or inconsistent with the others."""
 
 
-class QueueFullError(LocalinferError):
-    http_status = 503
-    code = "server_busy"
+class QueueFullError(LocalinferError, http_status=503, code="server_busy"):
+    """Every slot and every queue place is taken; retry later."""
 
 
-class OutOfMemoryBudgetError(LocalinferError):
-    http_status = 507
-    code = "insufficient_memory"
+class OutOfMemoryBudgetError(LocalinferError, http_status=507, code="insufficient_memory"):
+    """The model, its KV cache and overhead do not fit the memory available."""
 
 
-class BackendUnavailableError(LocalinferError):
-    http_status = 500
-    code = "backend_unavailable"
+class BackendUnavailableError(LocalinferError, http_status=500, code="backend_unavailable"):
+    """The backend asked for is not installed or cannot run on this machine."""
