@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from localinfer.paths import cache_dir
-from localinfer.stale_files import sweep, writer_tag
+from localinfer.stale_files import LeftoverSweep, writer_tag
 
 FORMAT = 1
 DISABLE_ENV = "LOCALINFER_QUANT_CACHE"  # "0": quantize on every load, write nothing
@@ -62,7 +62,7 @@ def source_fingerprint(model_path: Path) -> dict[str, object]:
 class QuantCache:
     def __init__(self, root: Path | None = None) -> None:
         self.root = Path(root) if root is not None else cache_dir() / "quant"
-        self._swept = False
+        self._leftovers = LeftoverSweep(self.root, _TEMP_RE, STALE_TEMP_S)
 
     def key(self, model_path: Path, method: str) -> str:
         ident = json.dumps(
@@ -76,7 +76,7 @@ class QuantCache:
 
     def load(self, model_path: Path, method: str) -> Entry | None:
         """The cached arrays (memory-mapped), or None when absent or unreadable."""
-        self._sweep_once()
+        self._leftovers.once()
         folder = self.entry_dir(model_path, method)
         manifest_path = folder / "manifest.json"
         if not manifest_path.is_file():
@@ -102,7 +102,7 @@ class QuantCache:
         """Write ``entry`` atomically; returns its folder."""
         folder = self.entry_dir(model_path, method)
         self.root.mkdir(parents=True, exist_ok=True)
-        self._sweep_once()
+        self._leftovers.once()
         tmp = Path(tempfile.mkdtemp(prefix=f".tmp-{writer_tag()}-", dir=self.root))
         try:
             tensors: dict[str, dict[str, str]] = {}
@@ -151,12 +151,7 @@ class QuantCache:
 
     def remove_stale_temps(self) -> list[Path]:
         """Delete temporary folders whose writer was killed (or that nobody touched for an hour)."""
-        return sweep(self.root, _TEMP_RE, STALE_TEMP_S)
-
-    def _sweep_once(self) -> None:
-        if not self._swept:
-            self._swept = True
-            self.remove_stale_temps()
+        return self._leftovers.run()
 
     def nbytes(self, model_path: Path, method: str) -> int:
         folder = self.entry_dir(model_path, method)

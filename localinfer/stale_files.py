@@ -80,3 +80,23 @@ def sweep(folder: Path, pattern: re.Pattern[str], max_age_s: float) -> list[Path
             continue
         removed.append(path)
     return removed
+
+
+class LeftoverSweep:
+    """The sweep of one store's folder, run once on the store's first use: the leftovers of an
+    earlier run, not the live temporaries of this one."""
+
+    def __init__(self, folder: Path, pattern: re.Pattern[str], max_age_s: float) -> None:
+        self.folder = folder
+        self.pattern = pattern
+        self.max_age_s = max_age_s
+        self._done = False
+
+    def run(self) -> list[Path]:
+        """Sweep now (again, if it ran before); returns what was removed."""
+        return sweep(self.folder, self.pattern, self.max_age_s)
+
+    def once(self) -> None:
+        if not self._done:
+            self._done = True
+            self.run()
