@@ -133,9 +133,9 @@ def test_dense_matmul_path_matches_reference_on_cpu(
     """CPU fp32 runs the native kernels and dense F.linear, or oneDNN-packed matrices without
     them; CUDA (and fp16 on CPU) the dense F.linear path alone. Force that here so the code CUDA
     runs is also checked on a machine without a GPU."""
-    import localinfer.backends.torch.runner as runner_module
+    from localinfer.backends.torch import weight_plan
 
-    monkeypatch.setattr(runner_module, "onednn_available", lambda dtype, device: False)
+    monkeypatch.setattr(weight_plan, "onednn_available", lambda dtype, device: False)
     model = tiny_model(arch)
     runner = make_runner(model, native_max_tokens=0)
     assert not runner.packed_weights and runner.native_max_tokens == 0
@@ -400,7 +400,7 @@ def test_budget_and_runner_agree_on_bf16_packing() -> None:
     a CPU whose oneDNN cannot pack bf16 (an AVX2 laptop; scripts/test's AVX-512-hidden pass)
     both say no, and a bf16 runner works with plain matrices instead of raising."""
     from localinfer.backends.torch import support
-    from localinfer.backends.torch.weights import onednn_available
+    from localinfer.backends.torch.onednn import onednn_available
 
     packs = onednn_available(torch.bfloat16, torch.device("cpu"))
     assert support.onednn_bf16_expected() == packs

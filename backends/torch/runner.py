@@ -14,36 +14,26 @@ from localinfer.backends.slot_lengths import split_logits
 from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.batch_plan import plan_batch
 from localinfer.backends.torch.block_weights import BlockMatrix
-from localinfer.backends.torch.cpu_kernels import load_kernels, matrix_decoder
+from localinfer.backends.torch.cpu_kernels import matrix_decoder
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.model import LlamaModel
-from localinfer.backends.torch.native_forward import (
-    MAX_HEAD_DIM,
-    NativeForward,
-)
-from localinfer.backends.torch.native_plan import (
-    keeps_blocks,
-    native_block_tokens,
-    native_f32_tokens,
-)
-from localinfer.backends.torch.quant_kernels import KernelChooser
-from localinfer.backends.torch.quant_layout import QUANT_LAYOUT_VERSION, parse_quant
+from localinfer.backends.torch.native_forward import NativeForward
 from localinfer.backends.torch.quant_linear import QuantLinear
-from localinfer.backends.torch.weight_quantizer import WeightQuantizer
-from localinfer.backends.torch.weights import (
-    BlockDequant,
-    ModelWeights,
-    load_weights,
-    onednn_available,
+from localinfer.backends.torch.weight_loading import load_weights
+from localinfer.backends.torch.weight_plan import (
+    DTYPE_NAMES,
+    WeightPlan,
+    checked_dtype,
+    plan_weights,
+    requantization,
+    weight_form,
 )
-from localinfer.errors import BackendUnavailableError, UnsupportedModelError
+from localinfer.backends.torch.weight_quantizer import open_quantizer, save_quantized
+from localinfer.backends.torch.weights import BlockDequant, ModelWeights
+from localinfer.errors import BackendUnavailableError
 from localinfer.loading.model import LoadedModel
-from localinfer.quant_cache import QuantCache, quant_cache_enabled
 
 log = logging.getLogger(__name__)
-
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 
 
 class TorchRunner:
@@ -59,89 +49,27 @@ class TorchRunner:
         native_max_tokens: int | None = None,
         stored_blocks: bool | None = None,
     ) -> None:
-        """native_max_tokens: forwards of up to this many tokens run the native CPU kernels
-        (native_forward.py; 0 = never, torch ops only). None: as this machine's calibration
-        decided (native_plan.py: up to DEFAULT_MAX_TOKENS where the kernels measured faster
-        than torch ops, none where they did not).
-        stored_blocks: where the native kernels run (CPU, float32) and the file keeps matrices
-        as GGUF Q8_0/Q4_0/Q4_1 blocks, hold those blocks instead of float32 (block_weights.py:
-        same results, ~5x fewer bytes; every forward then runs natively). None: where the
-        calibration found a product on blocks faster than on float32. Never when the config
-        asks for float weights by name (quant "none", "fp32" ...); False: float32 as before."""
-        if config.dtype not in DTYPES:
-            raise UnsupportedModelError(
-                f"torch runner dtype must be one of {', '.join(DTYPES)}, got {config.dtype!r}"
-            )
-        # GGUF blocks are dequantized on load; int8 / int4 then requantize in this runner's own
-        # layout (quant.py). The file's own type or a float name means: no quantization.
-        keep = config.quant in (None, model.file_quant, DTYPE_NAMES[config.dtype])
-        self.quant_spec = None if keep else parse_quant(config.quant)
+        """native_max_tokens, stored_blocks: overrides of what this machine's calibration
+        decided (weight_plan.plan_weights says what each means); None: as calibrated."""
+        checked_dtype(config)
+        self.quant_spec = requantization(model, config)
         self.device = _resolve_device(config.device)
         if config.threads:
             torch.set_num_threads(config.threads)
+        plan = plan_weights(
+            model, config, self.quant_spec, self.device, native_max_tokens, stored_blocks
+        )
         self.config = config
-        self.model_config = model.config
-        self.dtype = DTYPES[config.dtype]
-        mc = model.config
-        # fp32 on CPU: dense matrices (or the file's blocks) for the native kernels
-        # (native_forward.py) where they build and measured faster here, else oneDNN-packed
-        # ones (see weights.py for the measurements behind this).
-        kernels = None
-        native_here = (
-            self.quant_spec is None
-            and self.device.type == "cpu"
-            and self.dtype == torch.float32
-            and mc.head_dim <= MAX_HEAD_DIM
-        )
-        can_keep_blocks = config.quant in (None, model.file_quant) and hasattr(
-            model.weights, "stored_rows"
-        )
-        if stored_blocks is None:  # an explicit 0 native tokens means torch ops only
-            stored_blocks = native_here and native_max_tokens != 0 and keeps_blocks()
-        keep_blocks = bool(stored_blocks) and can_keep_blocks
-        if native_max_tokens is None:  # as calibrated for what the kernels will multiply by
-            tokens = native_block_tokens if keep_blocks else native_f32_tokens
-            native_max_tokens = tokens() if native_here else 0
-        if native_here and (native_max_tokens or keep_blocks):
-            kernels = load_kernels()
-        onednn = self.quant_spec is None and onednn_available(self.dtype, self.device)
-        self.packed_weights = kernels is None and onednn
-        # A source that hands out stored block rows (GGUF): every forward then runs natively.
-        blocks = model.weights if kernels is not None and keep_blocks else None
-        quantizer = self._quantizer(model) if self.quant_spec is not None else None
-        self.quant_cache_hit = False  # the quantized weights came from the on-disk cache
-        self.quant_kernels: dict[str, int] = {}  # kernel name -> matrices using it
-        self._dequant_buffer = quantizer.chooser.buffer if quantizer is not None else None
-        weights = load_weights(
-            mc, model.weights, self.dtype, self.device, pack=self.packed_weights,
-            quantizer=quantizer, huge_pages=kernels is not None,
-            onednn_dense=kernels is not None and onednn, blocks=blocks,
-        )  # fmt: skip
-        if quantizer is not None:
-            self._save_quantized(model, quantizer)
-        # Every weight is copied out of the model file by now (blocks, float32 or re-quantized):
-        # the file pages the load read need not stay resident (~93 MB for the embedded model).
-        release_pages = getattr(model.weights, "release_pages", None)
-        if release_pages is not None:
-            release_pages()
-        if kernels is not None and weights.has_blocks():
-            # Long prefill chunks run torch ops (faster there, by the calibration): each block
-            # matrix is dequantized into one reused buffer as it is used.
-            threads = config.threads or torch.get_num_threads()
-            weights.dequant = BlockDequant(
-                matrix=matrix_decoder(kernels, threads), rows=kernels.dequant_rows
-            )
+        self.model_config = mc = model.config
+        self.dtype = plan.dtype
+        self.packed_weights = plan.packed
+        weights = self._load_weights(model, plan)
         self._model = LlamaModel(mc, weights, config.max_ctx, self.dtype, self.device)
         self._cache = StaticKVCache(
             mc.n_layers, config.slots, mc.n_kv_heads, config.max_ctx, mc.head_dim,
             self.dtype, self.device,
         )  # fmt: skip
-        self._native: NativeForward | None = None
-        if kernels is not None:
-            self._native = NativeForward(
-                kernels, mc, weights, self._cache, self._model.cos, self._model.sin,
-                max_tokens=native_max_tokens, threads=config.threads,
-            )  # fmt: skip
+        self._native = self._native_forward(plan, weights)
         self._peak_activations = 0  # bytes of the largest forward's main intermediates
         self._closed = False
         self.info = RunnerInfo(
@@ -262,25 +190,40 @@ class TorchRunner:
             return model.file_quant if model.file_quant in kept else max(kept, key=kept.get)
         return DTYPE_NAMES[self.config.dtype]
 
-    def _quant_cache_method(self) -> str:
-        return f"torch-{self.quant_spec.label}-v{QUANT_LAYOUT_VERSION}"
+    def _load_weights(self, model: LoadedModel, plan: WeightPlan) -> ModelWeights:
+        quantizer = None
+        if plan.quant is not None:
+            quantizer = open_quantizer(plan.quant, plan.dtype, plan.device, Path(model.path))
+        self._dequant_buffer = quantizer.chooser.buffer if quantizer is not None else None
+        weights = load_weights(model.config, model.weights, weight_form(plan, model, quantizer))
+        self.quant_cache_hit = False  # the quantized weights came from the on-disk cache
+        self.quant_kernels: dict[str, int] = {}  # kernel name -> matrices using it
+        if quantizer is not None:
+            self.quant_cache_hit = quantizer.cache_hits > 0 and not quantizer.new_entries
+            self.quant_kernels = quantizer.chooser.kernels_used
+            save_quantized(quantizer, Path(model.path))
+        # Every weight is copied out of the model file by now (blocks, float32 or re-quantized):
+        # the file pages the load read need not stay resident (~93 MB for the embedded model).
+        release_pages = getattr(model.weights, "release_pages", None)
+        if release_pages is not None:
+            release_pages()
+        if plan.kernels is not None and weights.has_blocks():
+            # Long prefill chunks run torch ops (faster there, by the calibration): each block
+            # matrix is dequantized into one reused buffer as it is used.
+            threads = self.config.threads or torch.get_num_threads()
+            weights.dequant = BlockDequant(
+                matrix=matrix_decoder(plan.kernels, threads), rows=plan.kernels.dequant_rows
+            )
+        return weights
 
-    def _quantizer(self, model: LoadedModel) -> WeightQuantizer:
-        chooser = KernelChooser(self.quant_spec.bits, self.dtype, self.device)
-        cached = None
-        if quant_cache_enabled() and Path(model.path).exists():
-            cached = QuantCache().load(Path(model.path), self._quant_cache_method())
-        return WeightQuantizer(self.quant_spec, chooser, cached)
-
-    def _save_quantized(self, model: LoadedModel, quantizer: WeightQuantizer) -> None:
-        self.quant_cache_hit = quantizer.cache_hits > 0 and not quantizer.new_entries
-        self.quant_kernels = quantizer.chooser.kernels_used
-        if not quantizer.new_entries or not quant_cache_enabled() or not Path(model.path).exists():
-            return
-        try:
-            QuantCache().save(Path(model.path), self._quant_cache_method(), quantizer.new_entries)
-        except OSError as exc:  # a full or read-only cache costs speed next time, nothing else
-            log.warning("could not cache quantized weights: %s", exc)
+    def _native_forward(self, plan: WeightPlan, weights: ModelWeights) -> NativeForward | None:
+        if plan.kernels is None:
+            return None
+        model = self._model
+        return NativeForward(
+            plan.kernels, self.model_config, weights, self._cache, model.cos, model.sin,
+            max_tokens=plan.native_max_tokens, threads=self.config.threads,
+        )  # fmt: skip
 
     def _check_open(self) -> None:
         if self._closed:
