@@ -1,11 +1,15 @@
-"""A ready-to-use model: resolve -> load -> runner (backend selection) -> Engine, in one call.
+"""The one road from a model's name to a running engine.
+
+    name -> resolve -> load (headers, tokenizer) -> choose a backend -> budget (refuse or go)
+         -> runner -> Engine (+ a Speculator, its draft model's runner built the same way)
 
     with open_session() as s:                       # the embedded SmolLM2 model
         ids = s.chat_prompt_ids([{"role": "user", "content": "Hi"}])
         print(s.engine.generate(Request(ids)).text)
 
-The chat TUI, `localinfer generate`, `serve` and the benchmarks all start here, so they agree on
-defaults and on how a chat becomes token ids.
+The chat TUI, `localinfer generate`, `serve` and the benchmarks start with :func:`open_session`;
+`budget --verify` and `quality` build bare runners with :func:`open_model` + :func:`build_runner`.
+So they agree on defaults, on the budget's verdict and on how a chat becomes token ids.
 """
 
 from __future__ import annotations
@@ -13,15 +17,38 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from localinfer.backends.base import Runner, RunnerConfig
+from localinfer.backends.select import BackendChoice, choose_backend, create_runner
+from localinfer.budget.compute import BudgetRequest, compute_budget, ensure_fits
+from localinfer.budget.report import DEFAULT_CTX, BudgetReport
 from localinfer.engine import Engine
-from localinfer.engine.speculative import SpecConfig, Speculator
-from localinfer.errors import InvalidParameterError
+from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
+from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
+from localinfer.loading.loader import load_model
 from localinfer.loading.model import LoadedModel
+from localinfer.resolve import resolve_model
+from localinfer.speculation import NGRAM, check_draft_model, default_spec_config, draft_source
+
+if TYPE_CHECKING:
+    from localinfer.catalog import CatalogEntry
+
+__all__ = [
+    "DEFAULT_CTX",
+    "DEFAULT_MODEL",
+    "DEFAULT_SLOTS",
+    "BuiltRunner",
+    "OpenedModel",
+    "RunnerSettings",
+    "Session",
+    "build_runner",
+    "check_budget",
+    "open_model",
+    "open_session",
+]
 
 DEFAULT_MODEL = "smollm2-135m"
-DEFAULT_CTX = 2048  # per slot
 DEFAULT_SLOTS = 4
 
 
@@ -32,6 +59,7 @@ class Session:
     runner_notice: str  # one line: which backend and why
     backend: str
     speculator: Speculator | None = None  # --draft: n-gram or a draft model (owns its runner)
+    budget: BudgetReport | None = None  # the budget the session was let in on (None: --force)
     _closed: bool = field(default=False, repr=False)
 
     @property
@@ -76,6 +104,105 @@ class Session:
         self.close()
 
 
+@dataclass(frozen=True, slots=True)
+class RunnerSettings:
+    """How to run a model, as the command line asks it; None picks the default."""
+
+    backend: str | None = None  # torch | llamacpp | mlx; None: choose_backend's pick
+    ctx: int | None = None  # per slot; None: min(DEFAULT_CTX, the model's trained context)
+    slots: int = DEFAULT_SLOTS
+    dtype: str | None = None  # None: the backend's default on its device (profile)
+    quant: str | None = None  # int8 | int4 | a GGUF type; None or "none": the file's own
+    threads: int | None = None  # None: the backend's default (physical cores)
+    device: str | None = None  # None: the device the backend choice implies
+    force: bool = False  # load without asking the budget whether it fits
+
+    def __post_init__(self) -> None:
+        if self.slots < 1:
+            raise InvalidParameterError(f"--slots must be at least 1, got {self.slots}")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenedModel:
+    """A resolved model with its headers and tokenizer read; the weights stay on disk."""
+
+    model: LoadedModel
+    entry: CatalogEntry | None  # its catalog entry (the recommended draft), when named there
+
+
+@dataclass(slots=True)
+class BuiltRunner:
+    """A model's runner and the choices it was built with."""
+
+    model: LoadedModel
+    runner: Runner
+    choice: BackendChoice
+    config: RunnerConfig
+    budget: BudgetReport | None  # None when forced
+
+
+def open_model(model_spec: str | None, quant: str | None = None) -> OpenedModel:
+    """Resolve ``model_spec`` (default: the embedded model; ``quant`` picks among a catalog
+    model's files) and read its headers and tokenizer."""
+    resolved = resolve_model(model_spec or DEFAULT_MODEL, quant)
+    model = load_model(resolved.require_path(), name=resolved.name)
+    return OpenedModel(model, resolved.entry)
+
+
+def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
+    """Choose the backend once, ask the budget (unless forced), then load the weights.
+
+    ``settings.ctx`` beyond what the model was trained for is an error, never a silent clamp.
+    Raises OutOfMemoryBudgetError, with what would fit, before any weight is read.
+    """
+    ctx = _context(model, settings.ctx)
+    choice = choose_backend(settings.backend, model.format, model.file_quant, model.config.arch)
+    device = settings.device or choice.device
+    quant = settings.quant if settings.quant and settings.quant.lower() != "none" else None
+    config = RunnerConfig(
+        slots=settings.slots,
+        max_ctx=ctx,
+        dtype=settings.dtype or choice.profile.default_dtype(device),
+        device=device,
+        threads=settings.threads,
+        quant=quant,
+    )
+    report = None if settings.force else check_budget(model, config, choice.name)
+    return BuiltRunner(model, create_runner(model, config, choice), choice, config, report)
+
+
+def check_budget(model: LoadedModel, config: RunnerConfig, backend: str) -> BudgetReport:
+    """The budget of running ``model`` as ``config`` on ``backend`` (file headers only); raises
+    OutOfMemoryBudgetError with the budget's own explanation when it does not fit."""
+    request = BudgetRequest(
+        model=str(model.path),
+        ctx=config.max_ctx,
+        concurrency=config.slots,
+        quant=config.quant,
+        device=config.device,
+        backend=backend,
+        dtype=config.dtype,
+    )
+    # The budget names a model by its file; the refusal names it as the user did.
+    report = compute_budget(request).model_copy(update={"model": model.name})
+    try:
+        return ensure_fits(report)
+    except OutOfMemoryBudgetError as exc:
+        raise OutOfMemoryBudgetError(f"{exc}; --force loads it anyway") from None
+
+
+def _context(model: LoadedModel, asked: int | None) -> int:
+    trained = model.config.max_ctx
+    ctx = min(DEFAULT_CTX, trained) if asked is None else asked
+    if ctx < 2:
+        raise InvalidParameterError(f"--ctx must be at least 2, got {ctx}")
+    if ctx > trained:
+        raise InvalidParameterError(
+            f"--ctx {ctx} is more than {model.name} was trained for ({trained} tokens)"
+        )
+    return ctx
+
+
 def open_session(
     model_spec: str | None = None,
     *,
@@ -91,82 +218,75 @@ def open_session(
     draft: str | None = None,
     draft_backend: str | None = None,
     spec_config: SpecConfig | None = None,
+    force: bool = False,
 ) -> Session:
-    """Resolve, load and start ``model_spec`` (default: the embedded SmolLM2-135M).
+    """Resolve, budget, load and start ``model_spec`` (default: the embedded SmolLM2-135M).
 
-    ``ctx`` is per slot and defaults to min(2048, the model's trained context); asking for more
-    than the model was trained for is an error, never a silent clamp. ``dtype`` defaults to
-    bfloat16 on a GPU and float32 on CPU (torch and mlx; llama.cpp keeps the file's types).
-    ``prefix_reuse`` (on by default) lets a new request reuse the KV of an idle slot that shares
-    its prompt's beginning: the next turn of a chat prefills only the new messages.
-    ``draft`` turns on speculative decoding: ``"ngram"`` (lookup in the prompt and output),
-    ``"auto"`` (the catalog's recommended draft model), a draft model spec, or None/``"off"``;
-    a draft model runs on ``draft_backend`` (default: the target's backend); ``spec_config``
-    overrides the speculation settings chosen for the backend (k, costs, busy threshold).
+    ``ctx``, ``dtype``, ``quant``: see RunnerSettings (``dtype``: bfloat16 on a GPU, float32 on
+    CPU; llama.cpp keeps the file's types). The budget refuses what does not fit before any
+    weight loads; ``force`` loads anyway. ``prefix_reuse`` (on by default) lets a new request
+    reuse the KV of an idle slot that shares its prompt's beginning. ``draft`` turns on
+    speculative decoding: ``"ngram"``, ``"auto"`` (the catalog's recommended draft model), a
+    draft model spec, or None/``"off"``; a draft model runs on ``draft_backend`` (default: the
+    target's); ``spec_config`` overrides the settings chosen for the backend.
     """
-    from localinfer.backends.base import RunnerConfig
-    from localinfer.backends.select import choose_backend, create_runner
-    from localinfer.loading.loader import load_model
-    from localinfer.resolve import resolve_model
-
-    if slots < 1:
-        raise InvalidParameterError(f"--slots must be at least 1, got {slots}")
-    resolved = resolve_model(model_spec or DEFAULT_MODEL, quant)
-    model = load_model(resolved.require_path(), name=resolved.name)
-    trained = model.config.max_ctx
-    if ctx is None:
-        ctx = min(DEFAULT_CTX, trained)
-    if ctx < 2:
-        raise InvalidParameterError(f"--ctx must be at least 2, got {ctx}")
-    if ctx > trained:
-        raise InvalidParameterError(
-            f"--ctx {ctx} is more than {model.name} was trained for ({trained} tokens)"
-        )
-    choice = choose_backend(backend, model.format, model.file_quant, model.config.arch)
-    if dtype is None:
-        dtype = "bfloat16" if choice.device in ("cuda", "metal") else "float32"
-    config = RunnerConfig(
-        slots=slots,
-        max_ctx=ctx,
-        dtype=dtype,
-        device=choice.device,
-        threads=threads,
-        quant=quant if quant and quant.lower() != "none" else None,
-    )
-    runner, _ = create_runner(model, config, choice.name)
-    notice = choice.notice  # why *this* backend (create_runner only sees it as requested)
+    settings = RunnerSettings(backend, ctx, slots, dtype, quant, threads, force=force)
+    opened = open_model(model_spec, quant)
+    target = build_runner(opened.model, settings)
     speculator = None
     try:
-        from localinfer.engine.speculative.factory import make_speculator
-
-        speculator = make_speculator(
-            draft,
-            target=model,
-            target_entry=resolved.entry,
-            # The draft keeps its own file's quantization; slots and context follow the target.
-            runner_config=dataclasses.replace(config, quant=None),
-            backend=draft_backend or choice.name,
-            target_backend=choice.name,
-            target_weights=runner.info.quant,
-            config=spec_config,
-        )
+        speculator = _speculator(draft, opened.entry, target, settings, draft_backend, spec_config)
         engine = Engine(
-            runner,
-            model.tokenizer,
+            target.runner,
+            opened.model.tokenizer,
             max_queue=max_queue,
             prefill_chunk=prefill_chunk,
             prefix_reuse=prefix_reuse,
             speculator=speculator,
         )
     except Exception:
-        runner.close()
+        target.runner.close()
         if speculator is not None:
             speculator.close()
         raise
     return Session(
-        model=model,
-        engine=engine,
-        runner_notice=notice,
-        backend=choice.name,
-        speculator=speculator,
+        opened.model, engine, target.choice.notice, target.choice.name, speculator, target.budget
     )
+
+
+def _speculator(
+    draft: str | None,
+    entry: CatalogEntry | None,
+    target: BuiltRunner,
+    settings: RunnerSettings,
+    draft_backend: str | None,
+    config: SpecConfig | None,
+) -> Speculator | None:
+    """The Speculator ``draft`` asks for (None: off), set up for the target's backend."""
+    source = draft_source(draft, target.model.name, entry)
+    if source is None:
+        return None
+    config = config or default_spec_config(
+        target.choice.name,
+        target.config.device,
+        with_draft=source != NGRAM,
+        weights=target.runner.info.quant,
+    )
+    if source == NGRAM:
+        return Speculator(config)
+    draft_model = open_model(source).model
+    check_draft_model(target.model, draft_model, target.config.max_ctx)
+    # The draft keeps its own file's quantization; slots, context, dtype and threads follow the
+    # target's, and the budget asks about it with the target already loaded.
+    built = build_runner(
+        draft_model,
+        dataclasses.replace(
+            settings,
+            backend=draft_backend or target.choice.name,
+            ctx=target.config.max_ctx,
+            dtype=target.config.dtype,
+            quant=None,
+        ),
+    )
+    proposer = DraftProposer(built.runner, vocab_size=draft_model.tokenizer.vocab_size)
+    return Speculator(config, proposer)

@@ -424,32 +424,33 @@ def test_a_failing_draft_model_only_turns_speculation_off() -> None:
     assert engine.metrics().spec_proposed == 0
 
 
-def test_draft_choice_turns_into_a_speculator() -> None:
+def test_draft_choice_and_default_settings() -> None:
     from types import SimpleNamespace
 
-    from localinfer.backends.base import RunnerConfig
-    from localinfer.engine.speculative.factory import make_speculator
+    from localinfer.speculation import NGRAM, default_spec_config, draft_source
 
-    target = SimpleNamespace(name="tiny")
-    cpu = RunnerConfig(slots=2, max_ctx=64)
-    kw = dict(target=target, target_entry=None, runner_config=cpu, backend=None)
-    assert make_speculator(None, **kw) is None
-    assert make_speculator("off", **kw) is None
-    llama = make_speculator("ngram", target_backend="llamacpp", **kw)
-    torch_cpu = make_speculator("NGram", target_backend="torch", **kw)
-    assert llama is not None and torch_cpu is not None and llama.kind == "ngram"
+    assert draft_source(None, "tiny", None) is None
+    assert draft_source(" off ", "tiny", None) is None
+    assert draft_source("NGram", "tiny", None) == NGRAM
+    assert draft_source("some-draft.gguf", "tiny", None) == "some-draft.gguf"
+    assert draft_source("auto", "tiny", SimpleNamespace(draft="small")) == "small"
+    with pytest.raises(InvalidParameterError, match="no recommended draft"):
+        draft_source("auto", "tiny", None)
+    with pytest.raises(InvalidParameterError, match="no recommended draft"):
+        draft_source("auto", "tiny", SimpleNamespace(draft=None))
+
+    llama = default_spec_config("llamacpp", "cpu")
+    torch_cpu = default_spec_config("torch", "cpu")
     # llama.cpp on a CPU pays much more for each extra verified token than memory-bound torch.
-    assert llama.config.verify_cost > torch_cpu.config.verify_cost
+    assert llama.verify_cost > torch_cpu.verify_cost and llama.verify_fixed > 0
     # torch on GGUF blocks reads fewer bytes per step: an extra token weighs more than on fp32.
-    blocks = make_speculator("ngram", target_backend="torch", target_weights="Q4_1", **kw)
-    assert blocks is not None
-    assert torch_cpu.config.verify_cost < blocks.config.verify_cost < llama.config.verify_cost
-    assert blocks.config.max_busy_slots == 1  # its batched decode is cheap (factory.py)
-    with pytest.raises(InvalidParameterError, match="no recommended draft"):
-        make_speculator("auto", **kw)
-    entry = SimpleNamespace(draft=None)
-    with pytest.raises(InvalidParameterError, match="no recommended draft"):
-        make_speculator("auto", **{**kw, "target_entry": entry})
+    blocks = default_spec_config("torch", "cpu", weights="Q4_1")
+    assert torch_cpu.verify_cost < blocks.verify_cost < llama.verify_cost
+    assert blocks.max_busy_slots == 1  # its batched decode is cheap (backends/torch/profile.py)
+    drafted = default_spec_config("llamacpp", "cpu", with_draft=True)
+    assert llama.draft_cost == 0 < drafted.draft_cost
+    gpu = default_spec_config("torch", "cuda", weights="Q4_1")
+    assert gpu.verify_cost < torch_cpu.verify_cost and gpu.verify_fixed == 0
 
 
 class _Timed(MarkovRunner):

@@ -8,8 +8,10 @@ from pathlib import Path
 
 from pydantic import BaseModel, computed_field
 
-from localinfer.budget.compute import BudgetReport
+from localinfer.backends.base import Runner, SlotWork
+from localinfer.budget.report import BudgetReport
 from localinfer.errors import InvalidParameterError, ModelFileError
+from localinfer.session import RunnerSettings, build_runner, open_model
 
 
 class MemoryCheck(BaseModel):
@@ -69,21 +71,9 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
     device = report.device
     if device not in ("cpu", "metal") and not device.startswith("cuda"):
         raise InvalidParameterError("--verify measures this machine; drop --device SIZE")
-    from localinfer.backends.base import RunnerConfig, SlotWork
-    from localinfer.backends.select import create_runner
-    from localinfer.loading.loader import load_model
-
     preloaded = _LIBRARY.get(report.backend, "") in sys.modules
     before = _rss()
-    model = load_model(Path(report.model_path), report.model)
-    # The dtype the budget assumed (torch: float32 on CPU, bfloat16 on a GPU, as the session).
-    config = RunnerConfig(
-        slots=report.concurrency,
-        max_ctx=report.ctx,
-        device=device,
-        dtype=dtype or ("float32" if device == "cpu" else "bfloat16"),
-    )
-    runner, _notice = create_runner(model, config, backend=report.backend)
+    runner = _budgeted_runner(report, dtype)
     try:
         # One full prefill chunk, so compute buffers reach the size the budget counts.
         n = min(report.prefill_chunk, report.ctx)
@@ -110,3 +100,19 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         rss_growth=growth,
         library_preloaded=preloaded,
     )
+
+
+def _budgeted_runner(report: BudgetReport, dtype: str | None) -> Runner:
+    """The runner at the report's settings; the budget's verdict is what is being checked, so
+    it is built whether or not the report says it fits. The dtype defaults to the one the
+    budget assumed (the backend's default on the device, as in a session)."""
+    assert report.model_path is not None
+    settings = RunnerSettings(
+        backend=report.backend,
+        ctx=report.ctx,
+        slots=report.concurrency,
+        dtype=dtype,
+        device=report.device,
+        force=True,
+    )
+    return build_runner(open_model(report.model_path).model, settings).runner

@@ -32,18 +32,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from localinfer.errors import InvalidParameterError
-    from localinfer.loading.loader import load_model
     from localinfer.quality.run import QualityOptions, measure_quality
-    from localinfer.resolve import resolve_model
-    from localinfer.session import DEFAULT_MODEL
+    from localinfer.session import open_model
 
     quants = [q.strip() for q in args.quant.split(",") if q.strip()]
     if not quants:
         raise InvalidParameterError("--quant needs at least one quantization")
     if args.tokens is not None and args.tokens < 2:
         raise InvalidParameterError("--tokens must be at least 2")
-    resolved = resolve_model(args.model or DEFAULT_MODEL)
-    model = load_model(resolved.require_path(), name=resolved.name)
+    model = open_model(args.model).model
     opts = QualityOptions(
         quants=quants, backend=args.backend, max_tokens=args.tokens, window=args.window,
         speed_steps=args.speed_steps, threads=args.threads,

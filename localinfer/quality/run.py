@@ -5,10 +5,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localinfer.backends.base import Runner, RunnerConfig
+from localinfer import session
+from localinfer.backends.base import Runner
 from localinfer.loading.model import LoadedModel
 from localinfer.quality.evaluate import compare, decode_speed, eval_text, eval_windows
 from localinfer.quality.report import QualityReport, QualityRow
+from localinfer.session import RunnerSettings
 
 SPEED_PROMPT = "Write a short story about a lighthouse keeper who finds a message in a bottle."
 
@@ -26,16 +28,22 @@ class QualityOptions:
     slots: int = 1  # slots of every runner built (bench-quant times 8 streams)
 
 
-def build_runner(model: LoadedModel, backend: str, quant: str | None, opts: QualityOptions):
-    from localinfer.backends.select import create_runner
-
-    config = RunnerConfig(
-        slots=opts.slots, max_ctx=max(opts.window, 64) + 64, dtype="float32",
-        threads=opts.threads,
+def build_runner(
+    model: LoadedModel, backend: str, quant: str | None, opts: QualityOptions
+) -> Runner:
+    """One runner of ``model`` at the evaluation's size, on the CPU in float32 like the
+    reference. Built without the budget's check: every runner here holds one short window."""
+    settings = RunnerSettings(
+        backend=backend,
+        ctx=max(opts.window, 64) + 64,
+        slots=opts.slots,
+        dtype="float32",
         quant=quant,
-    )  # fmt: skip
-    runner, _ = create_runner(model, config, backend)
-    return runner
+        threads=opts.threads,
+        device="cpu",
+        force=True,
+    )
+    return session.build_runner(model, settings).runner
 
 
 def budget_weights(model: LoadedModel, quant: str | None, backend: str) -> int | None:
