@@ -4,7 +4,7 @@ the timer sees every forward."""
 from __future__ import annotations
 
 from localinfer.engine import Engine
-from localinfer.engine.bench import TimedRunner, run_direct, run_engine
+from localinfer.bench.engine_vs_direct import TimedRunner, run_direct, run_engine
 from tests.test_engine_model import ByteTokenizer, HashRunner
 
 

@@ -3,4 +3,6 @@
 prompts (the shipped prompt set) -> targets (one streamed request: HTTP or in-process) ->
 loadgen (closed-loop concurrency levels) -> records/stats (TTFT, TPOT, latency percentiles,
 throughput) -> render (rich table) and plot (PNG).
+
+engine_vs_direct (scripts/bench-engine) times the engine against its own runner driven directly.
 """
