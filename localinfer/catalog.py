@@ -6,6 +6,7 @@ typo never turns into a wrong memory budget.
 
 from __future__ import annotations
 
+import difflib
 import functools
 import tomllib
 from importlib import resources
@@ -17,6 +18,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from localinfer.errors import LocalinferError
 from localinfer.facts.arch import ArchSpec, count_params
 from localinfer.facts.quant import normalize_quant
+
+# Friendly names for the model that ships with localinfer.
+ALIASES = {"default": "smollm2-135m", "embedded": "smollm2-135m"}
 
 
 class CatalogError(LocalinferError):
@@ -103,10 +107,28 @@ class Catalog(BaseModel):
     entries: dict[str, CatalogEntry]
 
     def get(self, name: str) -> CatalogEntry | None:
-        return self.entries.get(name.lower())
+        """The entry called `name` or one of its ALIASES (any case)."""
+        key = name.lower()
+        return self.entries.get(ALIASES.get(key, key))
 
     def names(self) -> list[str]:
         return list(self.entries)
+
+    def for_repo(self, repo_id: str) -> CatalogEntry | None:
+        """The entry whose weights are the Hub repo `repo_id` (its original or its GGUF repo)."""
+        for entry in self.entries.values():
+            src = entry.source
+            if isinstance(src, HFSource) and repo_id in (src.repo, src.gguf_repo):
+                return entry
+        return None
+
+    def close_names(self, spec: str) -> list[str]:
+        """Up to three names to suggest for a name the catalog does not hold."""
+        low = spec.lower()
+        close = difflib.get_close_matches(low, self.names(), n=3, cutoff=0.5)
+        if not close:  # "llama" or "qwen3": suggest names that contain what was typed
+            close = [n for n in self.names() if low and low in n][:3]
+        return close
 
 
 def parse_catalog(text: str, origin: str = "models.toml") -> Catalog:
@@ -152,3 +174,14 @@ def load_catalog() -> Catalog:
 
 def load_catalog_file(path: str | Path) -> Catalog:
     return parse_catalog(Path(path).read_text(encoding="utf-8"), origin=str(path))
+
+
+def catalog_entry_for(spec: str) -> CatalogEntry | None:
+    """The shipped catalog's entry for `spec`: a name, an alias, or one of its Hub repo ids."""
+    catalog = load_catalog()
+    return catalog.get(spec) or catalog.for_repo(spec)
+
+
+def catalog_entry_for_repo(repo_id: str) -> CatalogEntry | None:
+    """The shipped catalog's entry whose weights are the Hub repo `repo_id`, if any."""
+    return load_catalog().for_repo(repo_id)

@@ -6,13 +6,8 @@ token all work as they do for every other tool that shares the cache). The first
 the repository's file listing with a short timeout, so a machine without a network learns it in
 seconds instead of waiting on a download timeout; every failure becomes one typed HubError line.
 
-Interrupted downloads: huggingface_hub resumes a dropped connection with a Range request (up to
-five times per file) within one `pull`. It does not keep partial files between runs (2.x writes
-to a per-process temporary file), so a `pull` stopped with Ctrl-C starts that file again, while
-files that completed are not fetched twice. It deletes that temporary when a download fails, but
-a killed process leaves it behind (``blobs/<etag>.<random>.incomplete``, never resumed since its
-name belongs to that process): `pull` deletes such leftovers of the repository first, once no
-process holds the download's lock (:func:`remove_partial_downloads`).
+A `pull` first removes what killed downloads of the repository left behind
+(localinfer/hf_cache.py, :func:`remove_partial_downloads`).
 """
 
 from __future__ import annotations
@@ -25,11 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from localinfer.catalog import BundledSource, CatalogEntry, HFSource, LocalSource, load_catalog
-from localinfer.errors import InvalidParameterError, LocalinferError
+from localinfer.catalog import (
+    BundledSource,
+    CatalogEntry,
+    HFSource,
+    LocalSource,
+    catalog_entry_for,
+    load_catalog,
+)
+from localinfer.errors import InvalidParameterError, LocalinferError, UnknownModelError
 from localinfer.facts.quant import normalize_quant
-from localinfer.resolve import ALIASES, hf_cache_dir
-from localinfer.stale_files import age_s
+from localinfer.hf_cache import hf_cache_dir
+from localinfer.hf_cache import remove_cached as remove_cached  # re-exported: commands/rm.py
+from localinfer.hf_cache import remove_partial_downloads as remove_partial_downloads  # pull.py
 
 # What a safetensors checkpoint needs to load and chat: weights, configs, tokenizer, template.
 SAFETENSORS_PATTERNS = (
@@ -48,9 +51,6 @@ SAFETENSORS_PATTERNS = (
 # accepts and never answers as a read timeout; either way `pull` fails in seconds, not minutes.
 CONNECT_TIMEOUT_S = 3.0
 LISTING_TIMEOUT_S = 5.0
-# Where the download lock cannot be checked (no flock on the filesystem): a partial file nobody
-# has written to for this long belongs to no running download.
-STALE_PARTIAL_S = 3600.0
 
 
 class HubError(LocalinferError):
@@ -94,19 +94,6 @@ class RemoteListing:
     @property
     def missing_bytes(self) -> int:
         return sum(f.size for f in self.files if not f.cached)
-
-
-def catalog_entry_for(spec: str) -> CatalogEntry | None:
-    """The catalog entry named by `spec`: a name, an alias, or one of its Hub repo ids."""
-    catalog = load_catalog()
-    entry = catalog.get(ALIASES.get(spec.lower(), spec))
-    if entry is not None:
-        return entry
-    for candidate in catalog.entries.values():
-        src = candidate.source
-        if isinstance(src, HFSource) and spec in (src.repo, src.gguf_repo):
-            return candidate
-    return None
 
 
 def plan_download(spec: str, quant: str | None = None) -> DownloadPlan:
@@ -159,10 +146,7 @@ def _quant_name(quant: str) -> str:
 def _plan_for_repo(spec: str, quant: str | None) -> DownloadPlan:
     parts = spec.split("/")
     if len(parts) != 2 or not all(parts):
-        from localinfer.errors import UnknownModelError
-        from localinfer.resolve import _suggest
-
-        raise UnknownModelError(spec, _suggest(spec))
+        raise UnknownModelError(spec, load_catalog().close_names(spec))
     _check_repo_id(spec)
     if quant is None or quant.strip().lower() in ("none", "bf16"):
         return DownloadPlan(spec, spec, None, SAFETENSORS_PATTERNS, None)
@@ -305,148 +289,3 @@ def download(plan: DownloadPlan, *, progress: bool = True) -> Path:
         if silence:
             enable_progress_bars()
     return Path(folder)
-
-
-# -- partial downloads left by a killed pull ------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PartialCleanup:
-    files: int
-    freed_bytes: int
-
-
-def remove_partial_downloads(repo_id: str) -> PartialCleanup:
-    """Delete the partial files that killed downloads of ``repo_id`` left in the cache.
-
-    huggingface_hub writes a blob to ``blobs/<etag>.<random>.incomplete`` while it holds
-    ``.locks/<repo folder>/<etag>.lock``. A partial file whose lock nobody holds has no writer
-    (a concurrent pull of the same file holds it, so its file stays). On a filesystem without
-    flock the lock says nothing, and a partial file goes after STALE_PARTIAL_S without change.
-    """
-    from huggingface_hub.file_download import repo_folder_name
-
-    name = repo_folder_name(repo_id=repo_id, repo_type="model")
-    blobs = hf_cache_dir() / name / "blobs"
-    locks = hf_cache_dir() / ".locks" / name
-    files = freed = 0
-    for path in sorted(blobs.glob("*.incomplete")) if blobs.is_dir() else []:
-        etag = path.name.split(".", 1)[0]
-        try:
-            if not _writer_gone(locks / f"{etag}.lock", path):
-                continue
-            size = path.stat().st_size
-            path.unlink()
-        except OSError:  # finished or removed meanwhile, or not ours to remove
-            continue
-        files, freed = files + 1, freed + size
-    return PartialCleanup(files, freed)
-
-
-def _writer_gone(lock_path: Path, partial: Path) -> bool:
-    held = _lock_held(lock_path)
-    if held is None:
-        return age_s(partial) > STALE_PARTIAL_S
-    return not held
-
-
-def _lock_held(lock_path: Path) -> bool | None:
-    """Whether some process holds this download lock; None when the filesystem cannot say."""
-    if not lock_path.exists():
-        return False
-    # filelock is what huggingface_hub locks with (one of its own dependencies).
-    from filelock import FileLock, Timeout
-
-    lock = FileLock(str(lock_path))
-    try:
-        lock.acquire(timeout=0)
-    except Timeout:
-        return True
-    except (NotImplementedError, OSError):
-        return None
-    lock.release()
-    return False
-
-
-# -- removing ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Removal:
-    repos: tuple[str, ...]
-    revisions: int
-    freed_bytes: int
-
-
-def cached_repo_ids(spec: str) -> list[str]:
-    """The cached Hub repos that hold `spec` (a catalog model's GGUF and original repos)."""
-    entry = catalog_entry_for(spec)
-    if entry is not None:
-        src = entry.source
-        if isinstance(src, BundledSource):
-            raise InvalidParameterError(
-                f"{entry.name} ships inside the pip package {src.package}, not the Hub cache; "
-                f"`pip uninstall {src.package}` removes it"
-            )
-        if isinstance(src, LocalSource):
-            raise InvalidParameterError(f"{entry.name} is a local model ({src.path}); not cached")
-        assert isinstance(src, HFSource)
-        wanted = [r for r in (src.gguf_repo, src.repo) if r]
-    else:
-        wanted = [spec]
-    present = {repo.repo_id for repo in _scan_cache_repos()}
-    return [r for r in wanted if r in present]
-
-
-def _scan_cache_repos() -> list:
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
-
-    cache = hf_cache_dir()
-    if not cache.is_dir():
-        return []
-    try:
-        return [r for r in scan_cache_dir(cache).repos if r.repo_type == "model"]
-    except CacheNotFound:
-        return []
-
-
-def remove_cached(spec: str, *, dry_run: bool = False) -> Removal:
-    """Delete every cached revision of `spec`'s repos with huggingface_hub's deletion strategy
-    (snapshots, blobs no other revision uses, refs; the repo folder when nothing is left)."""
-    from huggingface_hub import scan_cache_dir
-
-    repos = cached_repo_ids(spec)
-    if not repos:
-        return Removal((), 0, 0)
-    info = scan_cache_dir(hf_cache_dir())
-    hashes = [
-        rev.commit_hash
-        for repo in info.repos
-        if repo.repo_type == "model" and repo.repo_id in repos
-        for rev in repo.revisions
-    ]
-    freed = 0
-    if hashes:
-        strategy = info.delete_revisions(*hashes)
-        freed = strategy.expected_freed_size
-        if not dry_run:
-            strategy.execute()
-    if not dry_run:
-        _remove_leftovers(repos)
-    return Removal(tuple(repos), len(hashes), freed)
-
-
-def _remove_leftovers(repos: list[str]) -> None:
-    """A repo folder with no revision left (only an interrupted download's temporary files, or an
-    empty refs/): the deletion strategy skips those, so remove the folder itself."""
-    from huggingface_hub.file_download import repo_folder_name
-
-    for repo_id in repos:
-        name = repo_folder_name(repo_id=repo_id, repo_type="model")
-        folder = hf_cache_dir() / name
-        snapshots = folder / "snapshots"
-        if folder.is_dir() and not (snapshots.is_dir() and any(snapshots.iterdir())):
-            shutil.rmtree(folder, ignore_errors=True)
-        if not folder.exists():  # download locks of a repo that is gone
-            shutil.rmtree(hf_cache_dir() / ".locks" / name, ignore_errors=True)

@@ -8,7 +8,6 @@ not on disk still resolves, with `path=None`, so the budget can work from the ca
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import importlib.util
 import os
@@ -16,14 +15,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from localinfer.catalog import BundledSource, CatalogEntry, HFSource, LocalSource, load_catalog
+from localinfer.catalog import ALIASES as ALIASES  # re-exported: commands/serve.py
+from localinfer.catalog import (
+    BundledSource,
+    CatalogEntry,
+    HFSource,
+    LocalSource,
+    catalog_entry_for_repo,
+    load_catalog,
+)
 from localinfer.errors import ModelFileError, UnknownModelError
 from localinfer.facts.quant import normalize_quant
+from localinfer.hf_cache import cached_snapshot, hf_cache_dir
+from localinfer.hf_cache import list_cached_repos as list_cached_repos  # re-exported
 
 ModelKind = Literal["gguf", "hf_dir", "catalog_remote"]
-
-# Friendly names for the model that ships with localinfer.
-ALIASES = {"default": "smollm2-135m", "embedded": "smollm2-135m"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,7 +64,7 @@ def resolve_model(spec: str, quant: str | None = None, *, assemble: bool = True)
     """
     spec = spec.strip()
     if not spec:
-        raise UnknownModelError(spec, _suggest(spec))
+        raise UnknownModelError(spec, load_catalog().close_names(spec))
     wanted = None if quant is None or quant.lower() == "none" else normalize_quant(quant)
 
     path = Path(spec).expanduser()
@@ -66,7 +72,7 @@ def resolve_model(spec: str, quant: str | None = None, *, assemble: bool = True)
         return _resolve_path(path, wanted)
 
     catalog = load_catalog()
-    entry = catalog.get(ALIASES.get(spec.lower(), spec))
+    entry = catalog.get(spec)
     if entry is not None:
         return _resolve_entry(entry, wanted, quant, assemble)
 
@@ -76,15 +82,7 @@ def resolve_model(spec: str, quant: str | None = None, *, assemble: bool = True)
             return cached
     if spec.endswith(".gguf") or (os.sep in spec and not _looks_like_repo_id(spec)):
         raise ModelFileError(spec, "no such file or directory")
-    raise UnknownModelError(spec, _suggest(spec))
-
-
-def _suggest(spec: str) -> list[str]:
-    names = load_catalog().names()
-    close = difflib.get_close_matches(spec.lower(), names, n=3, cutoff=0.5)
-    if not close:  # "llama" or "qwen3": suggest names that contain what was typed
-        close = [n for n in names if spec.lower() and spec.lower() in n][:3]
-    return close
+    raise UnknownModelError(spec, catalog.close_names(spec))
 
 
 def _resolve_path(path: Path, quant: str | None) -> ResolvedModel:
@@ -157,7 +155,7 @@ def _quant_preference(entry: CatalogEntry, quant: str) -> list[str]:
 
 def _cached_catalog_file(source: HFSource, quant: str) -> tuple[Path, ModelKind] | None:
     if quant == "bf16":
-        snapshot = _cached_snapshot(source.repo)
+        snapshot = cached_snapshot(source.repo)
         if snapshot and _is_hf_dir(snapshot):
             return snapshot, "hf_dir"
         return None
@@ -208,32 +206,8 @@ def _looks_like_repo_id(spec: str) -> bool:
     return len(parts) == 2 and all(parts) and not spec.startswith((".", "~"))
 
 
-def hf_cache_dir() -> Path:
-    """The Hugging Face hub cache, read from the environment at call time (tests move it)."""
-    env = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")
-    if env:
-        return Path(env).expanduser()
-    hf_home = os.environ.get("HF_HOME")
-    if hf_home:
-        return Path(hf_home).expanduser() / "hub"
-    from huggingface_hub import constants
-
-    return Path(constants.HF_HUB_CACHE)
-
-
-def _cached_snapshot(repo_id: str) -> Path | None:
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.utils import LocalEntryNotFoundError
-
-    try:
-        path = snapshot_download(repo_id, local_files_only=True, cache_dir=hf_cache_dir())
-    except (LocalEntryNotFoundError, OSError, ValueError):
-        return None
-    return Path(path)
-
-
 def _resolve_cached_repo(repo_id: str, quant: str | None) -> ResolvedModel | None:
-    snapshot = _cached_snapshot(repo_id)
+    snapshot = cached_snapshot(repo_id)
     if snapshot is None:
         return None
     entry = catalog_entry_for_repo(repo_id)
@@ -245,42 +219,3 @@ def _resolve_cached_repo(repo_id: str, quant: str | None) -> ResolvedModel | Non
         chosen = _pick_gguf(ggufs, quant)
         return ResolvedModel(name, chosen, "gguf", entry, quant, repo_id)
     raise ModelFileError(snapshot, "cached repo holds neither config.json + safetensors nor GGUF")
-
-
-def catalog_entry_for_repo(repo_id: str) -> CatalogEntry | None:
-    """The catalog entry whose source is ``repo_id`` (original or GGUF repo), if any."""
-    for entry in load_catalog().entries.values():
-        src = entry.source
-        if isinstance(src, HFSource) and repo_id in (src.repo, src.gguf_repo):
-            return entry
-    return None
-
-
-@dataclass(frozen=True, slots=True)
-class CachedRepo:
-    """A model repo found in the local Hugging Face cache."""
-
-    repo_id: str
-    size_on_disk: int
-    snapshot: Path | None
-
-
-def list_cached_repos() -> list[CachedRepo]:
-    """Model repos in the Hugging Face cache (scan_cache_dir; an absent cache is an empty list)."""
-    cache = hf_cache_dir()
-    if not cache.is_dir():
-        return []
-    from huggingface_hub import scan_cache_dir
-    from huggingface_hub.errors import CacheNotFound
-
-    try:
-        info = scan_cache_dir(cache)
-    except CacheNotFound:
-        return []
-    repos = []
-    for repo in sorted(info.repos, key=lambda r: r.repo_id):
-        if repo.repo_type != "model":
-            continue
-        snapshot = _cached_snapshot(repo.repo_id)
-        repos.append(CachedRepo(repo.repo_id, repo.size_on_disk, snapshot))
-    return repos

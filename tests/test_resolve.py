@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from localinfer.errors import ModelFileError, UnknownModelError
+from localinfer.hf_cache import list_cached_repos
 from localinfer.loading.embedded import embedded_model_path
-from localinfer.resolve import list_cached_repos, resolve_model
+from localinfer.resolve import resolve_model
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
