@@ -58,3 +58,24 @@ def test_generate_with_an_option_between_model_and_prompt_runs() -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip()
     assert "3 completion tokens" in done.stderr
+
+
+def test_commands_that_run_a_model_share_its_options() -> None:
+    from localinfer.backends.select import BACKENDS
+    from localinfer.model_options import BACKENDS as OFFERED
+    from localinfer.model_options import model_settings
+
+    assert OFFERED == BACKENDS
+    parsers = command_parsers()
+    for name, argv in {
+        "chat": [],
+        "generate": ["prompt"],
+        "serve": [],
+        "bench": [],
+    }.items():
+        args = parsers[name].parse_args([*argv, "--backend", "torch", "--quant", "int8", "--force"])
+        chosen = model_settings(args)
+        assert (chosen["backend"], chosen["quant"], chosen["force"]) == ("torch", "int8", True)
+        assert parsers[name].parse_args(argv).force is False
+    assert parsers["chat"].parse_args([]).ctx == 2048  # the settings screen's starting point
+    assert parsers["generate"].parse_args(["p"]).ctx is None  # the session's default

@@ -14,7 +14,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from localinfer.errors import InvalidParameterError
-from localinfer.threads_option import add_threads_option
+from localinfer.model_options import add_model_options, model_settings
 
 if TYPE_CHECKING:
     from localinfer.bench.prompts import BenchPrompt
@@ -53,11 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--plot", metavar="FILE.png", help="write latency/throughput plot (matplotlib)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     engine = p.add_argument_group("in-process engine (MODEL, no --url)")
-    engine.add_argument("--backend", choices=("torch", "llamacpp", "mlx"))
     engine.add_argument("--slots", type=int, default=None, help="default: the largest level")
-    engine.add_argument("--ctx", type=int, help="context tokens per slot (default 2048)")
-    add_threads_option(engine)
-    engine.add_argument("--quant", help="which quantization of a catalog model")
+    add_model_options(engine)
     engine.add_argument(
         "--no-prefix-reuse",
         action="store_true",
@@ -124,13 +121,10 @@ async def _bench(
 
     session = open_session(
         args.model,
-        backend=args.backend,
-        ctx=args.ctx,
         slots=args.slots or max(levels),
-        quant=args.quant,
-        threads=args.threads,
         max_queue=max(64, 2 * max(levels)),
         prefix_reuse=not args.no_prefix_reuse,
+        **model_settings(args),
     )
     try:
         print(f"localinfer: {session.runner_notice}", file=sys.stderr)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from localinfer.threads_option import add_threads_option
+from localinfer.model_options import DRAFT_HELP, add_model_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -15,22 +15,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "Enter sends, Shift+Enter or Ctrl+J adds a newline, Esc stops an answer.",
     )
     parser.add_argument("model", nargs="?", default=None, help="catalog name, GGUF file or folder")
-    parser.add_argument("--backend", choices=("llamacpp", "torch", "mlx"), default=None)
-    parser.add_argument("--quant", default=None, help="weight quantization (default: the file's)")
-    parser.add_argument("--ctx", type=int, default=2048, help="context per slot (default 2048)")
+    add_model_options(parser, ctx=2048)  # as the settings screen starts
     parser.add_argument("--slots", type=int, default=1, help="concurrent sequences (default 1)")
-    add_threads_option(parser)
-    parser.add_argument(
-        "--draft", default=None, help="speculative decoding: ngram, auto, a draft model, or off"
-    )
+    parser.add_argument("--draft", default=None, metavar="ngram|auto|MODEL|off", help=DRAFT_HELP)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=512)
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from functools import partial
+
     from localinfer.errors import InvalidParameterError
-    from localinfer.tui.host import ChatHost
+    from localinfer.tui.host import ChatHost, open_with_settings
     from localinfer.tui.settings import ChatSettings
 
     if args.ctx < 64:
@@ -51,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     )
     # The model starts loading now, while the engine and Textual import and the window comes up;
     # the app's load worker collects it and shows progress until then.
-    host = ChatHost(settings)
+    host = ChatHost(settings, opener=partial(open_with_settings, force=args.force))
     host.load_in_background(settings)
     try:
         settings.validated()

@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from localinfer.errors import InvalidParameterError, LocalinferError
-from localinfer.threads_option import add_threads_option
+from localinfer.model_options import add_draft_options, add_model_options, model_settings
 
 
 def register(subparsers: Any) -> None:
@@ -31,24 +31,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0)
     p.add_argument("--seed", type=int)
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
-    p.add_argument("--backend", choices=("torch", "llamacpp", "mlx"))
-    p.add_argument("--ctx", type=int, help="context tokens per slot (default: 2048)")
     p.add_argument("--slots", type=int, default=1)
-    add_threads_option(p)
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--quant", help="which quantization of a catalog model to use")
-    p.add_argument(
-        "--draft",
-        default="off",
-        metavar="ngram|auto|MODEL|off",
-        help="speculative decoding: n-gram lookup in the prompt and output, the catalog's "
-        "recommended draft model (auto), a draft model sharing the tokenizer, or off (default)",
-    )
-    p.add_argument(
-        "--draft-backend",
-        choices=("torch", "llamacpp", "mlx"),
-        help="backend of the draft model (default: the target's)",
-    )
+    add_model_options(p)
+    add_draft_options(p)
     p.set_defaults(func=run)
 
 
@@ -85,14 +71,11 @@ def run(args: argparse.Namespace) -> int:
 
     session = open_session(
         model_spec,
-        backend=args.backend,
-        ctx=args.ctx,
         slots=args.slots,
-        threads=args.threads,
         dtype=args.dtype,
-        quant=args.quant,
         draft=args.draft,
         draft_backend=args.draft_backend,
+        **model_settings(args),
     )
     try:
         if args.raw:

@@ -16,7 +16,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localinfer.errors import InvalidParameterError, LocalinferError
-from localinfer.threads_option import add_threads_option
+from localinfer.model_options import add_draft_options, add_model_options, model_settings
 
 if TYPE_CHECKING:
     from localinfer.server.limits import RequestLimits
@@ -83,16 +83,9 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--served-name", help="model id clients see (default: the model's name)")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503")
-    p.add_argument("--backend", choices=("torch", "llamacpp", "mlx"))
-    p.add_argument("--ctx", type=int, help="context tokens per slot (default: 2048)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
-    p.add_argument("--quant", help="which quantization of a catalog model to use")
-    add_threads_option(p)
-    p.add_argument(
-        "--draft",
-        help="speculative decoding: ngram, auto (the catalog's draft), a draft model, or off",
-    )
-    p.add_argument("--draft-backend", choices=("torch", "llamacpp", "mlx"))
+    add_model_options(p)
+    add_draft_options(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
     p.set_defaults(func=run)
 
@@ -198,15 +191,12 @@ def run(args: argparse.Namespace) -> int:
         try:
             session = open_session(
                 args.model,
-                backend=args.backend,
-                ctx=args.ctx,
                 slots=args.slots,
                 dtype=args.dtype,
-                quant=args.quant,
-                threads=args.threads,
                 max_queue=args.max_queue,
                 draft=args.draft,
                 draft_backend=args.draft_backend,
+                **model_settings(args),
             )
         except BaseException:
             if server is not None:

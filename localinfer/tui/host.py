@@ -75,8 +75,9 @@ class ModelChoice:
 Opener = Callable[[ChatSettings], SessionLike]
 
 
-def open_with_settings(settings: ChatSettings) -> SessionLike:
-    """Open a session the way `localinfer chat` does (imports the engine stack on first call)."""
+def open_with_settings(settings: ChatSettings, *, force: bool = False) -> SessionLike:
+    """Open a session the way `localinfer chat` does (imports the engine stack on first call);
+    ``force``: load even what the budget says does not fit (`chat --force`)."""
     from localinfer.session import open_session
 
     draft = {"off": None, "ngram": "ngram", "draft": settings.draft}[settings.speculative]
@@ -88,6 +89,7 @@ def open_with_settings(settings: ChatSettings) -> SessionLike:
         threads=settings.threads,
         quant=settings.quant,
         draft=draft,
+        force=force,
     )
 
 

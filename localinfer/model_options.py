@@ -1,0 +1,57 @@
+"""The options every command that runs a model shares (chat, generate, serve, bench) and the
+session keywords they become, so the four spell and mean them the same way."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from localinfer.threads_option import add_threads_option
+
+Parser = argparse.ArgumentParser | argparse._ArgumentGroup
+
+# backends.select.BACKENDS, written out: every command registers its flags at start-up, and
+# importing the selection would add to every command's start (tests/test_cli.py checks they agree).
+BACKENDS = ("torch", "llamacpp", "mlx")
+
+DRAFT_HELP = (
+    "speculative decoding: n-gram lookup in the prompt and output (ngram), the catalog's "
+    "recommended draft model (auto), a draft model sharing the tokenizer, or off (default)"
+)
+
+
+def add_model_options(parser: Parser, *, ctx: int | None = None) -> None:
+    """--backend, --ctx (default ``ctx``; None: 2048 or the model's trained context if less),
+    --quant, --threads and --force."""
+    parser.add_argument("--backend", choices=BACKENDS, help="default: the fastest installed here")
+    default = f"{ctx}" if ctx is not None else "2048, or the model's trained context if less"
+    parser.add_argument(
+        "--ctx", type=int, default=ctx, help=f"context tokens per slot (default: {default})"
+    )
+    parser.add_argument(
+        "--quant",
+        help="weight quantization: int8, int4, or which of a catalog model's files "
+        "(default: the file's own)",
+    )
+    add_threads_option(parser)
+    parser.add_argument(
+        "--force",
+        action="store_true",
+        help="load the model even where the memory budget says it does not fit",
+    )
+
+
+def add_draft_options(parser: Parser) -> None:
+    """--draft and --draft-backend (the draft model's backend)."""
+    parser.add_argument("--draft", default="off", metavar="ngram|auto|MODEL|off", help=DRAFT_HELP)
+    parser.add_argument(
+        "--draft-backend",
+        choices=BACKENDS,
+        help="backend of the draft model (default: the target's)",
+    )
+
+
+def model_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """open_session's keywords for what add_model_options parsed."""
+    names = ("backend", "ctx", "quant", "threads", "force")
+    return {name: getattr(args, name) for name in names}
