@@ -1,6 +1,11 @@
-"""Messages workers post to the app: workers never touch widgets; handlers run on the UI thread."""
+"""Messages workers post to the app: workers never touch widgets; handlers run on the UI thread.
+
+Textual messages may be dataclasses (``Message.__post_init__`` sets up the base).
+"""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from textual.message import Message
 
@@ -9,12 +14,11 @@ from localinfer.tui.host import MemoryFigures, ModelChoice
 from localinfer.tui.stream_pump import AnswerProgress
 
 
+@dataclass
 class AnswerProgressed(Message):
     """More of the answer arrived. Carries the whole text so far, so a queued one may be dropped."""
 
-    def __init__(self, progress: AnswerProgress) -> None:
-        super().__init__()
-        self.progress = progress
+    progress: AnswerProgress
 
     def can_replace(self, message: Message) -> bool:
         return (
@@ -23,51 +27,44 @@ class AnswerProgressed(Message):
         )
 
 
+@dataclass
 class AnswerFinished(Message):
     """The answer ended (stop, length, abort or an engine-side error)."""
 
-    def __init__(self, progress: AnswerProgress) -> None:
-        super().__init__()
-        self.progress = progress
+    progress: AnswerProgress
 
 
+@dataclass
 class AnswerRejected(Message):
     """The request never started: context overflow, bad parameter, full queue..."""
 
-    def __init__(self, error: str) -> None:
-        super().__init__()
-        self.error = error
+    error: str
 
 
+@dataclass
 class ModelLoaded(Message):
-    def __init__(self, description: str, notice: str | None) -> None:
-        super().__init__()
-        self.description = description
-        self.notice = notice
+    description: str
+    notice: str | None
 
 
+@dataclass
 class ModelLoadFailed(Message):
-    def __init__(self, error: str, hint: str, still_loaded: bool) -> None:
-        super().__init__()
-        self.error = error
-        self.hint = hint  # what the user can do next
-        self.still_loaded = still_loaded  # the previous model was restored
+    error: str
+    hint: str  # what the user can do next
+    still_loaded: bool  # the previous model was restored
 
 
+@dataclass
 class ModelChoicesReady(Message):
-    def __init__(self, choices: list[ModelChoice], ctx: int) -> None:
-        super().__init__()
-        self.choices = choices
-        self.ctx = ctx
+    choices: list[ModelChoice]
+    ctx: int
 
 
+@dataclass
 class MemoryMeasured(Message):
-    def __init__(self, figures: MemoryFigures) -> None:
-        super().__init__()
-        self.figures = figures
+    figures: MemoryFigures
 
 
+@dataclass
 class ConversationsListed(Message):
-    def __init__(self, summaries: list[ConversationSummary]) -> None:
-        super().__init__()
-        self.summaries = summaries
+    summaries: list[ConversationSummary]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Grid, Horizontal, Vertical
@@ -44,6 +46,13 @@ def parse_settings(base: ChatSettings, form: dict[str, str]) -> ChatSettings:
     )
 
 
+def _choice(widget_id: str, options: Iterable[str], value: str) -> Select[str]:
+    """A compact drop-down whose labels are its values."""
+    return Select(
+        [(o, o) for o in options], value=value, id=widget_id, allow_blank=False, compact=True
+    )
+
+
 class SettingsScreen(ModalScreen[ChatSettings | None]):
     """Returns the new settings, or None when cancelled."""
 
@@ -69,33 +78,15 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Label("slots (reload)")
                 yield Input(str(s.slots), id="slots", compact=True)
                 yield Label("quantization (reload)")
-                yield Select(
-                    [(q, q) for q in QUANTS],
-                    value=s.quant or "file",
-                    id="quant",
-                    allow_blank=False,
-                    compact=True,
-                )
+                yield _choice("quant", QUANTS, s.quant or "file")
                 yield Label("speculative (reload)")
-                yield Select(
-                    [(m, m) for m in SPECULATIVE_MODES],
-                    value=s.speculative,
-                    id="speculative",
-                    allow_blank=False,
-                    compact=True,
-                )
+                yield _choice("speculative", SPECULATIVE_MODES, s.speculative)
                 yield Label("draft model (reload)")
                 yield Input(
                     s.draft or "", id="draft", placeholder="for speculative = draft", compact=True
                 )
                 yield Label("backend (reload)")
-                yield Select(
-                    [(b, b) for b in BACKENDS],
-                    value=s.backend or "auto",
-                    id="backend",
-                    allow_blank=False,
-                    compact=True,
-                )
+                yield _choice("backend", BACKENDS, s.backend or "auto")
             yield Label("", id="settings-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Apply", id="apply", variant="primary")
