@@ -1,0 +1,104 @@
+"""The chat's model keys: settings (Ctrl+S) and the model picker (Ctrl+L), and loading a model
+in a worker with what to do next when that fails."""
+
+from __future__ import annotations
+
+from textual import on, work
+
+from localinfer.tui.app_base import LOADING_PLACEHOLDER, ChatAppBase
+from localinfer.tui.failure_text import error_text, load_hint
+from localinfer.tui.messages import ModelChoicesReady, ModelLoaded, ModelLoadFailed
+from localinfer.tui.model_picker import ModelPickerScreen
+from localinfer.tui.settings import ChatSettings
+from localinfer.tui.settings_screen import SettingsScreen
+
+
+class ModelActions(ChatAppBase):
+    def action_settings(self) -> None:
+        if self.loading:
+            self.notify("A model is loading; settings open when it is ready.", severity="warning")
+            return
+        self.push_screen(SettingsScreen(self.host.settings), self.apply_settings)
+
+    def apply_settings(self, settings: ChatSettings | None) -> None:
+        if settings is None or settings == self.host.settings:
+            return
+        if self.host.settings.reload_needed(settings):
+            if self.answering:
+                self.notify("Stop the answer first (Esc), then apply.", severity="warning")
+                return
+            self._start_load(settings)
+        else:
+            self.host.settings = settings
+            self.settings_summary.update(settings.describe())
+            self.notify("Settings apply from the next message.")
+
+    def action_pick_model(self) -> None:
+        if self.loading:
+            self.notify("A model is loading already.", severity="warning")
+            return
+        self._set_status("Checking which models fit…", busy=True)
+        self.list_models(self.host.settings.ctx)
+
+    @work(thread=True, exclusive=True, group="models")
+    def list_models(self, ctx: int) -> None:
+        try:
+            choices = self.host.model_choices(ctx)
+        except Exception as exc:  # noqa: BLE001
+            error = f"could not list models: {error_text(exc)}"
+            self.post_message(ModelLoadFailed(error, "try again (Ctrl+L)", self.host.loaded))
+            return
+        self.post_message(ModelChoicesReady(choices, ctx))
+
+    @on(ModelChoicesReady)
+    def on_model_choices_ready(self, message: ModelChoicesReady) -> None:
+        self._set_status(self._idle_status())
+        self.push_screen(ModelPickerScreen(message.choices, message.ctx), self._pick)
+
+    def _pick(self, name: str | None) -> None:
+        if name is None:
+            return
+        if self.answering:
+            self.notify("Stop the answer first (Esc).", severity="warning")
+            return
+        self._start_load(self.host.settings.changed(model=name))
+
+    def _start_load(self, settings: ChatSettings) -> None:
+        self.loading = True
+        name = settings.model or "the embedded model"
+        self._set_status(f"Loading {name}…", busy=True)
+        self.prompt.placeholder = LOADING_PLACEHOLDER
+        self.load_model(settings)
+
+    @work(thread=True, exclusive=True, group="load")
+    def load_model(self, settings: ChatSettings) -> None:
+        try:
+            self.host.load(settings)
+        except Exception as exc:  # noqa: BLE001 - shown in the UI with what to do next
+            self.post_message(ModelLoadFailed(error_text(exc), load_hint(exc), self.host.loaded))
+            return
+        notices = [getattr(self.host.session, "runner_notice", None)]
+        notice = " · ".join(n for n in notices if n) or None
+        self.post_message(ModelLoaded(self.host.describe(), notice))
+
+    @on(ModelLoaded)
+    def on_model_loaded(self, message: ModelLoaded) -> None:
+        self._set_ready(message.description, message.notice)
+        # The budget's prediction takes a moment (it reads file headers): after "Ready", not before.
+        self.refresh_memory()
+
+    @on(ModelLoadFailed)
+    def on_model_load_failed(self, message: ModelLoadFailed) -> None:
+        self.loading = False
+        view = self.view
+        if message.still_loaded:
+            self._set_ready(self.host.describe(), None)
+            view.add_notice(
+                f"{message.error}. Still using {self.host.session.model.name}; {message.hint}.",
+                error=True,
+            )
+        else:
+            self._set_status("No model loaded")
+            view.add_notice(
+                f"Could not load a model: {message.error}. Next: {message.hint}.", error=True
+            )
