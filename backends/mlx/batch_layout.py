@@ -1,18 +1,8 @@
-"""How one ragged batch of SlotWork is laid out for a single MLX forward (numpy only, no math).
+"""An MLX attention group's index and mask arrays (numpy; the runner moves them to MLX).
 
-Every token of the batch is packed into one sequence ``[T]`` so each matrix product (where decode
-spends its time) runs once for the whole batch. Attention differs per slot, so packed tokens are
-split into *attention groups*, one ``scaled_dot_product_attention`` call each:
-
-* short items (decode steps, speculative verifies: ``<= SMALL_ITEM`` tokens) share one group,
-  their queries padded to the longest of them;
-* each long item (a prefill chunk) is a group of its own, so a 512-token chunk never pads the
-  one-token decodes beside it to 512 rows.
-
-A group holds only its member slots (not the idle slots between them): queries are gathered from
-the packed rows into ``[members, heads, q_len, head_dim]`` and keys are the members' cache rows.
-Tokens are packed group by group, so each group's tokens are one contiguous packed slice and the
-concatenated group outputs are already in packed order.
+The batch is packed by backends/ragged_batch.py. A group here holds only its member slots (not
+the idle slots between them): queries are gathered from the packed rows into
+``[members, heads, q_len, head_dim]`` and keys are the members' cache rows.
 """
 
 from __future__ import annotations
@@ -23,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from localinfer.backends.base import SlotWork
+from localinfer.backends.ragged_batch import SMALL_ITEM, PackedGroup, pack_batch
 
-# Items up to this many tokens share one padded attention call; longer ones get their own call.
-SMALL_ITEM = 16
+__all__ = ["SMALL_ITEM", "AttentionGroup", "BatchLayout", "layout_batch"]
 
 
 @dataclass(slots=True, frozen=True)
@@ -67,56 +57,28 @@ class BatchLayout:
 
 def layout_batch(batch: Sequence[SlotWork], sliding_window: int | None = None) -> BatchLayout:
     """Pack a validated batch (see base.check_batch)."""
-    order = sorted(range(len(batch)), key=lambda i: batch[i].slot)
-    small = [i for i in order if len(batch[i].tokens) <= SMALL_ITEM]
-    large = [i for i in order if len(batch[i].tokens) > SMALL_ITEM]
-
-    tokens: list[int] = []
-    slots: list[int] = []
-    positions: list[int] = []
-    first_row: dict[int, int] = {}  # batch index -> its first packed row
-    groups: list[AttentionGroup] = []
-    for members in ([small] if small else []) + [[i] for i in large]:
-        start = len(tokens)
-        for i in members:
-            work = batch[i]
-            first_row[i] = len(tokens)
-            tokens.extend(work.tokens)
-            slots.extend([work.slot] * len(work.tokens))
-            positions.extend(range(work.start_pos, work.start_pos + len(work.tokens)))
-        groups.append(_group([batch[i] for i in members], start, len(tokens), sliding_window))
-
-    logit_rows = []
-    for i, work in enumerate(batch):
-        n, first = len(work.tokens), first_row[i]
-        rows = range(first, first + n) if work.logits == "all" else (first + n - 1,)
-        logit_rows.append(tuple(rows))
+    packed = pack_batch(batch)
     return BatchLayout(
-        tokens=np.asarray(tokens, dtype=np.int32),
-        slots=np.asarray(slots, dtype=np.int32),
-        positions=np.asarray(positions, dtype=np.int32),
-        groups=tuple(groups),
-        logit_rows=tuple(logit_rows),
+        tokens=np.asarray(packed.tokens, dtype=np.int32),
+        slots=np.asarray(packed.slots, dtype=np.int32),
+        positions=np.asarray(packed.positions, dtype=np.int32),
+        groups=tuple(_group(g, sliding_window) for g in packed.groups),
+        logit_rows=packed.logit_rows,
     )
 
 
-def _group(
-    members: list[SlotWork], start: int, end: int, sliding_window: int | None
-) -> AttentionGroup:
-    q_len = max(len(w.tokens) for w in members)
-    kv_len = max(w.start_pos + len(w.tokens) for w in members)
-    pos = np.full((len(members), q_len), -1, dtype=np.int64)  # -1: padding row
-    gather = np.empty((len(members), q_len), dtype=np.int32)
-    scatter = np.empty(end - start, dtype=np.int32)
+def _group(g: PackedGroup, sliding_window: int | None) -> AttentionGroup:
+    members, q_len, start = len(g.members), g.q_len, g.token_start
+    rows = range(members)
+    pos = g.padded_positions(rows, members)  # [members, q_len]; -1: padding row
+    gather = np.empty((members, q_len), dtype=np.int32)
     row = start
-    for m, work in enumerate(members):
+    for m, work in enumerate(g.members):
         n = len(work.tokens)
-        pos[m, :n] = np.arange(work.start_pos, work.start_pos + n)
         gather[m, :n] = np.arange(row, row + n)
         gather[m, n:] = row + n - 1
-        scatter[row - start : row - start + n] = m * q_len + np.arange(n)
         row += n
-    keys = np.arange(kv_len)
+    keys = np.arange(g.kv_len)
     causal = keys <= pos[..., None]  # [members, q_len, kv_len]; padding rows see nothing
     # Padding rows still see key 0: softmax over no keys is NaN on some devices. Dropped anyway.
     padding = (pos < 0)[..., None] & (keys == 0)
@@ -129,12 +91,12 @@ def _group(
             sliding_mask = None
     return AttentionGroup(
         token_start=start,
-        token_end=end,
-        slots=tuple(w.slot for w in members),
+        token_end=g.token_end,
+        slots=g.slots,
         q_len=q_len,
-        kv_len=kv_len,
+        kv_len=g.kv_len,
         gather_rows=gather.reshape(-1),
-        scatter_rows=scatter,
+        scatter_rows=g.padded_rows(rows).astype(np.int32),
         mask=None if mask.all() else mask,
         sliding_mask=sliding_mask,
     )

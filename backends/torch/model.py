@@ -2,7 +2,7 @@
 
 One forward runs every token of a ragged batch through each layer together: the matrix products
 see ``[T, hidden]`` whatever mix of prefill chunks and decode steps the batch holds, and only
-attention is split by group (see batch_plan.py and attention.py).
+attention is split by group (see backends/ragged_batch.py and attention.py).
 """
 
 from __future__ import annotations

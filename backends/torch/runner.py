@@ -10,9 +10,9 @@ import numpy as np
 import torch
 
 from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
+from localinfer.backends.ragged_batch import pack_batch
 from localinfer.backends.slot_lengths import split_logits
 from localinfer.backends.torch.attention import build_groups
-from localinfer.backends.torch.batch_plan import plan_batch
 from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.cpu_kernels import matrix_decoder
 from localinfer.backends.torch.kv_cache import StaticKVCache
@@ -100,20 +100,20 @@ class TorchRunner:
             # whole context, not a catchable error.
             if min(work.tokens) < 0 or max(work.tokens) >= vocab:
                 raise ValueError(f"slot {work.slot}: token id out of range [0, {vocab})")
-        plan = plan_batch(batch)
+        packed = pack_batch(batch)
         dev = self.device
         with torch.inference_mode():
-            tokens = torch.tensor(plan.tokens, dtype=torch.long, device=dev)  # [T]
-            slots = torch.tensor(plan.slots, dtype=torch.long, device=dev)  # [T]
-            positions = torch.tensor(plan.positions, dtype=torch.long, device=dev)  # [T]
+            tokens = torch.tensor(packed.tokens, dtype=torch.long, device=dev)  # [T]
+            slots = torch.tensor(packed.slots, dtype=torch.long, device=dev)  # [T]
+            positions = torch.tensor(packed.positions, dtype=torch.long, device=dev)  # [T]
             native = self._native
-            if native is not None and native.handles(len(plan.tokens)):
+            if native is not None and native.handles(len(packed.tokens)):
                 hidden = native.hidden_states(tokens, slots, positions)
             else:
                 q_per_kv, window = self._model.q_per_kv, self._model.sliding_window
-                groups = build_groups(plan, q_per_kv, window, dev)
+                groups = build_groups(packed, q_per_kv, window, dev)
                 hidden = self._model.hidden_states(tokens, slots, positions, groups, self._cache)
-            flat_rows = [r for rows in plan.logit_rows for r in rows]
+            flat_rows = packed.wanted_rows()
             if flat_rows == list(range(hidden.shape[0])):
                 wanted = hidden
             else:
@@ -126,7 +126,7 @@ class TorchRunner:
             out = logits.cpu().numpy()
         for work in batch:
             self._cache.lengths[work.slot] = work.start_pos + len(work.tokens)
-        return split_logits(out, plan.logit_rows)
+        return split_logits(out, packed.logit_rows)
 
     def slot_length(self, slot: int) -> int:
         return self._cache.lengths.checked(slot)
