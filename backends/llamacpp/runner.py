@@ -26,6 +26,7 @@ import numpy as np
 
 from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
 from localinfer.backends.llamacpp import native
+from localinfer.backends.llamacpp.batch import BatchBuffer, flatten_batch
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
@@ -77,47 +78,6 @@ def quant_matches(asked: str, file_quant: str) -> bool:
     return re.sub(r"_[SML]$", "", a) == re.sub(r"_[SML]$", "", f)
 
 
-class _BatchBuffer:
-    """A llama_batch whose arrays are numpy buffers we own, so filling it is a few slice copies.
-
-    llama_batch_init would malloc one seq_id array per token and need a per-token ctypes write;
-    here ``seq_id[i]`` points at row i of a ``[n_batch, 1]`` int32 array once, at construction.
-    """
-
-    def __init__(self, llama_cpp: object, n_batch: int) -> None:
-        self.capacity = n_batch
-        self.token = np.zeros(n_batch, dtype=np.int32)  # [n_batch]
-        self.pos = np.zeros(n_batch, dtype=np.int32)  # [n_batch]
-        self.n_seq_id = np.ones(n_batch, dtype=np.int32)  # [n_batch], one sequence per token
-        self.seq = np.zeros((n_batch, 1), dtype=np.int32)  # [n_batch, 1]
-        self.logits = np.zeros(n_batch, dtype=np.int8)  # [n_batch], 1 = output this row
-        seq_ptr_t = ctypes.POINTER(ctypes.c_int32)
-        self._seq_ptrs = (seq_ptr_t * n_batch)(
-            *[
-                ctypes.cast(self.seq.ctypes.data + i * self.seq.strides[0], seq_ptr_t)
-                for i in range(n_batch)
-            ]
-        )
-        batch = llama_cpp.llama_batch()  # type: ignore[attr-defined]
-        batch.token = self.token.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        batch.embd = None
-        batch.pos = self.pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        batch.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
-        batch.seq_id = self._seq_ptrs
-        batch.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
-        batch.n_tokens = 0
-        self.batch = batch
-
-
-@dataclass(slots=True)
-class _Output:
-    """Where one SlotWork's logits rows land: rows [row, row + n) of the flat token list."""
-
-    item: int
-    row: int
-    n: int
-
-
 class LlamaCppRunner:
     """Runs a GGUF model through llama.cpp with ``config.slots`` independent sequences."""
 
@@ -155,7 +115,7 @@ class LlamaCppRunner:
         self._vocab = int(self._llama.llama_vocab_n_tokens(vocab_ptr))
         self._memory = self._llama.llama_get_memory(self._ctx)
         self._lengths = SlotLengths(config.slots)
-        self._buffer = _BatchBuffer(self._llama, self._n_batch)
+        self._buffer = BatchBuffer(self._llama, self._n_batch)
         self._max_outputs = 0
         self.info = RunnerInfo(
             backend="llamacpp",
@@ -242,37 +202,18 @@ class LlamaCppRunner:
             if bad:
                 raise ValueError(f"slot {work.slot}: token id {bad[0]} outside vocab {self._vocab}")
 
-        # Flatten the ragged batch: one row per token, in batch order.
-        total = sum(len(w.tokens) for w in batch)
-        tokens = np.empty(total, dtype=np.int32)  # [total]
-        pos = np.empty(total, dtype=np.int32)  # [total]
-        seq = np.empty(total, dtype=np.int32)  # [total]
-        want = np.zeros(total, dtype=np.int8)  # [total]
-        outputs: list[_Output] = []
-        row = 0
-        for i, work in enumerate(batch):
-            n = len(work.tokens)
-            tokens[row : row + n] = work.tokens
-            pos[row : row + n] = np.arange(work.start_pos, work.start_pos + n)
-            seq[row : row + n] = work.slot
-            if work.logits == "all":
-                want[row : row + n] = 1
-                outputs.append(_Output(i, row, n))
-            else:
-                want[row + n - 1] = 1
-                outputs.append(_Output(i, row + n - 1, 1))
-            row += n
-
+        flat = flatten_batch(batch)
+        tokens, pos, seq, want = flat.tokens, flat.pos, flat.seq, flat.want
         pieces: list[list[np.ndarray]] = [[] for _ in batch]
-        for start in range(0, total, self._n_batch):
-            end = min(start + self._n_batch, total)
+        for start in range(0, flat.total, self._n_batch):
+            end = min(start + self._n_batch, flat.total)
             self._decode(tokens[start:end], pos[start:end], seq[start:end], want[start:end])
             # All output rows of this call in one copy; each item gets a view of its rows
             # (an item's outputs are consecutive, and items come in batch order).
             block = self._copy_logits(np.flatnonzero(want[start:end]))  # [n_outputs, vocab]
             self._max_outputs = max(self._max_outputs, len(block))
             row = 0
-            for out in outputs:
+            for out in flat.outputs:
                 n = min(out.row + out.n, end) - max(out.row, start)
                 if n > 0:
                     pieces[out.item].append(block[row : row + n])

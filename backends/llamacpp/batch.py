@@ -1,0 +1,91 @@
+"""A ragged batch as llama.cpp takes it: one row per token in batch order, in a llama_batch whose
+arrays this process owns."""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from localinfer.backends.base import SlotWork
+
+
+class BatchBuffer:
+    """A llama_batch whose arrays are numpy buffers we own, so filling it is a few slice copies.
+
+    llama_batch_init would malloc one seq_id array per token and need a per-token ctypes write;
+    here ``seq_id[i]`` points at row i of a ``[n_batch, 1]`` int32 array once, at construction.
+    """
+
+    def __init__(self, llama_cpp: object, n_batch: int) -> None:
+        self.capacity = n_batch
+        self.token = np.zeros(n_batch, dtype=np.int32)  # [n_batch]
+        self.pos = np.zeros(n_batch, dtype=np.int32)  # [n_batch]
+        self.n_seq_id = np.ones(n_batch, dtype=np.int32)  # [n_batch], one sequence per token
+        self.seq = np.zeros((n_batch, 1), dtype=np.int32)  # [n_batch, 1]
+        self.logits = np.zeros(n_batch, dtype=np.int8)  # [n_batch], 1 = output this row
+        seq_ptr_t = ctypes.POINTER(ctypes.c_int32)
+        self._seq_ptrs = (seq_ptr_t * n_batch)(
+            *[
+                ctypes.cast(self.seq.ctypes.data + i * self.seq.strides[0], seq_ptr_t)
+                for i in range(n_batch)
+            ]
+        )
+        batch = llama_cpp.llama_batch()  # type: ignore[attr-defined]
+        batch.token = self.token.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.embd = None
+        batch.pos = self.pos.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.n_seq_id = self.n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32))
+        batch.seq_id = self._seq_ptrs
+        batch.logits = self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8))
+        batch.n_tokens = 0
+        self.batch = batch
+
+
+@dataclass(slots=True)
+class OutputRows:
+    """Where one SlotWork's logits rows land: rows [row, row + n) of the flat token list."""
+
+    item: int
+    row: int
+    n: int
+
+
+@dataclass(slots=True, frozen=True)
+class FlatBatch:
+    """The batch's tokens one row each, in batch order; ``want`` flags the rows to output."""
+
+    tokens: np.ndarray  # [total] int32
+    pos: np.ndarray  # [total] int32
+    seq: np.ndarray  # [total] int32, the slot (llama.cpp sequence) of each row
+    want: np.ndarray  # [total] int8
+    outputs: list[OutputRows]  # per batch item, in batch order
+
+    @property
+    def total(self) -> int:
+        return len(self.tokens)
+
+
+def flatten_batch(batch: Sequence[SlotWork]) -> FlatBatch:
+    total = sum(len(w.tokens) for w in batch)
+    tokens = np.empty(total, dtype=np.int32)
+    pos = np.empty(total, dtype=np.int32)
+    seq = np.empty(total, dtype=np.int32)
+    want = np.zeros(total, dtype=np.int8)
+    outputs: list[OutputRows] = []
+    row = 0
+    for i, work in enumerate(batch):
+        n = len(work.tokens)
+        tokens[row : row + n] = work.tokens
+        pos[row : row + n] = np.arange(work.start_pos, work.start_pos + n)
+        seq[row : row + n] = work.slot
+        if work.logits == "all":
+            want[row : row + n] = 1
+            outputs.append(OutputRows(i, row, n))
+        else:
+            want[row + n - 1] = 1
+            outputs.append(OutputRows(i, row + n - 1, 1))
+        row += n
+    return FlatBatch(tokens, pos, seq, want, outputs)
