@@ -14,13 +14,13 @@ from test_resolve import tiny_hf_repo
 from localinfer.backends.select import backend_profile
 from localinfer.budget import BudgetRequest, compute_budget, kv_cache_bytes
 from localinfer.budget.compute import Planner
-from localinfer.budget.hf_config import arch_from_hf_config
 from localinfer.budget.memory import device_memory, parse_nvidia_smi, parse_size
 from localinfer.budget.model_facts import model_facts
 from localinfer.budget.quant import kv_dtype
 from localinfer.cli import main
 from localinfer.errors import InvalidParameterError, ModelFileError
 from localinfer.facts.arch import ArchSpec, count_params
+from localinfer.facts.hf_config import arch_from_hf_config
 from localinfer.facts.quant import bytes_for_params
 from localinfer.loading.embedded import embedded_model_path
 from localinfer.resolve import resolve_model

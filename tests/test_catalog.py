@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from localinfer.budget.hf_config import arch_from_hf_config
 from localinfer.catalog import BundledSource, CatalogError, HFSource, load_catalog, parse_catalog
 from localinfer.facts.arch import count_params
+from localinfer.facts.hf_config import arch_from_hf_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "tests" / "fixtures" / "configs"

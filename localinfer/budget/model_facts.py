@@ -7,14 +7,14 @@ import functools
 from dataclasses import dataclass
 from pathlib import Path
 
-from localinfer.facts.arch import ArchSpec
 from localinfer.budget.file_headers import (
     WeightsHeader,
     read_gguf_header,
     read_safetensors_headers,
     safetensors_dtype_bytes,
 )
-from localinfer.budget.hf_config import arch_from_hf_config, load_hf_config
+from localinfer.facts.arch import ArchSpec
+from localinfer.facts.hf_config import arch_from_hf_config, read_json_object
 from localinfer.facts.quant import bytes_for_params, weight_bits
 from localinfer.resolve import ResolvedModel
 
@@ -49,7 +49,7 @@ def model_facts(resolved: ResolvedModel, online: bool = False) -> ModelFacts:
     if resolved.kind == "hf_dir":
         assert resolved.path is not None
         config_path = resolved.path / "config.json"
-        arch = arch_from_hf_config(load_hf_config(config_path), str(config_path))
+        arch = arch_from_hf_config(read_json_object(config_path), config_path)
         header = read_safetensors_headers(resolved.path)
         return ModelFacts(resolved.name, arch, header.params, header.quant, header, resolved)
     entry = resolved.entry

@@ -6,7 +6,13 @@ header. Names follow Hugging Face's config.json where one exists.
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+# ArchSpec's fields as a file gives them, not yet checked: the readers (hf_config, gguf_header)
+# fill them; the budget validates them as an ArchSpec, loading builds its ModelConfig from them.
+ArchFields = dict[str, Any]
 
 
 class ArchSpec(BaseModel):
@@ -63,7 +69,7 @@ class ArchSpec(BaseModel):
         return self
 
     @classmethod
-    def from_fields(cls, fields: dict[str, object]) -> ArchSpec:
+    def from_fields(cls, fields: ArchFields) -> ArchSpec:
         """Validate numbers read from a model file; raises ValueError with a one-line message
         (pydantic's own is several lines with a URL, not for a CLI error)."""
         try:

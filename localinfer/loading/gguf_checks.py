@@ -8,10 +8,10 @@ vocabulary is only reported back, for the caller to drop with a warning, as llam
 
 - ``check_header`` holds for every architecture llama.cpp knows, and for header-only stand-ins
   that carry a few tensors; ``GGUFFile`` runs it on open, so the budget and the loaders get it.
-- ``check_layer_count`` (block_count against the blk.N tensors) and ``check_layers`` (every tensor
-  shape of the architectures localinfer runs against their ``ModelConfig``) need the whole model;
-  ``config_from_gguf`` runs them, before any runner is made. The budget runs
-  ``check_layer_count`` too, for every architecture.
+- ``check_layers`` (every tensor shape of the architectures localinfer runs against their
+  ``ModelConfig``) needs the whole model; ``config_from_gguf`` runs it, before any runner is
+  made. block_count against the blk.N tensors is checked where the header's numbers are read
+  (localinfer/facts/gguf_header.py), for loading and the budget alike.
 """
 
 from __future__ import annotations
@@ -60,13 +60,12 @@ _ARCH_FLOATS: dict[str, bool] = {
 }
 _TOKENIZER_FLAGS = ("add_bos_token", "add_eos_token", "add_space_prefix")
 _SPECIAL_ID = re.compile(r"^tokenizer\.ggml\.[a-z_]+_token_id$")
-# The special-token ids localinfer reads (gguf_config._special_ids: BOS, and EOS/EOT/EOM as stop
+# The special-token ids localinfer reads (gguf_config.gguf_special_ids: BOS, and EOS/EOT/EOM as stop
 # ids): one outside the vocabulary is refused. llama.cpp only warns about any bad special id and
 # runs the file, and real GGUFs carry stray pad ids, so the others are dropped instead.
 USED_SPECIAL_IDS = frozenset(
     f"tokenizer.ggml.{name}_token_id" for name in ("bos", "eos", "eot", "eom")
 )
-_LAYER = re.compile(r"^blk\.(\d+)\.")
 
 
 def _fail(path: Path, reason: str) -> ModelFileError:
@@ -120,18 +119,6 @@ def _check_arch_numbers(path: Path, arch: str, metadata: Mapping[str, Any]) -> N
             raise _fail(path, f"'{full}' is {_describe(value)}, not a number")
         if not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok):
             raise _fail(path, f"'{full}' is {value}, not a {'' if zero_ok else 'positive '}number")
-
-
-def check_layer_count(path: Path, arch: str, n_layers: int, tensors: Mapping[str, Any]) -> None:
-    """block_count against the layers the blk.N tensors hold: each of 0..n-1 has some, no
-    other has any."""
-    layers = {int(m.group(1)) for name in tensors if (m := _LAYER.match(name))}
-    key = f"'{arch}.block_count'"
-    if layers and max(layers) >= n_layers:
-        raise _fail(path, f"{key} is {n_layers} but the file has tensors for layer {max(layers)}")
-    if len(layers) != n_layers:
-        # layers is a subset of range(n_layers) here, so some layer has no tensors at all
-        raise _fail(path, f"{key} is {n_layers} but the file has tensors for {len(layers)} layers")
 
 
 def _check_embedding(

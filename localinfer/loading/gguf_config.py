@@ -1,16 +1,23 @@
-"""ModelConfig from GGUF metadata (llama.cpp's key names -> Hugging Face terms)."""
+"""ModelConfig from a GGUF header: the architecture numbers as localinfer/facts/gguf_header.py
+reads them (for the budget too), checked against what the runners need, plus RoPE, norms and the
+special-token ids."""
 
 from __future__ import annotations
 
 import math
-from typing import Any
 
 import numpy as np
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
-from localinfer.loading.gguf_checks import check_config_numbers, check_layer_count, check_layers
+from localinfer.facts.gguf_header import arch_fields_from_gguf
+from localinfer.loading.gguf_checks import check_config_numbers, check_layers
 from localinfer.loading.gguf_file import GGUFFile
-from localinfer.loading.model_config import SUPPORTED_ARCHS, ModelConfig, RopeScaling
+from localinfer.loading.model_config import (
+    SUPPORTED_ARCHS,
+    ModelConfig,
+    RopeScaling,
+    config_from_arch_fields,
+)
 
 # GGUF general.architecture -> ModelConfig.arch. Mistral models convert to "llama" in GGUF.
 GGUF_ARCHS = {
@@ -35,10 +42,12 @@ EOG_TEXTS = frozenset(
 )
 TOKEN_TYPE_CONTROL = 3
 
-# Gemma 3: every sixth layer attends globally, the rest use the sliding window (llama.cpp
-# hard-codes the same pattern); local layers use RoPE base 10000.
-GEMMA3_SWA_PATTERN = 6
+# Gemma 3's sliding-window layers use RoPE base 10000 (llama.cpp hard-codes it too).
 GEMMA3_LOCAL_THETA = 10000.0
+# The numbers the runners need from the file itself (the budget falls back where one is missing),
+# and those a file may give per layer, which the runners need the same in every layer.
+_RUNNER_KEYS = ("feed_forward_length", "context_length")
+_PER_LAYER_KEYS = ("attention.head_count", "attention.head_count_kv", "feed_forward_length")
 
 
 def gguf_arch(gguf: GGUFFile) -> str:
@@ -51,17 +60,16 @@ def gguf_arch(gguf: GGUFFile) -> str:
     return GGUF_ARCHS[arch]
 
 
-def _uniform_int(gguf: GGUFFile, key: str, value: Any) -> int:
+def _check_uniform(gguf: GGUFFile, key: str) -> None:
     """Per-layer arrays (some GGUFs store head counts per layer) must be uniform here. Types and
     ranges were checked when the file was opened (gguf_checks.check_header)."""
+    value = gguf.get(key)
     if isinstance(value, np.ndarray | list):
         values = set(int(v) for v in value)
         if len(values) != 1:
             raise UnsupportedModelError(
                 f"{gguf.path}: '{key}' differs between layers ({sorted(values)}), not supported"
             )
-        return values.pop()
-    return int(value)
 
 
 def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
@@ -69,56 +77,31 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
     (ModelFileError: no backend ever sees an inconsistent file)."""
     arch = gguf_arch(gguf)
     a = gguf.architecture  # key prefix as written in the file
-
-    def req(key: str) -> int:
-        return _uniform_int(gguf, f"{a}.{key}", gguf.require(f"{a}.{key}"))
-
-    n_layers = req("block_count")
-    check_layer_count(gguf.path, a, n_layers, gguf.tensors)
-    hidden = req("embedding_length")
-    n_heads = req("attention.head_count")
-    n_kv = gguf.get(f"{a}.attention.head_count_kv")
-    n_kv_heads = (
-        _uniform_int(gguf, f"{a}.attention.head_count_kv", n_kv) if n_kv is not None else n_heads
-    )
-    key_length = gguf.get(f"{a}.attention.key_length")
-    # 0 heads is refused by check_config_numbers below; no division by it here
-    head_dim = int(key_length) if key_length else (hidden // n_heads if n_heads > 0 else 0)
-    ffn = req("feed_forward_length")
-    max_ctx = req("context_length")
+    fields = arch_fields_from_gguf(gguf.metadata, gguf.tensors, gguf.path)
+    for key in _RUNNER_KEYS:
+        gguf.require(f"{a}.{key}")
+    for key in _PER_LAYER_KEYS:
+        _check_uniform(gguf, f"{a}.{key}")
     if "token_embd.weight" not in gguf.tensors:
         raise ModelFileError(gguf.path, "missing tensor 'token_embd.weight'")
-    vocab_size = gguf.tensors["token_embd.weight"].shape[0]
-    rope_theta = float(gguf.get(f"{a}.rope.freq_base", 10000.0))
-    rms_eps = float(gguf.get(f"{a}.attention.layer_norm_rms_epsilon", 1e-5))
+    head_dim = int(fields["head_dim"])
     value_length = gguf.get(f"{a}.attention.value_length")
     if value_length is not None and int(value_length) != head_dim:
         raise UnsupportedModelError(
             f"{gguf.path}: value heads of {value_length} and key heads of {head_dim} dimensions "
             "(the runners need one head size)"
         )
-
-    rope_scaling, max_ctx = _rope_scaling(gguf, a, head_dim, rope_theta, max_ctx)
-    sliding_window, sliding_layers = _sliding(gguf, a, arch, n_layers)
-    bos, eos = _special_ids(gguf)
-    config = ModelConfig(
-        arch=arch,
-        n_layers=n_layers,
-        hidden_size=hidden,
-        n_heads=n_heads,
-        n_kv_heads=n_kv_heads,
-        head_dim=head_dim,
-        ffn_size=ffn,
-        vocab_size=vocab_size,
-        max_ctx=max_ctx,
+    rope_theta = float(gguf.get(f"{a}.rope.freq_base", 10000.0))
+    rope_scaling, fields["max_ctx"] = _rope_scaling(
+        gguf, a, head_dim, rope_theta, fields["max_ctx"]
+    )
+    bos, eos = gguf_special_ids(gguf)
+    config = config_from_arch_fields(
+        arch,
+        fields,
         rope_theta=rope_theta,
-        rms_eps=rms_eps,
-        tied_embeddings="output.weight" not in gguf.tensors,
-        qk_norm="blk.0.attn_q_norm.weight" in gguf.tensors,
-        attention_bias="blk.0.attn_q.bias" in gguf.tensors,
+        rms_eps=float(gguf.get(f"{a}.attention.layer_norm_rms_epsilon", 1e-5)),
         rope_scaling=rope_scaling,
-        sliding_window=sliding_window,
-        sliding_layers=sliding_layers,
         bos_token_id=bos,
         eos_token_ids=eos,
         rope_local_theta=_local_theta(gguf, a, arch),
@@ -186,25 +169,8 @@ def llama3_scaling_from_factors(
     return RopeScaling(kind="llama3", factor=round(factor, 4))
 
 
-def _sliding(
-    gguf: GGUFFile, a: str, arch: str, n_layers: int
-) -> tuple[int | None, tuple[int, ...]]:
-    window = gguf.get(f"{a}.attention.sliding_window")
-    if not window:
-        return None, ()
-    pattern = gguf.get(f"{a}.attention.sliding_window_pattern")
-    if isinstance(pattern, np.ndarray | list) and len(pattern) == n_layers:
-        layers = tuple(i for i, is_swa in enumerate(pattern) if bool(is_swa))
-    elif isinstance(pattern, int) and pattern > 0:
-        layers = tuple(i for i in range(n_layers) if (i + 1) % pattern)
-    elif arch == "gemma3":
-        layers = tuple(i for i in range(n_layers) if (i + 1) % GEMMA3_SWA_PATTERN)
-    else:
-        layers = tuple(range(n_layers))
-    return int(window), layers
-
-
-def _special_ids(gguf: GGUFFile) -> tuple[int | None, tuple[int, ...]]:
+def gguf_special_ids(gguf: GGUFFile) -> tuple[int | None, tuple[int, ...]]:
+    """The BOS id and the end-of-generation ids (EOS, EOT, EOM and llama.cpp's EOG texts)."""
     bos = gguf.get("tokenizer.ggml.bos_token_id")
     eos: list[int] = []
     for key in ("eos_token_id", "eot_token_id", "eom_token_id"):

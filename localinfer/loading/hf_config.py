@@ -1,4 +1,6 @@
-"""ModelConfig from a Hugging Face config.json (already in Hugging Face terms)."""
+"""ModelConfig from a Hugging Face config.json: the architecture numbers as
+localinfer/facts/hf_config.py reads them (for the budget too), settled by the weights the
+directory holds, plus RoPE, norms and the special-token ids."""
 
 from __future__ import annotations
 
@@ -6,8 +8,14 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
-from localinfer.errors import ModelFileError, UnsupportedModelError
-from localinfer.loading.model_config import SUPPORTED_ARCHS, ModelConfig, RopeScaling
+from localinfer.errors import UnsupportedModelError
+from localinfer.facts.hf_config import arch_fields, text_model_config
+from localinfer.loading.model_config import (
+    SUPPORTED_ARCHS,
+    ModelConfig,
+    RopeScaling,
+    config_from_arch_fields,
+)
 
 # config.json model_type -> ModelConfig.arch
 HF_ARCHS = {
@@ -18,9 +26,6 @@ HF_ARCHS = {
     "gemma3_text": "gemma3",
     "gemma3": "gemma3",  # multimodal wrapper: the text model's numbers sit in text_config
 }
-# transformers' defaults for tie_word_embeddings, per model class
-_TIED_DEFAULT = {"gemma3": True}
-GEMMA3_SWA_PATTERN = 6
 
 
 def config_from_hf(
@@ -37,58 +42,32 @@ def config_from_hf(
             f"(supported: {', '.join(SUPPORTED_ARCHS)})"
         )
     arch = HF_ARCHS[model_type]
-    if model_type == "gemma3" and isinstance(cfg.get("text_config"), dict):
-        cfg = {**cfg["text_config"], "model_type": "gemma3_text"}
-
-    def req(key: str) -> Any:
-        if cfg.get(key) is None:
-            raise ModelFileError(path, f"config.json lacks '{key}'")
-        return cfg[key]
-
-    n_layers = int(req("num_hidden_layers"))
-    hidden = int(req("hidden_size"))
-    n_heads = int(req("num_attention_heads"))
-    n_kv_heads = int(cfg.get("num_key_value_heads") or n_heads)
-    head_dim = int(cfg.get("head_dim") or hidden // n_heads)
-    rope_params = cfg.get("rope_parameters") if isinstance(cfg.get("rope_parameters"), dict) else {}
-    rope_theta = float(cfg.get("rope_theta") or rope_params.get("rope_theta") or 10000.0)
-    max_ctx = int(cfg.get("max_position_embeddings") or 2048)
-    rope_scaling, max_ctx = _rope_scaling(cfg.get("rope_scaling") or rope_params, max_ctx)
-
-    tied = bool(cfg.get("tie_word_embeddings", _TIED_DEFAULT.get(arch, False)))
-    if weight_names and "lm_head.weight" not in weight_names:
-        tied = True  # some repos drop the copy; the embedding is the head then
-    sliding_window, sliding_layers = _sliding(cfg, arch, n_layers)
-    bos, eos = _special_ids(cfg, generation or {})
-    return ModelConfig(
-        arch=arch,
-        n_layers=n_layers,
-        hidden_size=hidden,
-        n_heads=n_heads,
-        n_kv_heads=n_kv_heads,
-        head_dim=head_dim,
-        ffn_size=int(req("intermediate_size")),
-        vocab_size=int(req("vocab_size")),
-        max_ctx=max_ctx,
+    text = text_model_config(cfg)
+    fields = arch_fields(text, path)
+    if weight_names:
+        if "lm_head.weight" not in weight_names:
+            fields["tied_embeddings"] = True  # some repos drop the copy; the embedding is the head
+        fields["attention_bias"] = "model.layers.0.self_attn.q_proj.bias" in weight_names
+    head_dim = int(fields["head_dim"])
+    rope_params = text.get("rope_parameters")
+    rope_params = rope_params if isinstance(rope_params, dict) else {}
+    rope_theta = float(rope_params.get("rope_theta") or text.get("rope_theta") or 10000.0)
+    rope_scaling, fields["max_ctx"] = _rope_scaling(
+        text.get("rope_scaling") or rope_params, int(fields["max_ctx"])
+    )
+    bos, eos = _special_ids(text, generation or {})
+    gemma3 = arch == "gemma3"
+    return config_from_arch_fields(
+        arch,
+        fields,
         rope_theta=rope_theta,
-        rms_eps=float(cfg.get("rms_norm_eps") or 1e-6),
-        tied_embeddings=tied,
-        qk_norm=arch in ("qwen3", "gemma3"),
-        attention_bias=(
-            "model.layers.0.self_attn.q_proj.bias" in weight_names
-            if weight_names
-            else arch == "qwen2" or bool(cfg.get("attention_bias"))
-        ),
+        rms_eps=float(text.get("rms_norm_eps") or 1e-6),
         rope_scaling=rope_scaling,
-        sliding_window=sliding_window,
-        sliding_layers=sliding_layers,
         bos_token_id=bos,
         eos_token_ids=eos,
-        rope_local_theta=float(cfg.get("rope_local_base_freq", 10000.0))
-        if arch == "gemma3"
-        else None,
-        query_pre_attn_scalar=float(cfg.get("query_pre_attn_scalar") or head_dim)
-        if arch == "gemma3"
+        rope_local_theta=float(text.get("rope_local_base_freq", 10000.0)) if gemma3 else None,
+        query_pre_attn_scalar=float(text.get("query_pre_attn_scalar") or head_dim)
+        if gemma3
         else None,
     )
 
@@ -115,27 +94,6 @@ def _rope_scaling(rs: dict[str, Any], max_ctx: int) -> tuple[RopeScaling | None,
         orig = rs.get("original_max_position_embeddings")
         return None, min(max_ctx, int(orig)) if orig else max_ctx
     return None, max_ctx
-
-
-def _sliding(cfg: dict[str, Any], arch: str, n_layers: int) -> tuple[int | None, tuple[int, ...]]:
-    window = cfg.get("sliding_window")
-    if not window:
-        return None, ()
-    window = int(window)
-    if arch == "gemma3":
-        types = cfg.get("layer_types")
-        if isinstance(types, list) and len(types) == n_layers:
-            return window, tuple(i for i, t in enumerate(types) if t == "sliding_attention")
-        pattern = int(cfg.get("sliding_window_pattern") or GEMMA3_SWA_PATTERN)
-        return window, tuple(i for i in range(n_layers) if (i + 1) % pattern)
-    if arch in ("qwen2", "qwen3"):
-        # Qwen ships a sliding_window value but only uses it when use_sliding_window is set, and
-        # then only from layer max_window_layers on.
-        if not cfg.get("use_sliding_window"):
-            return None, ()
-        start = int(cfg.get("max_window_layers", n_layers))
-        return window, tuple(range(start, n_layers))
-    return window, tuple(range(n_layers))
 
 
 def _ids(value: Any) -> list[int]:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
 
@@ -54,3 +56,36 @@ class ModelConfig:
     @property
     def kv_size(self) -> int:
         return self.n_kv_heads * self.head_dim
+
+
+def config_from_arch_fields(arch: str, fields: Mapping[str, Any], **runner: Any) -> ModelConfig:
+    """A ModelConfig from ArchSpec's fields as localinfer/facts reads them from a file (the
+    numbers the budget works from too), plus the ones only the runners need (``runner``: RoPE,
+    norm epsilon, special-token ids, ...)."""
+    n_layers = int(fields["n_layers"])
+    window = fields.get("sliding_window")
+    return ModelConfig(
+        arch=arch,
+        n_layers=n_layers,
+        hidden_size=int(fields["hidden_size"]),
+        n_heads=int(fields["n_heads"]),
+        n_kv_heads=int(fields["n_kv_heads"]),
+        head_dim=int(fields["head_dim"]),
+        ffn_size=int(fields["ffn_size"]),
+        vocab_size=int(fields["vocab_size"]),
+        max_ctx=int(fields["max_ctx"]),
+        tied_embeddings=bool(fields["tied_embeddings"]),
+        qk_norm=bool(fields["qk_norm"]),
+        attention_bias=bool(fields["attention_bias"]),
+        sliding_window=int(window) if window else None,
+        sliding_layers=_sliding_layers(fields, n_layers) if window else (),
+        **runner,
+    )
+
+
+def _sliding_layers(fields: Mapping[str, Any], n_layers: int) -> tuple[int, ...]:
+    """The sliding-window layers, spelled out (ArchSpec.is_sliding's rule)."""
+    if fields.get("sliding_layers") is not None:
+        return tuple(int(i) for i in fields["sliding_layers"])
+    pattern = int(fields.get("sliding_pattern") or 0)
+    return tuple(i for i in range(n_layers) if not pattern or (i + 1) % pattern)

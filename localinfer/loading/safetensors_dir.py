@@ -7,13 +7,13 @@ names brought to the plain ``model.*`` form and their vision tensors left out.
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
+from localinfer.facts.hf_config import read_json_object
 from localinfer.loading.chat_template import ChatTemplate
 from localinfer.loading.hf_config import config_from_hf
 from localinfer.loading.model import LoadedModel
@@ -38,20 +38,6 @@ def _hf_name(name: str) -> str | None:
         if name.startswith(prefix):
             return None if replacement is None else replacement + name[len(prefix) :]
     return name
-
-
-def read_json(path: Path, required: bool = True) -> dict[str, Any]:
-    if not path.is_file():
-        if required:
-            raise ModelFileError(path, f"missing {path.name}")
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ModelFileError(path, f"malformed JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ModelFileError(path, "malformed JSON: expected an object")
-    return data
 
 
 class SafetensorsWeights:
@@ -95,10 +81,11 @@ class SafetensorsWeights:
         return max(totals, key=totals.__getitem__) if totals else "F32"
 
 
-def _weight_files(root: Path) -> list[Path]:
+def weight_files(root: Path) -> list[Path]:
+    """The .safetensors files of a model directory: the shards its index names, else all."""
     index = root / INDEX_FILE
     if index.is_file():
-        weight_map = read_json(index).get("weight_map")
+        weight_map = read_json_object(index).get("weight_map")
         if not isinstance(weight_map, dict) or not weight_map:
             raise ModelFileError(index, "malformed index: no weight_map")
         names = sorted(set(weight_map.values()))
@@ -133,7 +120,7 @@ def _chat_template_source(root: Path, tok_cfg: dict[str, Any]) -> str | None:
         named = {t.get("name"): t.get("template") for t in src if isinstance(t, dict)}
         src = named.get("default") or next(iter(named.values()), None)
     if src is None:
-        chat_json = read_json(root / "chat_template.json", required=False)
+        chat_json = read_json_object(root / "chat_template.json", required=False)
         src = chat_json.get("chat_template")
     return src if isinstance(src, str) else None
 
@@ -154,14 +141,14 @@ def load_safetensors_dir(root: Path, name: str | None = None) -> LoadedModel:
     root = Path(root)
     if not root.is_dir():
         raise ModelFileError(root, "not a directory")
-    cfg = read_json(root / "config.json")
-    generation = read_json(root / "generation_config.json", required=False)
-    files = [SafetensorsFile(p) for p in _weight_files(root)]
+    cfg = read_json_object(root / "config.json")
+    generation = read_json_object(root / "generation_config.json", required=False)
+    files = [SafetensorsFile(p) for p in weight_files(root)]
     names = {n for f in files for n in (_hf_name(s) for s in f.tensors) if n is not None}
     config = config_from_hf(cfg, root, weight_names=names, generation=generation)
     weights = SafetensorsWeights(files, drop_lm_head=config.tied_embeddings)
 
-    tok_cfg = read_json(root / "tokenizer_config.json", required=False)
+    tok_cfg = read_json_object(root / "tokenizer_config.json", required=False)
     tok_json = root / "tokenizer.json"
     if not tok_json.is_file():
         hint = (

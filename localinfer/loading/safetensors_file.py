@@ -35,6 +35,15 @@ DTYPES: dict[str, np.dtype] = {
     "U8": np.dtype("u1"),
     "BOOL": np.dtype("?"),
 }
+# Bytes per element of every safetensors dtype, the ones numpy cannot hold too (FP8, unsigned).
+DTYPE_SIZES: dict[str, int] = {
+    **{name: dtype.itemsize for name, dtype in DTYPES.items()},
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+}
 MAX_HEADER = 100 * 1024 * 1024  # the format's own limit
 
 
@@ -91,9 +100,9 @@ class SafetensorsFile:
                 raise self._fail(f"malformed entry for tensor '{name}'") from None
             if any(d < 0 for d in shape):
                 raise self._fail(f"tensor '{name}' has a negative dimension {shape}")
-            if dtype in DTYPES:
+            if dtype in DTYPE_SIZES:
                 # Python ints: an int64 product of huge dimensions wraps to a plausible size
-                want = math.prod(shape) * DTYPES[dtype].itemsize
+                want = math.prod(shape) * DTYPE_SIZES[dtype]
                 if end - begin != want:
                     raise self._fail(
                         f"tensor '{name}' has {end - begin} bytes, its shape needs {want}"
@@ -130,3 +139,9 @@ class SafetensorsFile:
             with contextlib.suppress(BufferError):
                 self._mmap.close()
             self._mmap = None
+
+    def __enter__(self) -> SafetensorsFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -21,7 +21,7 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 from tokenizers import Tokenizer as HFTokenizer
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
-from localinfer.loading.gguf_config import _special_ids
+from localinfer.loading.gguf_config import gguf_special_ids
 from localinfer.loading.gguf_file import GGUFFile
 from localinfer.loading.tokenizer import SPIECE_SPACE, ByteMode, Tokenizer
 from localinfer.paths import cache_dir
@@ -101,7 +101,7 @@ def tokenizer_from_gguf(gguf: GGUFFile, use_cache: bool = True) -> Tokenizer:
     hf = _cached(gguf, lambda: build(gguf, tokens, types)) if use_cache else None
     if hf is None:
         hf = build(gguf, tokens, types)
-    bos, eos = _special_ids(gguf)
+    bos, eos = gguf_special_ids(gguf)
     default_add_bos = kind == "llama"  # llama.cpp's default for SentencePiece vocabularies
     return Tokenizer(
         hf,
