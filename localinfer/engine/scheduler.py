@@ -279,28 +279,9 @@ class Scheduler:
 
     def _emit_token(self, seq: Sequence, sampled: SampledToken) -> FinishReason | None:
         token = sampled.token_id
-        seq.tokens.append(token)
-        now = self._metrics.clock()
-        if seq.timing.first_token is None:
-            seq.timing.first_token = now
-        seq.timing.last_token = now
-        logprobs: tuple[TokenLogprob, ...] = ()
-        if sampled.logprob is not None:
-            top = tuple((t, self._token_text(t), lp) for t, lp in sampled.top)
-            logprobs = (TokenLogprob(token, self._token_text(token), sampled.logprob, top),)
-        reason: FinishReason | None = None
-        text = ""
-        if token in seq.stop_ids:
-            reason = "stop"  # a stop/eos token's own text is never shown
-        else:
-            step = seq.detokenizer.add(token)
-            text = step.text
-            if step.stopped:
-                reason = "stop"
-        if reason is None and seq.num_output >= seq.params.max_tokens:
-            reason = "length"
-        if reason is None and len(seq.tokens) > self.max_ctx:
-            reason = "length"  # the context is full: the new token cannot be fed back
+        appended = seq.append_token(token, self._metrics.clock(), self.max_ctx)
+        logprobs = self._logprobs(sampled)
+        reason, text = appended.finish_reason, appended.text
         if reason is None:
             # Metrics so far ride along on every event, so a UI can show live TTFT and tok/s.
             event = StreamEvent(
@@ -310,6 +291,13 @@ class Scheduler:
         else:
             self._finish(seq, reason, text=text, token_ids=(token,), logprobs=logprobs)
         return reason
+
+    def _logprobs(self, sampled: SampledToken) -> tuple[TokenLogprob, ...]:
+        if sampled.logprob is None:
+            return ()
+        top = tuple((t, self._token_text(t), lp) for t, lp in sampled.top)
+        text = self._token_text(sampled.token_id)
+        return (TokenLogprob(sampled.token_id, text, sampled.logprob, top),)
 
     def _finish(
         self,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from localinfer.engine.detokenizer import Detokenizer
 from localinfer.engine.metrics import RequestTiming
@@ -10,6 +11,14 @@ from localinfer.engine.sampler import TokenSampler
 from localinfer.engine.types import FinishReason, Request, RequestMetrics, StreamEvent
 
 EventSink = Callable[[StreamEvent], None]
+
+
+@dataclass(slots=True, frozen=True)
+class AppendedToken:
+    """What one sampled token added to a request."""
+
+    text: str  # new text to show (empty for a stop token, or while the detokenizer holds it)
+    finish_reason: FinishReason | None  # "stop" or "length" when this token ends the request
 
 
 class Sequence:
@@ -64,3 +73,22 @@ class Sequence:
 
     def metrics(self) -> RequestMetrics:
         return self.timing.metrics(self.prompt_len, self.num_output, self.cached_prompt_tokens)
+
+    def append_token(self, token: int, now: float, max_ctx: int) -> AppendedToken:
+        """Add a sampled token (at clock time ``now``): its text, and whether it ends the
+        request by a stop token or string, by ``max_tokens``, or by a full context."""
+        self.tokens.append(token)
+        if self.timing.first_token is None:
+            self.timing.first_token = now
+        self.timing.last_token = now
+        if token in self.stop_ids:
+            return AppendedToken("", "stop")  # a stop/eos token's own text is never shown
+        step = self.detokenizer.add(token)
+        if step.stopped:
+            return AppendedToken(step.text, "stop")
+        if self.num_output >= self.params.max_tokens:
+            return AppendedToken(step.text, "length")
+        if len(self.tokens) > max_ctx:
+            # The context is full: the new token cannot be fed back.
+            return AppendedToken(step.text, "length")
+        return AppendedToken(step.text, None)
