@@ -5,11 +5,6 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict, dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from localinfer.budget.memory import DeviceMemory
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,84 +34,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 def collect_rows(device: str = "auto") -> list[ModelRow]:
     from localinfer.budget.memory import device_memory
-    from localinfer.catalog import BundledSource, load_catalog
-    from localinfer.errors import LocalinferError
-    from localinfer.resolve import list_cached_repos, resolve_model
+    from localinfer.model_listing import BudgetAsk, list_models
 
-    memory = device_memory(device)
-    rows: list[ModelRow] = []
-    seen_paths: set[Path] = set()
-    for entry in load_catalog().entries.values():
-        resolved = resolve_model(entry.name, assemble=False)
-        fit = _fit(entry.name, memory)
-        if resolved.path is not None:
-            seen_paths.add(resolved.path)
-            size, on_disk = _size_on_disk(resolved.path), True
-        else:
-            size, on_disk = fit.weights_bytes, False
-        if isinstance(entry.source, BundledSource):
-            source = "embedded" if entry.name == "smollm2-135m" else "bundled"
-        else:
-            source = "hf cache" if on_disk else "catalog"
+    rows = []
+    for model in list_models(BudgetAsk(), device_memory(device)):
+        report = model.report  # None: a broken file shows as '?' in its row
+        size = model.size_on_disk if model.on_disk else report.weights_bytes if report else 0
         rows.append(
             ModelRow(
-                entry.name,
-                source,
-                fit.quant,
-                size,
-                on_disk,
-                fit.fits,
-                fit.max_context,
-                entry.description,
+                model.name,
+                model.source,
+                report.quant if report else "?",
+                size or 0,
+                model.on_disk,
+                report.fits if report else None,
+                report.max_context if report else 0,
+                model.description,
             )
         )
-    for repo in list_cached_repos():
-        try:
-            resolved = resolve_model(repo.repo_id)
-        except LocalinferError:
-            continue  # a cached repo that holds no model weights (a tokenizer, a dataset card)
-        if resolved.path in seen_paths or resolved.entry is not None:
-            continue  # already listed as a catalog model
-        fit = _fit(repo.repo_id, memory)
-        row = ModelRow(
-            repo.repo_id,
-            "hf cache",
-            fit.quant,
-            repo.size_on_disk,
-            True,
-            fit.fits,
-            fit.max_context,
-            "cached Hugging Face repo",
-        )
-        rows.append(row)
     return rows
-
-
-@dataclass(frozen=True, slots=True)
-class _Fit:
-    quant: str
-    weights_bytes: int
-    fits: bool | None
-    max_context: int
-
-
-def _fit(spec: str, memory: DeviceMemory) -> _Fit:
-    """The default-context budget of one model; a broken file shows as '?' instead of failing
-    the whole listing."""
-    from localinfer.budget import BudgetRequest, compute_budget
-    from localinfer.errors import LocalinferError
-
-    try:
-        report = compute_budget(BudgetRequest(spec), memory)
-    except LocalinferError:
-        return _Fit("?", 0, None, 0)
-    return _Fit(report.quant, report.weights_bytes, report.fits, report.max_context)
-
-
-def _size_on_disk(path: Path) -> int:
-    if path.is_file():
-        return path.stat().st_size
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
 
 def run(args: argparse.Namespace) -> int:

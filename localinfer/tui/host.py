@@ -15,7 +15,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from localinfer.errors import LocalinferError
+from localinfer.tui.model_list import ModelChoice, list_model_choices
 from localinfer.tui.settings import ChatSettings
+
+__all__ = ["ChatHost", "MemoryFigures", "MemoryParts", "ModelChoice", "open_with_settings"]
 
 if TYPE_CHECKING:  # the engine package is heavy; `localinfer chat` imports it in the preload
     from localinfer.engine.types import EngineMetrics, Request, SamplingParams
@@ -62,16 +65,6 @@ class MemoryFigures:
     device: str = ""
 
 
-@dataclass(slots=True, frozen=True)
-class ModelChoice:
-    name: str  # what open_session accepts
-    source: str  # "embedded" | "catalog" | "local"
-    size_bytes: int | None  # predicted total at the chosen context, when known
-    fits: bool | None  # None: the budget could not tell
-    note: str = ""
-    current: bool = False
-
-
 Opener = Callable[[ChatSettings], SessionLike]
 
 
@@ -81,16 +74,8 @@ def open_with_settings(settings: ChatSettings, *, force: bool = False) -> Sessio
     from localinfer.session import open_session
 
     draft = {"off": None, "ngram": "ngram", "draft": settings.draft}[settings.speculative]
-    return open_session(
-        settings.model,
-        backend=settings.backend,
-        ctx=settings.ctx,
-        slots=settings.slots,
-        threads=settings.threads,
-        quant=settings.quant,
-        draft=draft,
-        force=force,
-    )
+    sizes = {name: getattr(settings, name) for name in ("backend", "ctx", "slots", "threads")}
+    return open_session(settings.model, quant=settings.quant, draft=draft, force=force, **sizes)
 
 
 class ChatHost:
@@ -228,14 +213,13 @@ class ChatHost:
             measured = MemoryParts(report.weights, report.kv_cache, report.overhead)
             device = report.device
         try:
-            predicted, available = _predicted_memory(session, self.settings)
+            predicted, available = _predicted_memory(session)
         except Exception:  # noqa: BLE001 - a budget bug must not hide the measured figures
             predicted, available = None, None
         return MemoryFigures(predicted, measured, available, device or "")
 
     def model_choices(self, ctx: int | None = None) -> list[ModelChoice]:
         from localinfer.session import DEFAULT_MODEL
-        from localinfer.tui.model_list import list_model_choices
 
         current = self.settings.model or DEFAULT_MODEL
         return list_model_choices(ctx or self.settings.ctx, self.settings, current)
@@ -254,7 +238,21 @@ def _measured_memory(session: SessionLike) -> Any:
     return runner.memory() if runner is not None else None
 
 
-def _predicted_memory(session: SessionLike, settings: ChatSettings) -> tuple[Any, int | None]:
-    from localinfer.tui.model_list import predict_loaded
+def _predicted_memory(session: SessionLike) -> tuple[Any, int | None]:
+    """The budget's prediction for the loaded model at its actual slots x context and backend,
+    and the memory the budget says this machine has."""
+    from localinfer.budget import BudgetRequest, compute_budget
 
-    return predict_loaded(session, settings)
+    info = session.engine.runner.info
+    request = BudgetRequest(
+        model=str(session.model.path),
+        ctx=info.max_ctx,
+        concurrency=info.slots,
+        backend=info.backend,
+    )
+    try:
+        report = compute_budget(request)
+    except LocalinferError:
+        return None, None
+    parts = MemoryParts(report.weights_bytes, report.kv_cache_bytes, report.overhead_bytes)
+    return parts, report.available_bytes

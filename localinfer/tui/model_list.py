@@ -1,75 +1,57 @@
-"""Budget figures for the chat: which models fit at the chosen context, and the loaded one's plan.
-
-Both call the same ``compute_budget`` as `localinfer budget`, so the picker and the CLI agree.
-"""
+"""The chat's model picker: every listed model (localinfer.model_listing, as `localinfer models`)
+with its budget at the chat's context, slots and backend, so the picker and the CLI agree."""
 
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from localinfer.errors import LocalinferError
-from localinfer.tui.host import MemoryParts, ModelChoice
 from localinfer.tui.settings import ChatSettings
+
+if TYPE_CHECKING:
+    from localinfer.model_listing import ListedModel
+
+
+@dataclass(slots=True, frozen=True)
+class ModelChoice:
+    name: str  # what open_session accepts
+    source: str  # "bundled" | "catalog" | "local"
+    size_bytes: int | None  # predicted total at the chosen context, when known
+    fits: bool | None  # None: the budget could not tell
+    note: str = ""
+    current: bool = False
 
 
 def list_model_choices(ctx: int, settings: ChatSettings, current: str | None) -> list[ModelChoice]:
     """Catalog models, model repos in the local Hugging Face cache that the catalog does not
-    name, and ``current`` (the loaded model's spec) when it is neither."""
-    from localinfer.catalog import load_catalog
-    from localinfer.resolve import catalog_entry_for_repo, list_cached_repos
+    name, and ``current`` (the loaded model's spec) when it is neither; on this machine first,
+    then by size."""
+    from localinfer.errors import LocalinferError
+    from localinfer.model_listing import BudgetAsk, ListedModel, budget_for, list_models
 
-    catalog = load_catalog()
-    choices = []
-    for name in catalog.names():
-        entry = catalog.get(name)
-        assert entry is not None
-        choices.append(_choice(name, entry.source.kind, ctx, settings, current))
-    named = set(catalog.names())
-    for repo in list_cached_repos():
-        if catalog_entry_for_repo(repo.repo_id) is None:
-            choices.append(_choice(repo.repo_id, "local", ctx, settings, current))
-            named.add(repo.repo_id)
-    if current is not None and current not in named:
-        choices.insert(0, _choice(current, "local", ctx, settings, current))
-    # Models on this machine first, then by size.
+    ask = BudgetAsk(ctx=ctx, concurrency=settings.slots, backend=settings.backend)
+    listed = list_models(ask)
+    if current is not None and current not in {m.name for m in listed}:
+        try:
+            extra = ListedModel(current, "local", None, None, "", budget_for(current, ask))
+        except LocalinferError as exc:
+            extra = ListedModel(current, "local", None, None, "", error=str(exc))
+        listed.insert(0, extra)
+    choices = [_choice(model, ctx, model.name == current) for model in listed]
     choices.sort(key=lambda c: (not c.current, c.note != "", c.size_bytes or 0))
     return choices
 
 
-def _choice(
-    name: str, kind: str, ctx: int, settings: ChatSettings, current: str | None
-) -> ModelChoice:
-    from localinfer.budget import BudgetRequest, compute_budget
-
-    is_current = name == current
-    try:
-        report = compute_budget(
-            BudgetRequest(model=name, ctx=ctx, concurrency=settings.slots, backend=settings.backend)
-        )
-    except LocalinferError as exc:
-        return ModelChoice(name, kind, None, None, note=str(exc)[:60], current=is_current)
-    source = "bundled" if kind == "bundled" else "local" if report.model_path else "catalog"
-    note = "" if report.model_path else "not on disk: localinfer pull"
+def _choice(model: ListedModel, ctx: int, current: bool) -> ModelChoice:
+    report = model.report
+    on_disk = report.model_path is not None if report is not None else model.on_disk
+    if model.source in ("embedded", "bundled"):
+        source = "bundled"
+    else:  # a model given by path or repo id outside the listing is "local" too
+        source = "local" if on_disk or model.source == "local" else "catalog"
+    if report is None:
+        return ModelChoice(model.name, source, None, None, model.error[:60], current)
+    note = "" if on_disk else "not on disk: localinfer pull"
     if report.ctx < ctx:
         note = f"trained for {report.model_max_ctx} tokens" + (f"; {note}" if note else "")
-    return ModelChoice(name, source, report.total_bytes, report.fits, note=note, current=is_current)
-
-
-def predict_loaded(session: Any, settings: ChatSettings) -> tuple[MemoryParts | None, int | None]:
-    """The budget's prediction for the loaded model at its actual slots x context and backend."""
-    from localinfer.budget import BudgetRequest, compute_budget
-
-    info = session.engine.runner.info
-    try:
-        report = compute_budget(
-            BudgetRequest(
-                model=str(session.model.path),
-                ctx=info.max_ctx,
-                concurrency=info.slots,
-                backend=info.backend,
-            )
-        )
-    except LocalinferError:
-        return None, None
-    parts = MemoryParts(report.weights_bytes, report.kv_cache_bytes, report.overhead_bytes)
-    return parts, report.available_bytes
+    return ModelChoice(model.name, source, report.total_bytes, report.fits, note, current)
