@@ -55,3 +55,8 @@ def model_settings(args: argparse.Namespace) -> dict[str, Any]:
     """open_session's keywords for what add_model_options parsed."""
     names = ("backend", "ctx", "quant", "threads", "force")
     return {name: getattr(args, name) for name in names}
+
+
+def draft_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """open_session's keywords for what add_draft_options parsed."""
+    return {"draft": args.draft, "draft_backend": args.draft_backend}

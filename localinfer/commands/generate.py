@@ -8,7 +8,12 @@ import sys
 from typing import Any
 
 from localinfer.errors import InvalidParameterError, LocalinferError
-from localinfer.model_options import add_draft_options, add_model_options, model_settings
+from localinfer.model_options import (
+    add_draft_options,
+    add_model_options,
+    draft_settings,
+    model_settings,
+)
 
 
 def register(subparsers: Any) -> None:
@@ -73,8 +78,7 @@ def run(args: argparse.Namespace) -> int:
         model_spec,
         slots=args.slots,
         dtype=args.dtype,
-        draft=args.draft,
-        draft_backend=args.draft_backend,
+        **draft_settings(args),
         **model_settings(args),
     )
     try:

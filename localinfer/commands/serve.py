@@ -8,6 +8,7 @@ server stops and the command exits with the loader's one-line error.
 from __future__ import annotations
 
 import argparse
+import functools
 import ipaddress
 import math
 import os
@@ -16,7 +17,12 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localinfer.errors import InvalidParameterError, LocalinferError
-from localinfer.model_options import add_draft_options, add_model_options, model_settings
+from localinfer.model_options import (
+    add_draft_options,
+    add_model_options,
+    draft_settings,
+    model_settings,
+)
 
 if TYPE_CHECKING:
     from localinfer.server.limits import RequestLimits
@@ -157,12 +163,7 @@ def _limits(args: argparse.Namespace) -> RequestLimits:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.slots < 1:
-        raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
-    if args.max_queue < 0:
-        raise InvalidParameterError(f"--max-queue must be >= 0, got {args.max_queue}")
-    if not 0 <= args.port <= 65535:
-        raise InvalidParameterError(f"--port must be 0..65535, got {args.port}")
+    _check_numbers(args)
     from localinfer.server.host_guard import HostPolicy
 
     api_key = _api_key(args)
@@ -176,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
     from localinfer.resolve import ALIASES, resolve_model
     from localinfer.server import create_app
     from localinfer.server.host import uvicorn_config
-    from localinfer.session import DEFAULT_MODEL, open_session
+    from localinfer.session import DEFAULT_MODEL
 
     # Resolving is cheap and catches the common mistakes (a typo in MODEL, a model that is not
     # downloaded) before anything starts listening.
@@ -185,34 +186,9 @@ def run(args: argparse.Namespace) -> int:
     aliases = {spec, *(alias for alias, target in ALIASES.items() if target == spec)}
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]
-    server: uvicorn.Server | None = None
-
-    def load() -> Any:
-        try:
-            session = open_session(
-                args.model,
-                slots=args.slots,
-                dtype=args.dtype,
-                max_queue=args.max_queue,
-                draft=args.draft,
-                draft_backend=args.draft_backend,
-                **model_settings(args),
-            )
-        except BaseException:
-            if server is not None:
-                server.should_exit = True  # nothing to serve: stop and report
-            raise
-        name = args.served_name or session.model.name
-        print(
-            f"localinfer: serving {name} at http://{args.host}:{port}/v1 "
-            f"({session.runner_notice}; {args.slots} slots x {session.engine.max_ctx} tokens)",
-            file=sys.stderr,
-            flush=True,
-        )
-        return session
-
+    servers: list[uvicorn.Server] = []  # the server once built: a failed load stops it
     app = create_app(
-        loader=load,
+        loader=functools.partial(_load_session, args, port, servers),
         api_key=api_key,
         cors_origins=args.cors_origin,
         served_name=args.served_name,
@@ -232,6 +208,7 @@ def run(args: argparse.Namespace) -> int:
         flush=True,
     )
     server = uvicorn.Server(uvicorn_config(app, args.host, port, log_level=args.log_level))
+    servers.append(server)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
@@ -244,3 +221,39 @@ def run(args: argparse.Namespace) -> int:
             raise failure
         raise LocalinferError(f"loading the model failed: {type(failure).__name__}: {failure}")
     return 0
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.slots < 1:
+        raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
+    if args.max_queue < 0:
+        raise InvalidParameterError(f"--max-queue must be >= 0, got {args.max_queue}")
+    if not 0 <= args.port <= 65535:
+        raise InvalidParameterError(f"--port must be 0..65535, got {args.port}")
+
+
+def _load_session(args: argparse.Namespace, port: int, servers: list[Any]) -> Any:
+    """Open the session (in the server's loader thread) and say where it is served."""
+    from localinfer.session import open_session
+
+    try:
+        session = open_session(
+            args.model,
+            slots=args.slots,
+            dtype=args.dtype,
+            max_queue=args.max_queue,
+            **draft_settings(args),
+            **model_settings(args),
+        )
+    except BaseException:
+        for server in servers:
+            server.should_exit = True  # nothing to serve: stop and report
+        raise
+    name = args.served_name or session.model.name
+    print(
+        f"localinfer: serving {name} at http://{args.host}:{port}/v1 "
+        f"({session.runner_notice}; {args.slots} slots x {session.engine.max_ctx} tokens)",
+        file=sys.stderr,
+        flush=True,
+    )
+    return session
