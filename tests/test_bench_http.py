@@ -12,7 +12,7 @@ import sys
 import httpx
 import pytest
 
-from localinfer.bench.loadgen import run_level, run_levels
+from localinfer.bench.loadgen import LoadPlan, run_level, run_levels
 from localinfer.bench.prompts import BenchPrompt
 from localinfer.bench.targets import HttpTarget, api_base
 
@@ -131,7 +131,8 @@ def test_closed_loop_keeps_exactly_c_requests_in_flight() -> None:
     assert level.output_tokens == 14
 
     peak = 0
-    levels = run(run_levels(target, prompts, [1, 4], requests=2, max_tokens=2, warmup=1))
+    plan = LoadPlan(prompts, [1, 4], requests=2, max_tokens=2, warmup=1)
+    levels = run(run_levels(target, plan))
     assert [len(lv.records) for lv in levels] == [2, 4]  # a level sends at least c requests
     assert peak == 4
 

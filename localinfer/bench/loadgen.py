@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 from localinfer.bench.prompts import BenchPrompt
 from localinfer.bench.records import LevelResult, RequestRecord
@@ -56,21 +57,25 @@ async def run_level(
     return LevelResult(concurrency, wall, [r for r in records if r is not None])
 
 
+@dataclass(frozen=True, slots=True)
+class LoadPlan:
+    """What one benchmark run sends: each concurrency level in turn, after `warmup` unmeasured
+    requests (first-request costs such as graph building or page faults are not serving speed)."""
+
+    prompts: Sequence[BenchPrompt]
+    levels: Sequence[int]
+    requests: int  # per level; a level sends at least as many as it has clients
+    max_tokens: int
+    warmup: int = 1
+
+
 async def run_levels(
-    target: Target,
-    prompts: Sequence[BenchPrompt],
-    levels: Sequence[int],
-    requests: int,
-    max_tokens: int,
-    *,
-    warmup: int = 1,
-    on_record: OnRecord | None = None,
+    target: Target, plan: LoadPlan, on_record: OnRecord | None = None
 ) -> list[LevelResult]:
-    """Each level in turn, after `warmup` unmeasured requests (first-request costs such as
-    graph building or page faults are not serving speed). Each level sends at least as many
-    requests as it has clients."""
-    if warmup > 0:
-        await run_level(target, prompts[:1], 1, warmup, min(max_tokens, 8))
+    """Every level of ``plan`` against ``target``, one after another."""
+    if plan.warmup > 0:
+        await run_level(target, plan.prompts[:1], 1, plan.warmup, min(plan.max_tokens, 8))
     return [
-        await run_level(target, prompts, c, max(requests, c), max_tokens, on_record) for c in levels
+        await run_level(target, plan.prompts, c, max(plan.requests, c), plan.max_tokens, on_record)
+        for c in plan.levels
     ]

@@ -102,18 +102,19 @@ def run(args: argparse.Namespace) -> int:
 async def _bench(
     args: argparse.Namespace, prompts: list[BenchPrompt], levels: list[int]
 ) -> BenchReport:
+    from localinfer.bench.loadgen import LoadPlan
     from localinfer.bench.runner import bench_target
     from localinfer.bench.targets import EngineTarget, HttpTarget
 
-    common = dict(warmup=max(0, args.warmup), progress=not args.no_progress)
+    plan = LoadPlan(prompts, levels, args.requests, args.max_tokens, warmup=max(0, args.warmup))
+    progress = not args.no_progress
     if args.url:
         api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
         extra = {"ignore_eos": True} if args.ignore_eos else {}
         target = HttpTarget(args.url, model=args.model_name, api_key=api_key, extra_body=extra,
                             concurrency=max(levels))  # fmt: skip
         try:
-            return await bench_target(target, prompts, levels, args.requests, args.max_tokens,
-                                      **common)  # fmt: skip
+            return await bench_target(target, plan, progress=progress)
         finally:
             await target.aclose()
 
@@ -130,8 +131,7 @@ async def _bench(
         print(f"localinfer: {session.runner_notice}", file=sys.stderr)
         target = EngineTarget(session, ignore_eos=args.ignore_eos)
         _check_context(target, prompts, args.max_tokens)
-        return await bench_target(target, prompts, levels, args.requests, args.max_tokens,
-                                  **common)  # fmt: skip
+        return await bench_target(target, plan, progress=progress)
     finally:
         session.close()
 
