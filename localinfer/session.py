@@ -174,11 +174,11 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
 def check_budget(model: LoadedModel, config: RunnerConfig, backend: str) -> BudgetReport:
     """The budget of running ``model`` as ``config`` on ``backend`` (file headers only); raises
     OutOfMemoryBudgetError with the budget's own explanation when it does not fit."""
-    request = BudgetRequest(
-        model=str(model.path),
-        ctx=config.max_ctx,
-        concurrency=config.slots,
-        quant=config.quant,
+    request = BudgetRequest(  # model, ctx, concurrency, quant: as the runner is configured
+        str(model.path),
+        config.max_ctx,
+        config.slots,
+        config.quant,
         device=config.device,
         backend=backend,
         dtype=config.dtype,

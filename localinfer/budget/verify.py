@@ -107,12 +107,8 @@ def _budgeted_runner(report: BudgetReport, dtype: str | None) -> Runner:
     it is built whether or not the report says it fits. The dtype defaults to the one the
     budget assumed (the backend's default on the device, as in a session)."""
     assert report.model_path is not None
+    # backend, ctx, slots, dtype: the report's
     settings = RunnerSettings(
-        backend=report.backend,
-        ctx=report.ctx,
-        slots=report.concurrency,
-        dtype=dtype,
-        device=report.device,
-        force=True,
+        report.backend, report.ctx, report.concurrency, dtype, device=report.device, force=True
     )
     return build_runner(open_model(report.model_path).model, settings).runner
