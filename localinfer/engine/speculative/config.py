@@ -22,7 +22,8 @@ class SpecConfig:
     ``max_busy_slots``: speculation runs only while at most this many slots are decoding; a busy
     batch already fills the machine, so verifying extra tokens costs real compute and stops
     paying. Measured by scripts/bench-speculative (see its output); configurable per engine.
-    ``factory.default_config`` picks costs and this threshold per backend.
+    ``localinfer.speculation.default_spec_config`` takes the costs and this threshold from the
+    target's backend profile.
 
     ``prior_acceptance`` is the acceptance a new request starts from before its own
     verifications take over (adaptive.py); paused slots probe every ``probe_every`` steps at
