@@ -6,6 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from localinfer.backends.base import SlotWork, check_batch
+
 
 class SlotLengths(list[int]):
     """``lengths[slot]`` = tokens cached in that slot (a plain list for ``check_batch``)."""
@@ -33,3 +35,41 @@ def split_logits(out: np.ndarray, logit_rows: Sequence[Sequence[int]]) -> list[n
         results.append(out[start : start + len(rows)])
         start += len(rows)
     return results
+
+
+class InPlaceSlots:
+    """The Runner protocol's bookkeeping for a runner whose KV cache is preallocated per slot and
+    written at absolute positions (torch, MLX): rollback is a length change, and the next write
+    overwrites what lies past it. Subclasses set ``_lengths``, ``config`` and ``_closed``."""
+
+    _lengths: SlotLengths
+    _closed: bool
+
+    def slot_length(self, slot: int) -> int:
+        return self._lengths.checked(slot)
+
+    def truncate(self, slot: int, length: int) -> None:
+        self._lengths.check_truncate(slot, length)
+        self._lengths[slot] = length
+
+    def release(self, slot: int) -> None:
+        self.truncate(slot, 0)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("runner is closed")
+
+    def _check_forward(self, batch: Sequence[SlotWork], max_ctx: int, vocab: int) -> None:
+        """check_batch, and every token id a row of the embedding table: checked here because
+        an out-of-range id is a device-side assert on CUDA (the whole context dies) and a
+        silent read of another row in an MLX gather."""
+        self._check_open()
+        check_batch(batch, self._lengths, max_ctx)
+        for work in batch:
+            if min(work.tokens) < 0 or max(work.tokens) >= vocab:
+                raise ValueError(f"slot {work.slot}: token id out of range [0, {vocab})")
+
+    def _advance(self, batch: Sequence[SlotWork]) -> None:
+        """Record what a finished forward wrote."""
+        for work in batch:
+            self._lengths[work.slot] = work.start_pos + len(work.tokens)

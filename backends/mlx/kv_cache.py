@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import mlx.core as mx
 
-from localinfer.backends.slot_lengths import SlotLengths
-
 
 class SlotKVCache:
     def __init__(
@@ -33,8 +31,6 @@ class SlotKVCache:
         # Zero-filled so masked-out reads see finite numbers, never NaN garbage.
         self.keys = [mx.zeros(shape, dtype=dtype) for _ in range(n_layers)]
         self.values = [mx.zeros(shape, dtype=dtype) for _ in range(n_layers)]
-        self.lengths = SlotLengths(slots)
-        self.max_ctx = max_ctx
 
     def write(
         self, layer: int, slots: mx.array, positions: mx.array, k: mx.array, v: mx.array
@@ -58,7 +54,3 @@ class SlotKVCache:
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays())
-
-    def truncate(self, slot: int, length: int) -> None:
-        self.lengths.check_truncate(slot, length)
-        self.lengths[slot] = length

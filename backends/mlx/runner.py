@@ -13,14 +13,14 @@ from collections.abc import Sequence
 import mlx.core as mx
 import numpy as np
 
-from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
+from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork
 from localinfer.backends.mlx.batch_layout import layout_batch
 from localinfer.backends.mlx.device import device_label, recommended_working_set, resolve_device
 from localinfer.backends.mlx.kv_cache import SlotKVCache
 from localinfer.backends.mlx.model import MLX_ARCHS, LlamaModel
 from localinfer.backends.mlx.quant_spec import parse_quant
 from localinfer.backends.mlx.weights import load_weights
-from localinfer.backends.slot_lengths import split_logits
+from localinfer.backends.slot_lengths import InPlaceSlots, SlotLengths, split_logits
 from localinfer.errors import UnsupportedModelError
 from localinfer.loading.model import LoadedModel
 
@@ -29,7 +29,7 @@ __all__ = ["MLXRunner", "create_runner", "recommended_working_set"]
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 
 
-class MLXRunner:
+class MLXRunner(InPlaceSlots):
     """Runs a Llama-family model with a ``[slots, kv_heads, max_ctx, head_dim]`` cache per layer.
 
     Not thread-safe: one engine thread owns it.
@@ -69,6 +69,7 @@ class MLXRunner:
         self._kv_bytes = _measured(after_cache - after_weights, self._cache.nbytes())
         self._static_overhead = max(0, after_tables - after_cache)  # RoPE tables
         self._peak_transient = 0  # the largest forward's activations + logits, in bytes
+        self._lengths = SlotLengths(config.slots)
         self._closed = False
         self.info = RunnerInfo(
             backend="mlx",
@@ -83,15 +84,9 @@ class MLXRunner:
     # -- Runner protocol -------------------------------------------------------------------
 
     def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
-        self._check_open()
-        check_batch(batch, self._cache.lengths, self.config.max_ctx)
+        self._check_forward(batch, self.config.max_ctx, self.model_config.vocab_size)
         if not batch:
             return []
-        vocab = self.model_config.vocab_size
-        for work in batch:
-            # An out-of-range id would silently read another row (MLX gathers do not check).
-            if min(work.tokens) < 0 or max(work.tokens) >= vocab:
-                raise ValueError(f"slot {work.slot}: token id out of range [0, {vocab})")
         window = self.model_config.sliding_window if self.model_config.sliding_layers else None
         layout = layout_batch(batch, window)
         # The counters are process-wide, so the forward's own use is the peak above what was
@@ -108,18 +103,8 @@ class MLXRunner:
             mx.eval(logits, self._cache.arrays())
         self._peak_transient = max(self._peak_transient, mx.get_peak_memory() - before)
         out = np.asarray(logits)  # [R, vocab] float32
-        for work in batch:
-            self._cache.lengths[work.slot] = work.start_pos + len(work.tokens)
+        self._advance(batch)
         return split_logits(out, layout.logit_rows)
-
-    def slot_length(self, slot: int) -> int:
-        return self._cache.lengths.checked(slot)
-
-    def truncate(self, slot: int, length: int) -> None:
-        self._cache.truncate(slot, length)
-
-    def release(self, slot: int) -> None:
-        self._cache.truncate(slot, 0)
 
     def decode_bytes_per_step(self) -> int:
         """Weight bytes one decode step reads: every matrix once (the embedding table only when
@@ -147,10 +132,6 @@ class MLXRunner:
         mx.clear_cache()
 
     # -- internals ------------------------------------------------------------------------
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("runner is closed")
 
 
 def _measured(delta: int, nbytes: int) -> int:

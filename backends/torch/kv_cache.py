@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import torch
 
-from localinfer.backends.slot_lengths import SlotLengths
-
 
 class StaticKVCache:
     def __init__(
@@ -29,7 +27,6 @@ class StaticKVCache:
         # Zero-filled so that masked-out (padding) reads see finite numbers, never NaN garbage.
         self.keys = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
         self.values = [torch.zeros(shape, dtype=dtype, device=device) for _ in range(n_layers)]
-        self.lengths = SlotLengths(slots)
         self.max_ctx = max_ctx
 
     def write(
@@ -47,7 +44,3 @@ class StaticKVCache:
 
     def nbytes(self) -> int:
         return sum(t.untyped_storage().nbytes() for t in self.keys + self.values)
-
-    def truncate(self, slot: int, length: int) -> None:
-        self.lengths.check_truncate(slot, length)
-        self.lengths[slot] = length

@@ -9,9 +9,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
+from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork
 from localinfer.backends.ragged_batch import pack_batch
-from localinfer.backends.slot_lengths import split_logits
+from localinfer.backends.slot_lengths import InPlaceSlots, SlotLengths, split_logits
 from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.cpu_kernels import matrix_decoder
@@ -36,7 +36,7 @@ from localinfer.loading.model import LoadedModel
 log = logging.getLogger(__name__)
 
 
-class TorchRunner:
+class TorchRunner(InPlaceSlots):
     """Runs a Llama-family model with a static ``[slots, kv_heads, max_ctx, head_dim]`` cache.
 
     Not thread-safe: one engine thread owns it.
@@ -71,6 +71,7 @@ class TorchRunner:
         )  # fmt: skip
         self._native = self._native_forward(plan, weights)
         self._peak_activations = 0  # bytes of the largest forward's main intermediates
+        self._lengths = SlotLengths(config.slots)
         self._closed = False
         self.info = RunnerInfo(
             backend="torch",
@@ -90,16 +91,9 @@ class TorchRunner:
     # -- Runner protocol -------------------------------------------------------------------
 
     def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
-        self._check_open()
-        check_batch(batch, self._cache.lengths, self.config.max_ctx)
+        self._check_forward(batch, self.config.max_ctx, self.model_config.vocab_size)
         if not batch:
             return []
-        vocab = self.model_config.vocab_size
-        for work in batch:
-            # Checked here: an out-of-range id on CUDA is a device-side assert that kills the
-            # whole context, not a catchable error.
-            if min(work.tokens) < 0 or max(work.tokens) >= vocab:
-                raise ValueError(f"slot {work.slot}: token id out of range [0, {vocab})")
         packed = pack_batch(batch)
         dev = self.device
         with torch.inference_mode():
@@ -124,18 +118,8 @@ class TorchRunner:
                 logits = self._model.logits(wanted)  # [R, vocab] float32
             self._note_activations(hidden, logits)
             out = logits.cpu().numpy()
-        for work in batch:
-            self._cache.lengths[work.slot] = work.start_pos + len(work.tokens)
+        self._advance(batch)
         return split_logits(out, packed.logit_rows)
-
-    def slot_length(self, slot: int) -> int:
-        return self._cache.lengths.checked(slot)
-
-    def truncate(self, slot: int, length: int) -> None:
-        self._cache.truncate(slot, length)
-
-    def release(self, slot: int) -> None:
-        self._cache.truncate(slot, 0)
 
     def decode_bytes_per_step(self) -> int:
         """Weight bytes one decode step reads: every matrix once (the embedding table only when
@@ -224,10 +208,6 @@ class TorchRunner:
             plan.kernels, self.model_config, weights, self._cache, model.cos, model.sin,
             max_tokens=plan.native_max_tokens, threads=self.config.threads,
         )  # fmt: skip
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("runner is closed")
 
     def _note_activations(self, hidden: torch.Tensor, logits: torch.Tensor) -> None:
         # CPU has no allocator statistics, so overhead counts the bytes of the largest live
