@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from localinfer.budget.compute import DEFAULT_CTX
+    from localinfer.budget.report import DEFAULT_CTX
     from localinfer.budget.memory import human_bytes
 
     cells: list[tuple[str, ...]] = []
