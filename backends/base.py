@@ -70,6 +70,22 @@ class RunnerInfo:
     vocab_size: int
     quant: str  # e.g. "Q4_1", "fp32", "int8"
 
+    @classmethod
+    def from_config(
+        cls,
+        config: RunnerConfig,
+        backend: str,
+        device: str,
+        vocab_size: int,
+        quant: str,
+        dtype: str | None = None,
+    ) -> RunnerInfo:
+        """A runner built from ``config``: its slots and context as asked, its dtype unless the
+        backend computes in another (``dtype``)."""
+        return cls(
+            backend, device, dtype or config.dtype, config.slots, config.max_ctx, vocab_size, quant
+        )
+
 
 @dataclass(slots=True, frozen=True)
 class MemoryReport:

@@ -117,14 +117,9 @@ class LlamaCppRunner:
         self._lengths = SlotLengths(config.slots)
         self._buffer = BatchBuffer(self._llama, self._n_batch)
         self._max_outputs = 0
-        self.info = RunnerInfo(
-            backend="llamacpp",
-            device=config.device,
-            dtype="float32",  # activations; weights keep the file's types, KV is F16
-            slots=config.slots,
-            max_ctx=config.max_ctx,
-            vocab_size=self._vocab,
-            quant=model.file_quant,
+        # dtype: the activations'; weights keep the file's types, KV is F16.
+        self.info = RunnerInfo.from_config(
+            config, "llamacpp", config.device, self._vocab, model.file_quant, dtype="float32"
         )
 
     # -- construction -----------------------------------------------------------------------

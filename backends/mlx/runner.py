@@ -71,14 +71,8 @@ class MLXRunner(InPlaceSlots):
         self._peak_transient = 0  # the largest forward's activations + logits, in bytes
         self._lengths = SlotLengths(config.slots)
         self._closed = False
-        self.info = RunnerInfo(
-            backend="mlx",
-            device=device_label(self.device),
-            dtype=config.dtype,
-            slots=config.slots,
-            max_ctx=config.max_ctx,
-            vocab_size=mc.vocab_size,
-            quant=weights.quant_label,
+        self.info = RunnerInfo.from_config(
+            config, "mlx", device_label(self.device), mc.vocab_size, weights.quant_label
         )
 
     # -- Runner protocol -------------------------------------------------------------------

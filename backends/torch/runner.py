@@ -73,14 +73,8 @@ class TorchRunner(InPlaceSlots):
         self._peak_activations = 0  # bytes of the largest forward's main intermediates
         self._lengths = SlotLengths(config.slots)
         self._closed = False
-        self.info = RunnerInfo(
-            backend="torch",
-            device=str(self.device),
-            dtype=config.dtype,
-            slots=config.slots,
-            max_ctx=config.max_ctx,
-            vocab_size=mc.vocab_size,
-            quant=self._quant_label(model, weights),
+        self.info = RunnerInfo.from_config(
+            config, "torch", str(self.device), mc.vocab_size, self._quant_label(model, weights)
         )
 
     @property
