@@ -1,11 +1,9 @@
 """Host memory for dense CPU weights on transparent huge pages (Linux).
 
 A decode step streams every weight once. On 4 KB pages that is a TLB miss every 4 KB, and the
-hardware prefetchers stop at each page boundary; on 2 MB pages neither happens. On the project's
-2-core VM the gain is small and depends on the host's memory phase: `scripts/bench-native-kernels`
-(one-token product over SmolLM2's 538 MB of fp32 matrices, 2 threads) prints 2-5% more GB/s on
-huge pages at ~33 GB/s and none at 8-16 tokens; one fast-phase A/B during development gave
-44.1 vs 36.6 GB/s. Most Linux systems run THP in ``madvise`` mode, so the memory has to ask.
+hardware prefetchers stop at each page boundary; on 2 MB pages neither happens. The gain is small
+(scripts/bench-native-kernels: 2-5% more GB/s for a one-token product on the project's 2-core
+VM). Most Linux systems run THP in ``madvise`` mode, so the memory has to ask.
 
 An arena is one anonymous mapping advised with MADV_HUGEPAGE; each tensor taken from it is a
 separate torch storage (``torch.frombuffer`` on its own slice), so memory accounting per tensor

@@ -24,10 +24,8 @@ from localinfer.backends.torch.native_plan import DEFAULT_MAX_TOKENS
 from localinfer.backends.torch.weights import ModelWeights
 from localinfer.loading.model_config import ModelConfig
 
-# DEFAULT_MAX_TOKENS: above about this many tokens in one forward the torch GEMMs catch up.
-# scripts/bench-native-kernels (a chunk after a 256-token prompt, embedded model, 2 threads,
-# AVX-512), native vs the torch ops used above the limit, tokens/s: 8 tokens 342 vs 153, 16: 366
-# vs 248, 32: 440 vs 367, 48: 433 vs 412, 64: 476 vs 487, 128: 472 vs 603. Each machine's own
+# DEFAULT_MAX_TOKENS: above about this many tokens in one forward the torch GEMMs catch up
+# (scripts/bench-native-kernels part 2: at 64 tokens 476 vs 487 tokens/s); each machine's own
 # limit comes from its calibration (native_plan.py), at most this.
 
 MAX_HEAD_DIM = 512  # the kernels rotate a head in a stack buffer of this size

@@ -83,9 +83,8 @@ class ModelWeights:
     lm_head: Matrix  # [vocab, hidden]; the embed itself when tied and dense (or blocks)
     packed: bool = False
     quantized: bool = False
-    # Dense matrices multiplied with oneDNN all the same (it takes the plain layout too): for
-    # prefill chunks on CPU, 676 vs 586 tokens/s for F.linear on a 256-token SmolLM2 prompt
-    # (packed: 712; one ad-hoc A/B while choosing, not a committed benchmark).
+    # Dense matrices multiplied with oneDNN all the same (it takes the plain layout too): faster
+    # than F.linear for the prefill chunks that run torch ops beside the native kernels.
     onednn_dense: bool = False
     # With block matrices: their decoders, set by the runner once the native kernels are loaded,
     # so a long prefill chunk can run on torch ops (each block matrix dequantized as it is used).
