@@ -16,10 +16,11 @@ Tokenize the rendered text with ``add_special_tokens=False``: templates write BO
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jinja2
 from jinja2 import nodes
@@ -36,6 +37,11 @@ from localinfer.loading.template_limits import (
     text_size,
 )
 from localinfer.loading.unicode_text import scrub_surrogates
+
+if TYPE_CHECKING:
+    from localinfer.loading.tokenizer import Tokenizer
+
+log = logging.getLogger(__name__)
 
 # The ChatML layout (Qwen, SmolLM, many fine-tunes), used when a model ships no template.
 CHATML_TEMPLATE = (
@@ -196,6 +202,24 @@ class ChatTemplate:
         if has_token("<start_of_turn>") and not has_token("<|im_start|>"):
             return cls(GEMMA_TEMPLATE, bos_token=bos_token, eos_token=eos_token)
         return cls.chatml(bos_token=bos_token, eos_token=eos_token or "<|im_end|>")
+
+    @classmethod
+    def for_model(
+        cls, source: object, tokenizer: Tokenizer, bos_token: str, eos_token: str, origin: object
+    ) -> ChatTemplate:
+        """The template a model file ships (``source``), or the built-in fallback when it ships
+        none; a broken or runaway template raises with ``origin`` (the file) named."""
+        if not (isinstance(source, str) and source.strip()):
+            log.info("%s has no chat template; using a built-in one", origin)
+            return cls.fallback(
+                lambda t: tokenizer.token_to_id(t) is not None,
+                bos_token=bos_token,
+                eos_token=eos_token,
+            )
+        try:
+            return cls(source, bos_token=bos_token, eos_token=eos_token)
+        except ChatTemplateError as exc:  # say whose template it is
+            raise type(exc)(f"{origin}: {exc}") from None
 
     def render(
         self,

@@ -12,7 +12,6 @@ padding to ``general.alignment``, then the tensor data.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import math
@@ -28,6 +27,8 @@ from gguf import quants as gguf_quants
 
 from localinfer.errors import ModelFileError
 from localinfer.loading.gguf_checks import check_header
+from localinfer.loading.gguf_cursor import Corrupt, Cursor, Truncated
+from localinfer.loading.mapped_file import MappedFile
 
 log = logging.getLogger(__name__)
 
@@ -35,39 +36,8 @@ GGUF_MAGIC = b"GGUF"
 SUPPORTED_VERSIONS = (2, 3)
 DEFAULT_ALIGNMENT = 32
 MAX_DIMS = 4
-# Arrays of arrays are legal GGUF but no model uses them deeper than this; bounding the depth keeps
-# a hostile file from exhausting the parser's recursion.
-MAX_ARRAY_DEPTH = 8
 # ggml counts elements and bytes in int64: any tensor beyond that is not a real one.
 MAX_TENSOR_ELEMENTS = 2**63 - 1
-
-# GGUF metadata value types -> (struct format, numpy dtype) for the fixed-size ones.
-_SCALAR_TYPES: dict[int, tuple[str, str]] = {
-    0: ("<B", "<u1"),
-    1: ("<b", "<i1"),
-    2: ("<H", "<u2"),
-    3: ("<h", "<i2"),
-    4: ("<I", "<u4"),
-    5: ("<i", "<i4"),
-    6: ("<f", "<f4"),
-    7: ("<?", "<u1"),  # bool
-    10: ("<Q", "<u8"),
-    11: ("<q", "<i8"),
-    12: ("<d", "<f8"),
-}
-_STRING = 8
-_ARRAY = 9
-_BOOL = 7
-_U64 = struct.Struct("<Q")
-_FLOAT32 = 6
-
-
-class _Truncated(Exception):
-    """Internal: a read ran past the end of the file."""
-
-
-class _Corrupt(Exception):
-    """Internal: a structurally impossible value; message is the one-line reason."""
 
 
 @dataclass(slots=True, frozen=True)
@@ -87,100 +57,17 @@ class GGUFTensorInfo:
         return math.prod(self.shape)  # Python ints: never wraps
 
 
-class _Cursor:
-    """Sequential little-endian reads over the mapped file, raising _Truncated at the end."""
-
-    def __init__(self, buf: memoryview, pos: int = 0) -> None:
-        self.buf = buf
-        self.pos = pos
-        self.size = len(buf)
-
-    def need(self, n: int) -> None:
-        if n < 0 or self.pos + n > self.size:
-            raise _Truncated()
-
-    def unpack(self, fmt: str) -> Any:
-        n = struct.calcsize(fmt)
-        self.need(n)
-        (value,) = struct.unpack_from(fmt, self.buf, self.pos)
-        self.pos += n
-        return value
-
-    def string(self) -> str:
-        n = self.unpack("<Q")
-        self.need(n)
-        raw = bytes(self.buf[self.pos : self.pos + n])
-        self.pos += n
-        try:
-            return raw.decode("utf-8")
-        except UnicodeDecodeError:
-            # Some vocabularies hold invalid UTF-8 pieces; keep them readable, never fail on them.
-            return raw.decode("utf-8", errors="replace")
-
-    def strings(self, count: int) -> list[str]:
-        """An array of strings (vocabularies: 50k-260k entries), in one tight loop."""
-        buf, pos, size, unpack = self.buf, self.pos, self.size, _U64.unpack_from
-        out: list[str] = []
-        append = out.append
-        for _ in range(count):
-            if pos + 8 > size:
-                raise _Truncated()
-            (n,) = unpack(buf, pos)
-            pos += 8
-            end = pos + n
-            if end > size:
-                raise _Truncated()
-            # Some vocabularies hold invalid UTF-8 pieces: keep them readable, never fail.
-            append(str(buf[pos:end], "utf-8", "replace"))
-            pos = end
-        self.pos = pos
-        return out
-
-    def value(self, vtype: int, key: str, depth: int = 0) -> Any:
-        if vtype in _SCALAR_TYPES:
-            v = self.unpack(_SCALAR_TYPES[vtype][0])
-            if vtype == _FLOAT32:
-                # Shortest decimal that round-trips in float32: 1e-5, not 9.999999747e-06.
-                return float(str(np.float32(v)))
-            return bool(v) if vtype == _BOOL else v
-        if vtype == _STRING:
-            return self.string()
-        if vtype == _ARRAY:
-            itype = self.unpack("<I")
-            count = self.unpack("<Q")
-            if itype in _SCALAR_TYPES:
-                dtype = np.dtype(_SCALAR_TYPES[itype][1])
-                self.need(count * dtype.itemsize)
-                arr = np.frombuffer(self.buf, dtype=dtype, count=count, offset=self.pos).copy()
-                self.pos += count * dtype.itemsize
-                return arr.astype(bool) if itype == _BOOL else arr
-            if itype == _STRING:
-                # Each string needs at least its 8-byte length: rejects absurd counts early.
-                self.need(count * 8)
-                return self.strings(count)
-            if itype == _ARRAY:
-                if depth + 1 >= MAX_ARRAY_DEPTH:
-                    raise _Corrupt(
-                        f"metadata key '{key}' nests arrays more than {MAX_ARRAY_DEPTH} deep"
-                    )
-                self.need(count * 12)
-                return [self.value(_ARRAY, key, depth + 1) for _ in range(count)]
-            raise _Corrupt(f"metadata key '{key}' has an array of unknown type {itype}")
-        raise _Corrupt(f"metadata key '{key}' has unknown value type {vtype}")
-
-
-class GGUFFile:
+class GGUFFile(MappedFile):
     """An open, validated GGUF file. Tensor data stays memory-mapped."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._mmap: mmap.mmap | None = None
+        super().__init__(path)
         try:
             self._open()
-        except _Truncated:
+        except Truncated:
             self.close()
             raise ModelFileError(self.path, "truncated GGUF file (the header ends early)") from None
-        except _Corrupt as exc:
+        except Corrupt as exc:
             self.close()
             raise ModelFileError(self.path, f"malformed GGUF file: {exc}") from None
         except ModelFileError:
@@ -190,6 +77,24 @@ class GGUFFile:
     # -- parsing ---------------------------------------------------------------------------
 
     def _open(self) -> None:
+        cur = Cursor(self._map_file(), 4)
+        n_tensors, n_kv = self._read_counts(cur)
+        self.metadata: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = cur.string()
+            vtype = cur.unpack("<I")
+            self.metadata[key] = cur.value(vtype, key)
+        self.header_kv_end = cur.pos
+        _ = self.architecture  # every model GGUF names one; fail here, not deep in a loader
+        self._read_tensor_directory(cur, n_tensors)
+        stray = check_header(self.path, self.metadata, self.tensors)
+        if stray:
+            # Never read by localinfer; dropped so that nothing later can index by them.
+            dropped = ", ".join(f"{key} = {self.metadata.pop(key)}" for key in stray)
+            log.warning("%s: ignoring %s (outside the vocabulary; not used)", self.path, dropped)
+
+    def _map_file(self) -> memoryview:
+        """The whole file, memory-mapped, once its size and magic say it may be a GGUF."""
         if not self.path.exists():
             raise ModelFileError(self.path, "no such file")
         if not self.path.is_file():
@@ -198,18 +103,20 @@ class GGUFFile:
         if size == 0:
             raise ModelFileError(self.path, "empty file (0 bytes), not a GGUF model")
         try:
-            with open(self.path, "rb") as f:
-                self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            mapped = self._map()
         except OSError as exc:
             raise ModelFileError(self.path, f"cannot read file: {exc.strerror or exc}") from None
         self.size = size
-        buf = memoryview(self._mmap)
+        buf = memoryview(mapped)
         if size < 4 or bytes(buf[:4]) != GGUF_MAGIC:
             head = bytes(buf[:4])
             raise ModelFileError(
                 self.path, f"not a GGUF file (starts with {head!r}, expected {GGUF_MAGIC!r})"
             )
-        cur = _Cursor(buf, 4)
+        return buf
+
+    def _read_counts(self, cur: Cursor) -> tuple[int, int]:
+        """The version check, then (tensor count, metadata key count)."""
         self.version = cur.unpack("<I")
         if struct.unpack("<I", struct.pack(">I", self.version))[0] in SUPPORTED_VERSIONS:
             raise ModelFileError(self.path, "big-endian GGUF files are not supported")
@@ -222,27 +129,21 @@ class GGUFFile:
         n_tensors = cur.unpack("<Q")
         n_kv = cur.unpack("<Q")
         # Every kv pair and tensor info takes well over 8 bytes: bounds absurd counts by size.
-        if n_tensors * 8 > size or n_kv * 8 > size:
+        if n_tensors * 8 > self.size or n_kv * 8 > self.size:
             raise ModelFileError(
                 self.path,
                 f"truncated or corrupt GGUF file: the header declares {n_tensors} tensors and "
-                f"{n_kv} metadata keys, the file has {size} bytes",
+                f"{n_kv} metadata keys, the file has {self.size} bytes",
             )
+        return n_tensors, n_kv
 
-        self.metadata: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = cur.string()
-            vtype = cur.unpack("<I")
-            self.metadata[key] = cur.value(vtype, key)
-        self.header_kv_end = cur.pos
-        _ = self.architecture  # every model GGUF names one; fail here, not deep in a loader
-
+    def _read_tensor_directory(self, cur: Cursor, n_tensors: int) -> None:
         raw_infos: list[tuple[str, tuple[int, ...], int, int]] = []
         for _ in range(n_tensors):
             name = cur.string()
             n_dims = cur.unpack("<I")
             if not 1 <= n_dims <= MAX_DIMS:
-                raise _Corrupt(f"tensor '{name}' has {n_dims} dimensions")
+                raise Corrupt(f"tensor '{name}' has {n_dims} dimensions")
             dims = tuple(cur.unpack("<Q") for _ in range(n_dims))
             qtype = cur.unpack("<I")
             offset = cur.unpack("<Q")
@@ -250,22 +151,17 @@ class GGUFFile:
 
         alignment = self.metadata.get("general.alignment", DEFAULT_ALIGNMENT)
         if not isinstance(alignment, int) or isinstance(alignment, bool):
-            raise _Corrupt(f"general.alignment is {type(alignment).__name__}, not an integer")
+            raise Corrupt(f"general.alignment is {type(alignment).__name__}, not an integer")
         if alignment <= 0 or alignment & (alignment - 1):
-            raise _Corrupt(f"general.alignment {alignment} is not a power of two")
+            raise Corrupt(f"general.alignment {alignment} is not a power of two")
         self.alignment = alignment
         self.data_offset = (cur.pos + alignment - 1) // alignment * alignment
         self.tensors: dict[str, GGUFTensorInfo] = {}
         for name, dims, qtype, rel_offset in raw_infos:
             info = self._tensor_info(name, dims, qtype, rel_offset)
             if name in self.tensors:
-                raise _Corrupt(f"tensor '{name}' appears twice")
+                raise Corrupt(f"tensor '{name}' appears twice")
             self.tensors[name] = info
-        stray = check_header(self.path, self.metadata, self.tensors)
-        if stray:
-            # Never read by localinfer; dropped so that nothing later can index by them.
-            dropped = ", ".join(f"{key} = {self.metadata.pop(key)}" for key in stray)
-            log.warning("%s: ignoring %s (outside the vocabulary; not used)", self.path, dropped)
 
     def _tensor_info(
         self, name: str, dims: tuple[int, ...], qtype: int, rel_offset: int
@@ -281,21 +177,21 @@ class GGUFFile:
                 self.path, f"tensor '{name}' has unsupported type {ggml_type.name}"
             )
         if any(d == 0 for d in dims):
-            raise _Corrupt(f"tensor '{name}' has a zero dimension {dims}")
+            raise Corrupt(f"tensor '{name}' has a zero dimension {dims}")
         # Python ints throughout: a product of u64 dimensions in int64 wraps to a small or
         # negative byte count that would pass the end-of-file check below.
         if math.prod(dims) > MAX_TENSOR_ELEMENTS:
-            raise _Corrupt(f"tensor '{name}' dimensions {dims} hold more than 2^63 elements")
+            raise Corrupt(f"tensor '{name}' dimensions {dims} hold more than 2^63 elements")
         block_size, type_size = GGML_QUANT_SIZES[ggml_type]
         if dims[0] % block_size:
-            raise _Corrupt(
+            raise Corrupt(
                 f"tensor '{name}' row length {dims[0]} is not a multiple of the "
                 f"{ggml_type.name} block size {block_size}"
             )
         n_rows = math.prod(dims[1:])
         nbytes = n_rows * (dims[0] // block_size) * type_size
         if rel_offset % self.alignment:
-            raise _Corrupt(f"tensor '{name}' data offset {rel_offset} is not aligned")
+            raise Corrupt(f"tensor '{name}' data offset {rel_offset} is not aligned")
         offset = self.data_offset + rel_offset
         if offset + nbytes > self.size:
             raise ModelFileError(
@@ -391,19 +287,6 @@ class GGUFFile:
         back in from the page cache, so every array viewing the map stays valid."""
         if self._mmap is not None and hasattr(mmap, "MADV_DONTNEED"):
             self._mmap.madvise(mmap.MADV_DONTNEED)
-
-    def close(self) -> None:
-        if self._mmap is not None:
-            # arrays still view the map; it closes when they are gone
-            with contextlib.suppress(BufferError):
-                self._mmap.close()
-            self._mmap = None
-
-    def __enter__(self) -> GGUFFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def __repr__(self) -> str:
         return f"GGUFFile({str(self.path)!r}, v{self.version}, {len(self.tensors)} tensors)"

@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
-from localinfer.loading.chat_template import ChatTemplate, ChatTemplateError
+from localinfer.loading.chat_template import ChatTemplate
 from localinfer.loading.gguf_config import config_from_gguf
 from localinfer.loading.gguf_file import GGUF_MAGIC, GGUFFile
 from localinfer.loading.gguf_weights import GGUFWeights
 from localinfer.loading.model import LoadedModel
 from localinfer.loading.safetensors_dir import load_safetensors_dir
 from localinfer.loading.tokenizer_gguf import tokenizer_from_gguf
-
-log = logging.getLogger(__name__)
 
 
 def load_gguf(path: Path, name: str | None = None) -> LoadedModel:
@@ -25,16 +22,7 @@ def load_gguf(path: Path, name: str | None = None) -> LoadedModel:
     bos = tokenizer.id_to_token(tokenizer.bos_id) if tokenizer.bos_id is not None else ""
     eos = tokenizer.id_to_token(tokenizer.eos_ids[0]) if tokenizer.eos_ids else ""
     source = gguf.get("tokenizer.chat_template")
-    if isinstance(source, str) and source.strip():
-        try:
-            template = ChatTemplate(source, bos_token=bos, eos_token=eos)
-        except ChatTemplateError as exc:  # a broken or runaway template: say whose it is
-            raise type(exc)(f"{path}: {exc}") from None
-    else:
-        log.info("%s has no chat template; using a built-in one", path)
-        template = ChatTemplate.fallback(
-            lambda t: tokenizer.token_to_id(t) is not None, bos_token=bos, eos_token=eos
-        )
+    template = ChatTemplate.for_model(source, tokenizer, bos, eos, origin=path)
     return LoadedModel(
         name=name or path.stem,
         path=path,

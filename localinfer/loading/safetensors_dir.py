@@ -173,15 +173,7 @@ def load_safetensors_dir(root: Path, name: str | None = None) -> LoadedModel:
         config = dataclasses.replace(config, eos_token_ids=tokenizer.eos_ids)
     _check_special_ids(root, tokenizer, config.vocab_size)
     source = _chat_template_source(root, tok_cfg)
-    template = (
-        ChatTemplate(source, bos_token=bos_text, eos_token=eos_text)
-        if source
-        else ChatTemplate.fallback(
-            lambda t: tokenizer.token_to_id(t) is not None,
-            bos_token=bos_text or "",
-            eos_token=eos_text or "",
-        )
-    )
+    template = ChatTemplate.for_model(source, tokenizer, bos_text or "", eos_text or "", root)
     return LoadedModel(
         name=name or root.name,
         path=root,

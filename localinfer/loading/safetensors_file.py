@@ -10,10 +10,8 @@ then the data; offsets are relative to byte 8 + N.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
-import mmap
 import struct
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from localinfer.errors import ModelFileError
+from localinfer.loading.mapped_file import MappedFile
 
 # safetensors dtype -> numpy dtype as stored (BF16 is read as uint16 and widened by hand).
 DTYPES: dict[str, np.dtype] = {
@@ -56,12 +55,11 @@ class SafetensorInfo:
     nbytes: int
 
 
-class SafetensorsFile:
+class SafetensorsFile(MappedFile):
     """One memory-mapped .safetensors file."""
 
     def __init__(self, path: str | Path) -> None:
-        self.path = Path(path)
-        self._mmap: mmap.mmap | None = None
+        super().__init__(path)
         self.tensors: dict[str, SafetensorInfo] = {}
         self.metadata: dict[str, str] = {}
         self._open()
@@ -76,15 +74,14 @@ class SafetensorsFile:
         size = self.path.stat().st_size
         if size < 8:
             raise ModelFileError(self.path, f"truncated safetensors file ({size} bytes)")
-        with open(self.path, "rb") as f:
-            self._mmap = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
-        (n,) = struct.unpack_from("<Q", self._mmap, 0)
+        mapped = self._map()
+        (n,) = struct.unpack_from("<Q", mapped, 0)
         if n > MAX_HEADER or 8 + n > size:
             raise self._fail(
                 f"truncated or not a safetensors file (header of {n} bytes, file of {size})"
             )
         try:
-            header = json.loads(bytes(self._mmap[8 : 8 + n]).decode("utf-8"))
+            header = json.loads(bytes(mapped[8 : 8 + n]).decode("utf-8"))
         except (UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise self._fail(f"malformed safetensors header: {exc}") from None
         if not isinstance(header, dict):
@@ -132,16 +129,3 @@ class SafetensorsFile:
         else:
             out = raw.astype(np.float32)
         return out.reshape(info.shape)
-
-    def close(self) -> None:
-        if self._mmap is not None:
-            # live arrays still view the map; it closes with them
-            with contextlib.suppress(BufferError):
-                self._mmap.close()
-            self._mmap = None
-
-    def __enter__(self) -> SafetensorsFile:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
