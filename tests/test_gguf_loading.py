@@ -257,7 +257,9 @@ def test_unpermuted_weights_with_rotate_half_equal_gguf_with_interleaved_rope():
 # -- tiny models written like the converter -------------------------------------------------
 
 
-def _tiny(arch: str) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+def tiny_model(arch: str) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    """A tiny random model of `arch` (Gemma 3 with sliding-window layers) and its float32
+    weights under Hugging Face names; test_safetensors_loading writes the same ones."""
     over: dict[str, object] = {"vocab_size": TINY_VOCAB_SIZE}
     if arch == "gemma3":
         over.update(
@@ -270,20 +272,16 @@ def _tiny(arch: str) -> tuple[ModelConfig, dict[str, np.ndarray]]:
             query_pre_attn_scalar=16.0,
         )
     config = tiny_config(arch, **over)
-    weights = dict(zip(*_names_and_arrays(tiny_weights(config)), strict=True))
+    source = tiny_weights(config)
+    weights = {name: source.get(name) for name in source.names()}
     if arch == "gemma3":
         gemma3_extra_norms(config, weights)
     return config, weights
 
 
-def _names_and_arrays(ws):
-    names = ws.names()
-    return names, [ws.get(n) for n in names]
-
-
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma3"])
 def test_tiny_gguf_round_trip(tmp_path, arch):
-    config, weights = _tiny(arch)
+    config, weights = tiny_model(arch)
     model = load_model(write_gguf(tmp_path / f"{arch}.gguf", config, weights))
     assert model.format == "gguf"
     assert sorted(model.weights.names()) == sorted(weights)
@@ -303,7 +301,7 @@ def test_tiny_gguf_round_trip(tmp_path, arch):
     "qtype, atol", [(Q.F16, 2e-3), (Q.BF16, 2e-2), (Q.Q8_0, 2e-2), (Q.Q4_0, 0.3)]
 )
 def test_tiny_gguf_quantized_types(tmp_path, qtype, atol):
-    config, weights = _tiny("llama")
+    config, weights = tiny_model("llama")
     model = load_model(write_gguf(tmp_path / "q.gguf", config, weights, qtype=qtype))
     name = "model.layers.1.self_attn.q_proj.weight"
     assert model.weights.quant_type(name) == qtype.name
@@ -336,7 +334,7 @@ def test_llama3_rope_scaling_recovered_from_rope_freqs():
 
 
 def test_sliding_window_pattern_key(tmp_path):
-    config, weights = _tiny("gemma3")
+    config, weights = tiny_model("gemma3")
     path = write_gguf(
         tmp_path / "g.gguf", config, weights, extra={"gemma3.attention.sliding_window_pattern": 3}
     )
@@ -399,20 +397,16 @@ def test_wrong_magic(tmp_path):
     _expect_file_error(p, "not a GGUF", "GGML")
 
 
-def test_unsupported_version(tmp_path):
-    p = _copy_prefix(embedded_model_path(), tmp_path / "v9.gguf", 4096)
+@pytest.mark.parametrize(
+    ("version", "words"),
+    [(struct.pack("<I", 9), "version 9"), (struct.pack(">I", 3), "big-endian")],
+)
+def test_unsupported_version_is_named(tmp_path, version, words):
+    p = _copy_prefix(embedded_model_path(), tmp_path / "v.gguf", 4096)
     data = bytearray(p.read_bytes())
-    data[4:8] = struct.pack("<I", 9)
+    data[4:8] = version
     p.write_bytes(bytes(data))
-    _expect_file_error(p, "version 9")
-
-
-def test_big_endian_is_named(tmp_path):
-    p = _copy_prefix(embedded_model_path(), tmp_path / "be.gguf", 4096)
-    data = bytearray(p.read_bytes())
-    data[4:8] = struct.pack(">I", 3)
-    p.write_bytes(bytes(data))
-    _expect_file_error(p, "big-endian")
+    _expect_file_error(p, words)
 
 
 @pytest.mark.parametrize("cut", [6, 100, 5000, 1_000_000])
@@ -497,7 +491,7 @@ def test_unsupported_architecture(tmp_path):
 
 def test_unknown_tensors_are_refused(tmp_path):
     """A llama GGUF with mixture-of-experts tensors must not load as a dense model."""
-    config, weights = _tiny("llama")
+    config, weights = tiny_model("llama")
     experts = {"blk.0.ffn_gate_exps.weight": np.zeros((2, 128, 64), np.float32)}
     path = write_gguf(tmp_path / "moe.gguf", config, weights, extra_tensors=experts)
     with pytest.raises(UnsupportedModelError, match="ffn_gate_exps"):

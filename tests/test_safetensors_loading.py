@@ -11,17 +11,17 @@ import pytest
 from model_files import (
     TINY_VOCAB_SIZE,
     bf16_round,
-    gemma3_extra_norms,
     hf_config_dict,
     write_hf_dir,
     write_safetensors,
 )
-from tiny import tiny_config, tiny_weights
+from test_gguf_loading import tiny_model
+from tiny import tiny_config
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.loading.hf_config import config_from_hf
 from localinfer.loading.loader import load_model
-from localinfer.loading.model_config import ModelConfig, RopeScaling
+from localinfer.loading.model_config import RopeScaling
 from localinfer.loading.safetensors_file import SafetensorsFile
 
 
@@ -30,29 +30,9 @@ def _tmp_cache(tmp_path, monkeypatch):
     monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path / "cache"))
 
 
-def _tiny(arch: str) -> tuple[ModelConfig, dict[str, np.ndarray]]:
-    over: dict[str, object] = {"vocab_size": TINY_VOCAB_SIZE}
-    if arch == "gemma3":
-        over.update(
-            qk_norm=True,
-            tied_embeddings=True,
-            n_layers=6,
-            sliding_window=16,
-            sliding_layers=(0, 1, 2, 3, 4),
-            rope_local_theta=10000.0,
-            query_pre_attn_scalar=16.0,
-        )
-    config = tiny_config(arch, **over)
-    src = tiny_weights(config)
-    weights = {n: src.get(n) for n in src.names()}
-    if arch == "gemma3":
-        gemma3_extra_norms(config, weights)
-    return config, weights
-
-
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma3"])
 def test_tiny_directory_round_trip(tmp_path, arch):
-    config, weights = _tiny(arch)
+    config, weights = tiny_model(arch)
     model = load_model(write_hf_dir(tmp_path / arch, config, weights))
     assert model.format == "safetensors" and model.name == arch
     assert model.config == config
@@ -64,7 +44,7 @@ def test_tiny_directory_round_trip(tmp_path, arch):
 
 
 def test_bf16_weights_widen_exactly(tmp_path):
-    config, weights = _tiny("qwen2")
+    config, weights = tiny_model("qwen2")
     model = load_model(write_hf_dir(tmp_path / "m", config, weights, dtype="BF16"))
     assert model.file_quant == "BF16"
     name = "model.layers.1.self_attn.q_proj.bias"
@@ -76,7 +56,7 @@ def test_bf16_weights_widen_exactly(tmp_path):
 
 
 def test_sharded_directory(tmp_path):
-    config, weights = _tiny("llama")
+    config, weights = tiny_model("llama")
     root = write_hf_dir(tmp_path / "m", config, weights, shards=3)
     assert len(list(root.glob("*.safetensors"))) == 3
     model = load_model(root)
@@ -87,7 +67,7 @@ def test_sharded_directory(tmp_path):
 
 
 def test_tokenizer_and_template_from_directory(tmp_path):
-    config, weights = _tiny("llama")
+    config, weights = tiny_model("llama")
     model = load_model(write_hf_dir(tmp_path / "m", config, weights))
     tok = model.tokenizer
     assert tok.vocab_size == TINY_VOCAB_SIZE
@@ -100,14 +80,14 @@ def test_tokenizer_and_template_from_directory(tmp_path):
 
 
 def test_chat_template_jinja_file_wins(tmp_path):
-    config, weights = _tiny("llama")
+    config, weights = tiny_model("llama")
     root = write_hf_dir(tmp_path / "m", config, weights)
     (root / "chat_template.jinja").write_text("{{ messages[0].content }}!")
     assert load_model(root).chat_template.render([{"role": "user", "content": "x"}]) == "x!"
 
 
 def test_missing_template_falls_back_to_chatml(tmp_path):
-    config, weights = _tiny("llama")
+    config, weights = tiny_model("llama")
     root = write_hf_dir(tmp_path / "m", config, weights, chat_template=None)
     out = load_model(root).chat_template.render([{"role": "user", "content": "x"}])
     assert out == "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
@@ -160,7 +140,7 @@ def test_config_details():
 
 
 def test_weights_without_lm_head_mean_tied(tmp_path):
-    config, weights = _tiny("qwen2")
+    config, weights = tiny_model("qwen2")
     assert not config.tied_embeddings
     weights.pop("lm_head.weight")
     model = load_model(write_hf_dir(tmp_path / "m", config, weights))
@@ -173,7 +153,7 @@ def test_weights_without_lm_head_mean_tied(tmp_path):
 
 @pytest.fixture
 def tiny_dir(tmp_path) -> Path:
-    config, weights = _tiny("llama")
+    config, weights = tiny_model("llama")
     return write_hf_dir(tmp_path / "m", config, weights)
 
 
@@ -233,7 +213,7 @@ def test_garbage_safetensors(tiny_dir):
 
 
 def test_missing_shard(tmp_path):
-    config, weights = _tiny("llama")
+    config, weights = tiny_model("llama")
     root = write_hf_dir(tmp_path / "m", config, weights, shards=2)
     next(root.glob("model-00002-*.safetensors")).unlink()
     _file_error(root, "missing weight shard")
