@@ -112,7 +112,7 @@ class RunnerSettings:
     ctx: int | None = None  # per slot; None: min(DEFAULT_CTX, the model's trained context)
     slots: int = DEFAULT_SLOTS
     dtype: str | None = None  # None: the backend's default on its device (profile)
-    quant: str | None = None  # int8 | int4 | a GGUF type; None or "none": the file's own
+    quant: str | None = None  # RunnerConfig.quant: None keeps the file's own, "none" floats
     threads: int | None = None  # None: the backend's default (physical cores)
     device: str | None = None  # None: the device the backend choice implies
     force: bool = False  # load without asking the budget whether it fits
@@ -158,14 +158,13 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
     ctx = _context(model, settings.ctx)
     choice = choose_backend(settings.backend, model.format, model.file_quant, model.config.arch)
     device = settings.device or choice.device
-    quant = settings.quant if settings.quant and settings.quant.lower() != "none" else None
     config = RunnerConfig(
         slots=settings.slots,
         max_ctx=ctx,
         dtype=settings.dtype or choice.profile.default_dtype(device),
         device=device,
         threads=settings.threads,
-        quant=quant,
+        quant=settings.quant,
     )
     report = None if settings.force else check_budget(model, config, choice.name)
     return BuiltRunner(model, create_runner(model, config, choice), choice, config, report)
@@ -230,7 +229,9 @@ def open_session(
     draft model spec, or None/``"off"``; a draft model runs on ``draft_backend`` (default: the
     target's); ``spec_config`` overrides the settings chosen for the backend.
     """
-    settings = RunnerSettings(backend, ctx, slots, dtype, quant, threads, force=force)
+    # --quant none picks a catalog model's original weights (open_model), run as they are.
+    runner_quant = quant if quant and quant.lower() != "none" else None
+    settings = RunnerSettings(backend, ctx, slots, dtype, runner_quant, threads, force=force)
     opened = open_model(model_spec, quant)
     target = build_runner(opened.model, settings)
     speculator = None

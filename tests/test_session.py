@@ -60,15 +60,15 @@ def test_force_loads_what_the_budget_refuses(tiny_machine: None) -> None:
 def test_the_budget_is_asked_about_the_runner_it_lets_in(
     budget_requests: list[compute.BudgetRequest],
 ) -> None:
-    model = open_model(None, "none").model
-    built = build_runner(model, RunnerSettings(ctx=96, slots=2, quant="none", threads=1))
+    model = open_model(None).model
+    built = build_runner(model, RunnerSettings(ctx=96, slots=2, threads=1))
     try:
         (request,) = budget_requests
         config = built.config
         assert (request.ctx, request.concurrency) == (config.max_ctx, config.slots) == (96, 2)
         assert (request.backend, request.device) == (built.choice.name, config.device)
         assert request.dtype == config.dtype == built.choice.profile.default_dtype(config.device)
-        assert request.quant is config.quant is None  # "none": the file as it is, as the runner
+        assert request.quant is config.quant is None  # the file's own, as the runner holds it
         assert request.model == str(model.path)
         assert built.budget is not None and built.budget.fits
         assert built.budget.model == model.name and built.runner.info.max_ctx == 96
