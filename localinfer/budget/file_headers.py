@@ -36,19 +36,23 @@ class WeightsHeader:
 
 
 def read_gguf_header(path: str | Path) -> WeightsHeader:
-    """Exact tensor bytes and architecture numbers of a GGUF file (header only); block_count is
+    """Exact tensor bytes and architecture numbers of a GGUF file (header only)."""
+    with GGUFFile(path) as gguf:
+        return gguf_weights_header(gguf)
+
+
+def gguf_weights_header(gguf: GGUFFile) -> WeightsHeader:
+    """The weights header of an open GGUF file (one a loader opened serves too); block_count is
     checked against the blk.N tensors as the loader does, so a million layers is named, not
     budgeted."""
-    with GGUFFile(path) as gguf:
-        tensors = list(gguf.tensors.values())
-        quant = gguf.file_type()
-        arch = arch_from_gguf(gguf.metadata, gguf.tensors, Path(path))
+    tensors = list(gguf.tensors.values())
+    quant = gguf.file_type()
     kept = [len(t.shape) == 2 and t.type_name in STORED_BLOCK_TYPES for t in tensors]
     return WeightsHeader(
         weight_bytes=sum(int(t.nbytes) for t in tensors),
         params=sum(int(t.n_elements) for t in tensors),
         quant=quant.lower() if quant in ("F32", "F16", "BF16") else quant,
-        arch=arch,
+        arch=arch_from_gguf(gguf.metadata, gguf.tensors, gguf.path),
         kept_block_bytes=(
             sum(
                 int(t.nbytes) if k else 4 * int(t.n_elements)
