@@ -284,10 +284,12 @@ def test_recommended_working_set():
 
 
 def test_selected_through_backends_select():
+    from localinfer.backends.select import choose_backend
     from localinfer.backends.select import create_runner as select_create
 
-    runner, notice = select_create(tiny_model("llama"), RunnerConfig(slots=1, max_ctx=8), "mlx")
-    assert isinstance(runner, MLXRunner) and "mlx" in notice
+    choice = choose_backend("mlx", model_format="safetensors")
+    runner = select_create(tiny_model("llama"), RunnerConfig(slots=1, max_ctx=8), choice)
+    assert isinstance(runner, MLXRunner) and "mlx" in choice.notice
     (logits,) = runner.forward([SlotWork(0, (1, 2), 0)])
     assert logits.shape == (1, 256)
 
