@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -32,8 +31,6 @@ from localinfer.backends.torch.weight_quantizer import open_quantizer, save_quan
 from localinfer.backends.torch.weights import BlockDequant, ModelWeights
 from localinfer.errors import BackendUnavailableError
 from localinfer.loading.model import LoadedModel
-
-log = logging.getLogger(__name__)
 
 
 class TorchRunner(InPlaceSlots):
