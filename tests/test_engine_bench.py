@@ -3,8 +3,8 @@ the timer sees every forward."""
 
 from __future__ import annotations
 
-from localinfer.engine import Engine
 from localinfer.bench.engine_vs_direct import TimedRunner, run_direct, run_engine
+from localinfer.engine import Engine
 from tests.test_engine_model import ByteTokenizer, HashRunner
 
 

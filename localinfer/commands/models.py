@@ -63,8 +63,8 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from localinfer.budget.report import DEFAULT_CTX
     from localinfer.budget.memory import human_bytes
+    from localinfer.budget.report import DEFAULT_CTX
 
     cells: list[tuple[str, ...]] = []
     for r in rows:
