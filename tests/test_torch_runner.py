@@ -399,7 +399,7 @@ def test_budget_and_runner_agree_on_bf16_packing() -> None:
     """The budget's torch-free answer (CPU flags, ONEDNN_MAX_CPU_ISA) is what oneDNN does: on
     a CPU whose oneDNN cannot pack bf16 (an AVX2 laptop; scripts/test's AVX-512-hidden pass)
     both say no, and a bf16 runner works with plain matrices instead of raising."""
-    from localinfer.backends.torch import support
+    from localinfer.backends.torch import profile as support
     from localinfer.backends.torch.onednn import onednn_available
 
     packs = onednn_available(torch.bfloat16, torch.device("cpu"))

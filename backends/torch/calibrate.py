@@ -43,7 +43,7 @@ from localinfer.backends.torch.native_plan import (
     ProductTimes,
     store_calibration,
 )
-from localinfer.backends.torch.weights import linear_onednn, onednn_available, pack_onednn
+from localinfer.backends.torch.onednn import linear_onednn, onednn_available, pack_onednn
 
 SHAPE = (3072, 1024)  # out, in: between SmolLM2's FFN matrices and a 1-3B model's
 REPEATS = 7

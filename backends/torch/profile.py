@@ -57,7 +57,7 @@ _BF16_ISA_LEVELS = ("AVX2_VNNI_2", "AVX512", "AMX", "ALL", "DEFAULT")
 def onednn_bf16_expected() -> bool:
     """Whether torch's oneDNN packs bf16 linear weights on this CPU (AVX-512 BW+VL+DQ, or
     AVX-NE-CONVERT, and not hidden by ONEDNN_MAX_CPU_ISA): the torch-free twin of
-    weights.onednn_available for bf16, which asks oneDNN itself."""
+    onednn.onednn_available for bf16, which asks oneDNN itself."""
     limit = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
     if limit and not limit.startswith(_BF16_ISA_LEVELS):
         return False
