@@ -10,7 +10,7 @@ from localinfer.backends.select import backend_profile, planned_backend
 from localinfer.budget.memory import DeviceMemory, device_memory, human_bytes
 from localinfer.budget.model_facts import ModelFacts, model_facts
 from localinfer.budget.planner import Planner, kv_cache_bytes
-from localinfer.budget.quant import kv_dtype, normalize_quant
+from localinfer.budget.quant import kv_dtype
 from localinfer.budget.report import (
     DEFAULT_CTX,
     BudgetReport,
@@ -19,6 +19,7 @@ from localinfer.budget.report import (
     VllmPlan,
 )
 from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
+from localinfer.facts.quant import normalize_quant
 from localinfer.resolve import resolve_model
 
 __all__ = [

@@ -7,9 +7,10 @@ from dataclasses import replace
 
 from localinfer.budget.model_facts import ModelFacts
 from localinfer.budget.planner import Planner, kv_cache_bytes
-from localinfer.budget.quant import KV_DTYPES, SUGGESTION_ORDER, KVDtype, kv_dtype, weight_bits
+from localinfer.budget.quant import KV_DTYPES, SUGGESTION_ORDER, KVDtype, kv_dtype
 from localinfer.budget.report import Suggestion, VllmPlan
 from localinfer.errors import LocalinferError
+from localinfer.facts.quant import weight_bits
 
 # A context shorter than this is not a useful suggestion for chat or code.
 MIN_USEFUL_CTX = 1024

@@ -7,9 +7,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from localinfer.backends.profile import BackendProfile
-from localinfer.budget.arch import ArchSpec, active_ffn_width
 from localinfer.budget.model_facts import ModelFacts
 from localinfer.budget.quant import KVDtype
+from localinfer.facts.arch import ArchSpec, active_ffn_width
 
 MAX_SEQUENCES = 4096  # upper end of the max-concurrency search
 ACTIVATION_BYTES = 4  # activations and logits are float32 on every backend

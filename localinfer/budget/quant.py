@@ -1,7 +1,5 @@
-"""KV-cache element types, and the weight quantizations the budget offers as suggestions.
-
-The weight quantizations themselves (names, bits per weight) are model facts:
-localinfer/facts/quant.py; the names re-exported below keep older imports working.
+"""KV-cache element types, and the weight quantizations the budget offers as suggestions (the
+quantizations themselves, names and bits per weight, are model facts: localinfer/facts/quant.py).
 """
 
 from __future__ import annotations
@@ -9,24 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localinfer.errors import InvalidParameterError
-from localinfer.facts.quant import (
-    QUANT_ALIASES,
-    WEIGHT_BITS,
-    bytes_for_params,
-    normalize_quant,
-    weight_bits,
-)
-
-__all__ = [
-    "KV_DTYPES",
-    "SUGGESTION_ORDER",
-    "WEIGHT_BITS",
-    "KVDtype",
-    "bytes_for_params",
-    "kv_dtype",
-    "normalize_quant",
-    "weight_bits",
-]
+from localinfer.facts.quant import QUANT_ALIASES
 
 # Ordered from large to small: the budget walks this list when it looks for a quantization that
 # fits. Only the ones a runner can actually produce or load are offered as suggestions.
