@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from localinfer.backends.base import Runner, RunnerConfig
 from localinfer.backends.select import BackendChoice, choose_backend, create_runner
 from localinfer.budget.compute import BudgetRequest, compute_budget, ensure_fits
+from localinfer.budget.model_facts import facts_of_loaded
 from localinfer.budget.report import DEFAULT_CTX, BudgetReport
 from localinfer.engine import Engine
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
@@ -182,8 +183,7 @@ def check_budget(model: LoadedModel, config: RunnerConfig, backend: str) -> Budg
         backend=backend,
         dtype=config.dtype,
     )
-    # The budget names a model by its file; the refusal names it as the user did.
-    report = compute_budget(request).model_copy(update={"model": model.name})
+    report = compute_budget(request, facts=facts_of_loaded(model))
     try:
         return ensure_fits(report)
     except OutOfMemoryBudgetError as exc:

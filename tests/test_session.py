@@ -28,9 +28,9 @@ def tiny_machine(monkeypatch: pytest.MonkeyPatch) -> None:
 def budget_requests(monkeypatch: pytest.MonkeyPatch) -> list[compute.BudgetRequest]:
     asked: list[compute.BudgetRequest] = []
 
-    def recording(request: compute.BudgetRequest, *args: object) -> compute.BudgetReport:
+    def recording(request: compute.BudgetRequest, **kwargs: object) -> compute.BudgetReport:
         asked.append(request)
-        return compute.compute_budget(request, *args)  # type: ignore[arg-type]
+        return compute.compute_budget(request, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session_module, "compute_budget", recording)
     return asked

@@ -62,15 +62,21 @@ def resolve_quant(facts: ModelFacts, asked: str | None, backend: str | None = No
     return quant
 
 
-def compute_budget(request: BudgetRequest, memory: DeviceMemory | None = None) -> BudgetReport:
+def compute_budget(
+    request: BudgetRequest, memory: DeviceMemory | None = None, facts: ModelFacts | None = None
+) -> BudgetReport:
     """Memory needed by `request.model` at the asked settings, and what fits when it doesn't.
 
-    `memory` skips reading the device again when many models are checked against one machine.
+    `memory` skips reading the device again when many models are checked against one machine;
+    `facts` (the session's open model: model_facts.facts_of_loaded) skips resolving and reading
+    the model again.
     """
     from localinfer.budget.plan import suggestions_for, vllm_plan_for
 
-    resolved = resolve_model(request.model, request.quant, assemble=False)
-    facts = model_facts(resolved, online=request.online)
+    if facts is None:
+        resolved = resolve_model(request.model, request.quant, assemble=False)
+        facts = model_facts(resolved, online=request.online)
+    resolved = facts.resolved
     arch = facts.arch
     ctx = request.ctx if request.ctx is not None else min(DEFAULT_CTX, arch.max_ctx)
     if ctx > arch.max_ctx:

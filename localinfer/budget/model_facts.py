@@ -6,9 +6,11 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from localinfer.budget.file_headers import (
     WeightsHeader,
+    gguf_weights_header,
     read_gguf_header,
     read_safetensors_headers,
     safetensors_dtype_bytes,
@@ -17,6 +19,9 @@ from localinfer.facts.arch import ArchSpec
 from localinfer.facts.hf_config import arch_from_hf_config, read_json_object
 from localinfer.facts.quant import bytes_for_params, weight_bits
 from localinfer.resolve import ResolvedModel
+
+if TYPE_CHECKING:
+    from localinfer.loading.model import LoadedModel
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,6 +62,19 @@ def model_facts(resolved: ResolvedModel, online: bool = False) -> ModelFacts:
     quant = resolved.quant or entry.default_quant
     remote = _hub_safetensors_bytes(entry.source) if online else None
     return ModelFacts(entry.name, entry.arch, entry.params, quant, None, resolved, remote)
+
+
+def facts_of_loaded(model: LoadedModel) -> ModelFacts:
+    """The facts of a model the session has open (headers and tokenizer read): its GGUF header
+    comes from the loader's open file, so the file is neither resolved nor parsed twice."""
+    kind = "gguf" if model.format == "gguf" else "hf_dir"
+    resolved = ResolvedModel(model.name, model.path, kind, quant=model.file_quant)
+    gguf = getattr(model.weights, "gguf", None)
+    if gguf is None:
+        return model_facts(resolved)
+    header = gguf_weights_header(gguf)
+    assert header.arch is not None
+    return ModelFacts(model.name, header.arch, header.params, header.quant, header, resolved)
 
 
 def _stamp(path: Path) -> tuple[int, int]:
