@@ -85,6 +85,18 @@ class Breakdown:
     def total(self) -> int:
         return self.weights + self.kv + self.overhead
 
+    def report_fields(self) -> dict[str, int | str]:
+        """These figures under BudgetReport's field names."""
+        return {
+            "weights_bytes": self.weights,
+            "weights_source": self.weights_source,
+            "kv_cache_bytes": self.kv,
+            "compute_bytes": self.compute,
+            "runtime_bytes": self.runtime,
+            "overhead_bytes": self.overhead,
+            "total_bytes": self.total,
+        }
+
 
 @dataclass(frozen=True, slots=True)
 class Planner:
