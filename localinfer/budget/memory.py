@@ -10,6 +10,7 @@ import platform
 import re
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -156,8 +157,17 @@ def parse_nvidia_smi(output: str) -> list[tuple[int, int]]:
     return gpus
 
 
+def _torch_cuda() -> list[tuple[int, int]]:
+    """[(free, total)] per GPU from torch when a process already imported it (a container
+    without nvidia-smi): never imports torch itself, the budget stays framework-free."""
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_available():
+        return []
+    return [torch.cuda.mem_get_info(i) for i in range(torch.cuda.device_count())]
+
+
 def _cuda(index: int) -> DeviceMemory:
-    gpus = _nvidia_smi()
+    gpus = _nvidia_smi() or _torch_cuda()
     if not gpus:
         raise InvalidParameterError("no CUDA GPU found (nvidia-smi is missing or reports none)")
     if index >= len(gpus):
