@@ -34,7 +34,7 @@ WEIGHT_BITS: dict[str, Fraction] = {
     "Q4_K_M": Fraction("4.89"),
     "Q5_K_S": Fraction("5.57"),
     "Q5_K_M": Fraction("5.70"),
-    # torch weight-only quantization (backends/torch/quant.py): int8 per output channel (a
+    # torch weight-only quantization (backends/torch/quant_layout.py): int8 per output channel (a
     # float32 scale per row, under 1% for rows of 576+ inputs, not counted; measured +1.9% on
     # SmolLM2 with its embedding table at 8.5); int4 in groups (default 64, as MLX) with an
     # fp16 scale and minimum per group. Checked against the torch runner's measured weight bytes in
