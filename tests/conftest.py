@@ -1,6 +1,9 @@
-"""Marks shared by the whole suite."""
+"""Marks and fixtures shared by the whole suite."""
 
 from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -22,3 +25,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if item.module is not None and item.module.__name__.rsplit(".", 1)[-1] in ISA_DEPENDENT:
             item.add_marker(pytest.mark.isa)
+
+
+@pytest.fixture
+def private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """LOCALINFER_CACHE_DIR in this test's own folder: nothing cached by another test is seen."""
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path / "cache"))
+
+
+@pytest.fixture
+def session_cache(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """LOCALINFER_CACHE_DIR in one folder for the whole run: kept out of the user's cache, but
+    what one test caches (a parsed chat template, a quantized model) the next may reuse."""
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+
+
+@pytest.fixture
+def one_torch_thread() -> Iterator[None]:
+    """Tiny models gain nothing from threads, and on a shared 2-core machine OpenMP threads that
+    wait on each other under contention make a run many times slower: use one, then restore."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

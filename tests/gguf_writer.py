@@ -173,16 +173,21 @@ def write_tiny_gguf(
         w.add_add_bos_token(False)
     for tensor_name, arr in gguf_tensors(config, weights, storage).items():
         w.add_tensor(tensor_name, arr)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return path
 
 
 # -- hostile files: a real GGUF with its header edited ----------------------------------------
 
 GGUF_U32, GGUF_F32, GGUF_STRING, GGUF_ARRAY, GGUF_U64 = 4, 6, 8, 9, 10
+
+
+def finish_gguf(writer: Any) -> None:
+    """Write what a ``gguf.GGUFWriter`` holds (header, metadata, tensors) and close the file."""
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
 
 
 def raw_u32(value: int) -> bytes:

@@ -1,5 +1,6 @@
 """Write tiny models to disk the way real tools do: GGUF (as llama.cpp's converter lays it out)
-and Hugging Face directories (config.json, safetensors, tokenizer.json), for loader tests."""
+and Hugging Face directories (config.json, safetensors, tokenizer.json), for loader tests; and
+point a LoadedModel at a file for runners that read only the file."""
 
 from __future__ import annotations
 
@@ -13,8 +14,10 @@ from tokenizers import AddedToken, decoders, models, pre_tokenizers
 from tokenizers import Tokenizer as HFTokenizer
 
 from localinfer.loading.gguf_weights import PERMUTED_QK_ARCHS, permute_qk
+from localinfer.loading.model import LoadedModel
 from localinfer.loading.model_config import ModelConfig
 from localinfer.loading.tokenizer import byte_level_decoder
+from tests.gguf_writer import finish_gguf
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = [
@@ -59,6 +62,23 @@ def gemma3_extra_norms(config: ModelConfig, weights: dict[str, np.ndarray], seed
             weights[f"model.layers.{i}.{part}.weight"] = (
                 0.1 * rng.normal(size=config.hidden_size)
             ).astype(np.float32)
+
+
+def file_model(
+    path: Path, quant: str, config: ModelConfig | None = None, format: str = "gguf"
+) -> LoadedModel:
+    """A LoadedModel for a runner that reads only the file (path, format, file_quant): no
+    tokenizer or weights in memory."""
+    return LoadedModel(
+        name=path.stem,
+        path=path,
+        format=format,
+        config=config,  # type: ignore[arg-type]
+        tokenizer=None,  # type: ignore[arg-type]
+        chat_template=None,
+        weights=None,  # type: ignore[arg-type]
+        file_quant=quant,
+    )
 
 
 # -- GGUF -----------------------------------------------------------------------------------
@@ -166,10 +186,7 @@ def write_gguf(
             w.add_tensor(gname, q, raw_shape=q.shape, raw_dtype=qtype)
     for gname, t in (extra_tensors or {}).items():
         w.add_tensor(gname, np.asarray(t, dtype=np.float32))
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return path
 
 

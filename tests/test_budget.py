@@ -8,6 +8,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from gguf_writer import finish_gguf
 from llama_reference import reference_llama
 from test_resolve import tiny_hf_repo
 
@@ -177,10 +178,7 @@ def write_tiny_gemma3_gguf(path: Path, pattern: list[bool] | None = None) -> Non
     writer.add_tensor("token_embd.weight", np.zeros((100, 64), np.float32))
     for layer in range(12):
         writer.add_tensor(f"blk.{layer}.attn_q.weight", np.zeros((64, 64), np.float16))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
 
 
 def test_gguf_header_of_a_sliding_window_model(tmp_path: Path) -> None:
@@ -687,10 +685,7 @@ def write_gguf_header(path: Path, **numbers: int) -> Path:
     writer.add_tensor("token_embd.weight", np.zeros((100, 64), np.float32))
     for layer in range(2):
         writer.add_tensor(f"blk.{layer}.attn_norm.weight", np.ones(64, np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
     return path
 
 

@@ -29,9 +29,7 @@ RUNAWAY_ON_TWO = (
 )
 
 
-@pytest.fixture(autouse=True)
-def _tmp_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+pytestmark = pytest.mark.usefixtures("session_cache")
 
 
 def _tiny_gguf(path: Path, template: str) -> Path:

@@ -12,7 +12,7 @@ from localinfer.backends.base import RunnerConfig, SlotWork
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.loading.model import LoadedModel
 from tests.test_engine_model import ByteTokenizer
-from tests.tiny import tiny_config, tiny_weights
+from tests.tiny import tiny_model
 
 torch_runner = pytest.importorskip("localinfer.backends.torch.runner")
 
@@ -26,18 +26,9 @@ PROMPTS = [
 MAX_TOKENS = [12, 6, 16, 9, 14]
 
 
-def tiny_model(arch: str) -> LoadedModel:
-    config = tiny_config(arch)
-    return LoadedModel(
-        name=f"tiny-{arch}",
-        path=Path("/dev/null"),
-        format="safetensors",
-        config=config,
-        tokenizer=ByteTokenizer(eos_ids=config.eos_token_ids),  # type: ignore[arg-type]
-        chat_template=None,
-        weights=tiny_weights(config, seed=1),
-        file_quant="F32",
-    )
+def engine_model(arch: str) -> LoadedModel:
+    """A tiny model with byte tokens, ending on tiny_config's eos id 2."""
+    return tiny_model(arch, seed=1, path=Path("/dev/null"), tokenizer=ByteTokenizer(eos_ids=(2,)))
 
 
 def solo_greedy(runner, prompt: list[int], max_tokens: int, eos: frozenset[int]) -> list[int]:
@@ -56,7 +47,7 @@ def solo_greedy(runner, prompt: list[int], max_tokens: int, eos: frozenset[int])
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3"])
 def test_tiny_models_batched_equals_single(arch: str) -> None:
-    model = tiny_model(arch)
+    model = engine_model(arch)
     runner = torch_runner.TorchRunner(model, RunnerConfig(slots=3, max_ctx=128))
     eos = frozenset(model.config.eos_token_ids)
     expected = [solo_greedy(runner, p, n, eos) for p, n in zip(PROMPTS, MAX_TOKENS, strict=True)]

@@ -28,85 +28,73 @@ from tiny import tiny_config, tiny_weights
 from localinfer.cli import main
 from localinfer.loading.gguf_file import GGUFFile
 
+pytestmark = pytest.mark.usefixtures("session_cache")
+
+
+def one_key(
+    case_id: str, key: str, raw: bytes, words: tuple[str, ...], budget_refuses: bool = True
+) -> tuple[str, dict, tuple[str, ...], bool]:
+    """A case whose one edit sets the metadata ``key`` to ``raw``."""
+    return case_id, {"set_kv": {key: raw}}, words, budget_refuses
+
+
 # (id, rewrite_gguf edits, words the one-line error must hold, whether `budget` refuses it too:
 # the budget runs the header checks every architecture shares and block_count against the blk.N
 # tensors; the tensor shapes are checked for the architectures localinfer runs, before any
 # backend loads the file)
 CASES: list[tuple[str, dict, tuple[str, ...], bool]] = [
     # item 5: architecture numbers against the tensors present
-    ("block_count 0", {"set_kv": {"llama.block_count": raw_u32(0)}}, ("block_count", "0"), True),
-    (
+    one_key("block_count 0", "llama.block_count", raw_u32(0), ("block_count", "0")),
+    one_key(
         "block_count 1e6",
-        {"set_kv": {"llama.block_count": raw_u32(10**6)}},
+        "llama.block_count",
+        raw_u32(10**6),
         ("block_count", "1000000", "2 layers"),
-        True,
     ),
-    (
-        "block_count 1",
-        {"set_kv": {"llama.block_count": raw_u32(1)}},
-        ("block_count", "1", "layer 1"),
-        True,
-    ),
-    (
-        "block_count 3",
-        {"set_kv": {"llama.block_count": raw_u32(3)}},
-        ("block_count", "3", "2 layers"),
-        True,
-    ),
-    (
+    one_key("block_count 1", "llama.block_count", raw_u32(1), ("block_count", "1", "layer 1")),
+    one_key("block_count 3", "llama.block_count", raw_u32(3), ("block_count", "3", "2 layers")),
+    one_key(
         "block_count a string",
-        {"set_kv": {"llama.block_count": raw_string("2")}},
+        "llama.block_count",
+        raw_string("2"),
         ("block_count", "not an integer"),
-        True,
     ),
-    (
-        "context_length 0",
-        {"set_kv": {"llama.context_length": raw_u32(0)}},
-        ("context_length",),
-        True,
-    ),
-    (
+    one_key("context_length 0", "llama.context_length", raw_u32(0), ("context_length",)),
+    one_key(
         "embedding_length off by one",
-        {"set_kv": {"llama.embedding_length": raw_u32(65)}},
+        "llama.embedding_length",
+        raw_u32(65),
         ("embedding_length", "65"),
-        True,
     ),
-    (
-        "vocab_size past token_embd",
-        {"set_kv": {"llama.vocab_size": raw_u32(10**6)}},
-        ("vocab_size",),
-        True,
-    ),
-    (
-        "rope.freq_base nan",
-        {"set_kv": {"llama.rope.freq_base": raw_f32(float("nan"))}},
-        ("freq_base",),
-        True,
-    ),
-    (
+    one_key("vocab_size past token_embd", "llama.vocab_size", raw_u32(10**6), ("vocab_size",)),
+    one_key("rope.freq_base nan", "llama.rope.freq_base", raw_f32(float("nan")), ("freq_base",)),
+    one_key(
         "rms epsilon 0",
-        {"set_kv": {"llama.attention.layer_norm_rms_epsilon": raw_f32(0.0)}},
+        "llama.attention.layer_norm_rms_epsilon",
+        raw_f32(0.0),
         ("layer_norm_rms_epsilon",),
-        True,
     ),
-    ("head_count 0", {"set_kv": {"llama.attention.head_count": raw_u32(0)}}, ("head",), True),
-    (
+    one_key("head_count 0", "llama.attention.head_count", raw_u32(0), ("head",)),
+    one_key(
         "head_count 1000",
-        {"set_kv": {"llama.attention.head_count": raw_u32(1000)}},
+        "llama.attention.head_count",
+        raw_u32(1000),
         ("attn_q", "head_count"),
-        False,
+        budget_refuses=False,
     ),
-    (
+    one_key(
         "head_count_kv 3",
-        {"set_kv": {"llama.attention.head_count_kv": raw_u32(3)}},
+        "llama.attention.head_count_kv",
+        raw_u32(3),
         ("3 groups",),
-        False,
+        budget_refuses=False,
     ),
-    (
+    one_key(
         "head_count_kv 1",
-        {"set_kv": {"llama.attention.head_count_kv": raw_u32(1)}},
+        "llama.attention.head_count_kv",
+        raw_u32(1),
         ("attn_k", "head_count_kv"),
-        False,
+        budget_refuses=False,
     ),
     (
         "key_length 1000",
@@ -119,11 +107,12 @@ CASES: list[tuple[str, dict, tuple[str, ...], bool]] = [
         ("attn_q", "key_length"),
         False,
     ),
-    (
+    one_key(
         "feed_forward_length 7",
-        {"set_kv": {"llama.feed_forward_length": raw_u32(7)}},
+        "llama.feed_forward_length",
+        raw_u32(7),
         ("ffn_gate", "feed_forward_length"),
-        False,
+        budget_refuses=False,
     ),
     (
         "a layer tensor missing",
@@ -132,11 +121,8 @@ CASES: list[tuple[str, dict, tuple[str, ...], bool]] = [
         False,
     ),
     # item 6: parser gaps
-    (
-        "arrays nested 5000 deep",
-        {"set_kv": {"x.nested": raw_nested_array(5000)}},
-        ("x.nested", "nests arrays"),
-        True,
+    one_key(
+        "arrays nested 5000 deep", "x.nested", raw_nested_array(5000), ("x.nested", "nests arrays")
     ),
     (
         "a dimension of 2^63",
@@ -156,48 +142,43 @@ CASES: list[tuple[str, dict, tuple[str, ...], bool]] = [
         ("blk.0.attn_q.weight", "2^63"),
         True,
     ),
-    (
+    one_key(
         "bos id outside the vocabulary",
-        {"set_kv": {"tokenizer.ggml.bos_token_id": raw_u32(99999)}},
+        "tokenizer.ggml.bos_token_id",
+        raw_u32(99999),
         ("bos_token_id", "99999", "vocabulary"),
-        True,
     ),
-    (
+    one_key(
         "eos id one past the vocabulary",
-        {"set_kv": {"tokenizer.ggml.eos_token_id": raw_u32(TINY_VOCAB_SIZE)}},
+        "tokenizer.ggml.eos_token_id",
+        raw_u32(TINY_VOCAB_SIZE),
         ("eos_token_id", str(TINY_VOCAB_SIZE)),
-        True,
     ),
-    (
+    one_key(
         "eot id outside the vocabulary",
-        {"set_kv": {"tokenizer.ggml.eot_token_id": raw_u32(10**6)}},
+        "tokenizer.ggml.eot_token_id",
+        raw_u32(10**6),
         ("eot_token_id",),
-        True,
     ),
-    (
+    one_key(
         "eom id outside the vocabulary",
-        {"set_kv": {"tokenizer.ggml.eom_token_id": raw_u32(TINY_VOCAB_SIZE)}},
+        "tokenizer.ggml.eom_token_id",
+        raw_u32(TINY_VOCAB_SIZE),
         ("eom_token_id",),
-        True,
     ),
-    (
+    one_key(
         "pad id a string",
-        {"set_kv": {"tokenizer.ggml.padding_token_id": raw_string("0")}},
+        "tokenizer.ggml.padding_token_id",
+        raw_string("0"),
         ("padding_token_id", "not a token id"),
-        True,
     ),
-    (
+    one_key(
         "bos id a string",
-        {"set_kv": {"tokenizer.ggml.bos_token_id": raw_string("1")}},
+        "tokenizer.ggml.bos_token_id",
+        raw_string("1"),
         ("bos_token_id", "not a token id"),
-        True,
     ),
-    (
-        "alignment a string",
-        {"set_kv": {"general.alignment": raw_string("32")}},
-        ("general.alignment",),
-        True,
-    ),
+    one_key("alignment a string", "general.alignment", raw_string("32"), ("general.alignment",)),
 ]
 IDS = [case[0] for case in CASES]
 
@@ -206,11 +187,6 @@ STRAY_IDS = {
     "tokenizer.ggml.padding_token_id": raw_u32(2**32 - 1),
     "tokenizer.ggml.unknown_token_id": raw_u32(10**6),
 }
-
-
-@pytest.fixture(autouse=True)
-def _tmp_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
 @pytest.fixture(scope="module")

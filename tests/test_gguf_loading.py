@@ -25,9 +25,7 @@ from localinfer.loading.model_config import ModelConfig
 Q = gguf.GGMLQuantizationType
 
 
-@pytest.fixture(autouse=True)
-def _tmp_cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+pytestmark = pytest.mark.usefixtures("session_cache")
 
 
 @pytest.fixture(scope="module")

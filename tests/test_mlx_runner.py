@@ -32,35 +32,17 @@ from localinfer.loading.model import DictWeights, LoadedModel  # noqa: E402
 from localinfer.loading.model_config import RopeScaling  # noqa: E402
 from tests.model_files import TINY_VOCAB_SIZE, write_gguf, write_hf_dir  # noqa: E402
 from tests.reference_numpy import reference_logits  # noqa: E402
-from tests.tiny import tiny_config, tiny_weights  # noqa: E402
+from tests.tiny import random_tokens, tiny_config, tiny_model, tiny_weights  # noqa: E402
 
 pytestmark = pytest.mark.mlx
 
 ARCHS = ("llama", "mistral", "qwen2", "qwen3")
 
 
-def tiny_model(arch: str = "llama", seed: int = 0, **overrides: object) -> LoadedModel:
-    config = tiny_config(arch, **overrides)
-    return LoadedModel(
-        name=f"tiny-{arch}",
-        path=Path("tiny"),
-        format="safetensors",
-        config=config,
-        tokenizer=None,  # type: ignore[arg-type]
-        chat_template=None,
-        weights=tiny_weights(config, seed),
-        file_quant="F32",
-    )
-
-
 def make_runner(model: LoadedModel, **kw: object) -> MLXRunner:
     cfg: dict[str, object] = dict(slots=4, max_ctx=96, dtype="float32")
     cfg.update(kw)
     return create_runner(model, RunnerConfig(**cfg))  # type: ignore[arg-type]
-
-
-def tokens_for(n: int, vocab: int = 256, seed: int = 1) -> list[int]:
-    return np.random.default_rng(seed).integers(0, vocab, size=n).tolist()
 
 
 def feed(runner, slot: int, tokens: list[int], chunks: list[int] | None = None) -> np.ndarray:
@@ -95,7 +77,7 @@ def test_fp32_parity_with_torch_runner(arch):
 
     60 tokens: past mistral's 32-token window, so the sliding mask is exercised too."""
     model = tiny_model(arch)
-    tokens = tokens_for(60)
+    tokens = random_tokens(60)
     chunks = [40, 1, 1, 5, 13]
     ours = feed(make_runner(model), 0, tokens, chunks)
     theirs = feed(torch_runner(model), 0, tokens, chunks)
@@ -107,7 +89,7 @@ def test_fp32_parity_with_torch_runner(arch):
 def test_fp32_matches_numpy_reference(arch):
     """The same against the independent numpy forward (also runs where torch is absent)."""
     model = tiny_model(arch, seed=3)
-    tokens = tokens_for(40, seed=4)
+    tokens = random_tokens(40, seed=4)
     ours = feed(make_runner(model), 0, tokens, [17, 1, 22])
     expected = reference_logits(model.config, model.weights, tokens)
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
@@ -116,7 +98,7 @@ def test_fp32_matches_numpy_reference(arch):
 def test_rope_scaling_llama3_matches_reference():
     scaling = RopeScaling("llama3", factor=8.0, original_max_position_embeddings=16)
     model = tiny_model("llama", rope_scaling=scaling, rope_theta=500000.0)
-    tokens = tokens_for(50)
+    tokens = random_tokens(50)
     ours = feed(make_runner(model), 0, tokens)
     expected = reference_logits(model.config, model.weights, tokens)
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=1e-4)
@@ -130,8 +112,12 @@ def test_batched_equals_single(arch):
     """Slots at different positions in one forward (a prefill chunk, a decode step, a 4-token
     verify on a non-adjacent slot) give the logits each gives alone."""
     model = tiny_model(arch)
-    history = {0: tokens_for(30, seed=5), 1: tokens_for(9, seed=6), 3: tokens_for(44, seed=7)}
-    new = {0: tokens_for(20, seed=8), 1: tokens_for(1, seed=9), 3: tokens_for(4, seed=10)}
+    history = {
+        0: random_tokens(30, seed=5),
+        1: random_tokens(9, seed=6),
+        3: random_tokens(44, seed=7),
+    }
+    new = {0: random_tokens(20, seed=8), 1: random_tokens(1, seed=9), 3: random_tokens(4, seed=10)}
     batched = make_runner(model)
     for slot, toks in history.items():
         feed(batched, slot, toks)
@@ -151,7 +137,7 @@ def test_batched_equals_single(arch):
 def test_decode_batch_of_every_slot_and_last_logits():
     model = tiny_model("qwen2")
     runner, solo = make_runner(model, slots=4), make_runner(model, slots=4)
-    prompts = [tokens_for(5 + 7 * s, seed=s) for s in range(4)]
+    prompts = [random_tokens(5 + 7 * s, seed=s) for s in range(4)]
     for s, p in enumerate(prompts):
         feed(runner, s, p)
         feed(solo, s, p)
@@ -167,7 +153,7 @@ def test_rollback_refeed_gives_same_logits(arch):
     """Speculative rollback: truncate past rejected tokens, re-feed, get the same logits."""
     model = tiny_model(arch)
     runner = make_runner(model)
-    prompt, draft = tokens_for(34, seed=11), tokens_for(6, seed=12)
+    prompt, draft = random_tokens(34, seed=11), random_tokens(6, seed=12)
     feed(runner, 2, prompt)
     first = feed(runner, 2, draft)
     runner.truncate(2, len(prompt) + 2)  # keep two accepted draft tokens
@@ -176,7 +162,7 @@ def test_rollback_refeed_gives_same_logits(arch):
     np.testing.assert_allclose(again, first[2:], rtol=1e-5, atol=1e-5)
     # Different tokens after the rollback point equal a fresh run of that history.
     runner.truncate(2, len(prompt))
-    other = tokens_for(6, seed=13)
+    other = random_tokens(6, seed=13)
     fresh = make_runner(model)
     feed(fresh, 0, prompt)
     np.testing.assert_allclose(feed(runner, 2, other), feed(fresh, 0, other), rtol=1e-5, atol=1e-5)
@@ -186,7 +172,11 @@ def test_prefix_reuse_truncate_to_shared_prefix():
     """A slot holding system+A, truncated to the shared system prompt and fed B, equals a cold
     slot fed system+B."""
     model = tiny_model("qwen3")
-    system, a, b = tokens_for(25, seed=20), tokens_for(15, seed=21), tokens_for(12, seed=22)
+    system, a, b = (
+        random_tokens(25, seed=20),
+        random_tokens(15, seed=21),
+        random_tokens(12, seed=22),
+    )
     runner = make_runner(model)
     feed(runner, 1, system + a)
     runner.truncate(1, len(system))
@@ -300,7 +290,7 @@ def test_selected_through_backends_select():
 @pytest.mark.parametrize("dtype, atol", [("bfloat16", 0.6), ("float16", 0.08)])
 def test_half_dtypes_track_fp32(dtype, atol):
     model = tiny_model("qwen2")
-    tokens = tokens_for(30)
+    tokens = random_tokens(30)
     full = feed(make_runner(model), 0, tokens)
     half_runner = make_runner(model, dtype=dtype)
     half = feed(half_runner, 0, tokens, [20, 10])
@@ -335,7 +325,7 @@ def test_quantize_on_load_equals_dequantized_weights(quant, bits, group):
     """int4/int8 on load runs the quantized kernels on exactly the weights a float runner gets
     from the quantize -> dequantize round trip: same logits up to float32 rounding."""
     model = tiny_model("llama", hidden_size=128, head_dim=32, ffn_size=256, tied_embeddings=False)
-    tokens = tokens_for(24)
+    tokens = random_tokens(24)
     quantized = make_runner(model, quant=quant)
     assert quantized.info.quant == f"int{bits}-g{group}"
     ours = feed(quantized, 0, tokens, [20, 1, 3])
@@ -373,7 +363,7 @@ def test_native_gguf_blocks_match_torch(tmp_path, arch, qtype):
     runner = make_runner(model)
     assert runner.info.quant == model.file_quant
     assert runner._model.weights.layers[0].qkv.parts[0].quantized  # really kept native
-    tokens = tokens_for(40, vocab=TINY_VOCAB_SIZE)
+    tokens = random_tokens(40, vocab=TINY_VOCAB_SIZE)
     ours = feed(runner, 0, tokens, [30, 1, 9])
     theirs = feed(torch_runner(model), 0, tokens, [30, 1, 9])
     np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
@@ -422,7 +412,7 @@ def test_mlx_format_repo_runs_as_stored(tmp_path):
             w = np.array(mx.dequantize(packed, s, b, **q))
         reference[name] = w
     ref_model = LoadedModel(**{**_fields(model), "weights": DictWeights(reference)})
-    tokens = tokens_for(30, vocab=TINY_VOCAB_SIZE)
+    tokens = random_tokens(30, vocab=TINY_VOCAB_SIZE)
     expected = feed(make_runner(ref_model), 0, tokens)
     np.testing.assert_allclose(feed(runner, 0, tokens, [25, 5]), expected, rtol=1e-4, atol=2e-4)
     floated = make_runner(model, quant="none")
@@ -449,7 +439,7 @@ def test_memory_report_is_measured():
     assert held >= model.weights.nbytes()  # float32 file -> float32 arrays (q|k|v fused)
     assert held <= report.weights <= held + len(arrays) * page
     before = report.overhead
-    feed(runner, 0, tokens_for(50))
+    feed(runner, 0, random_tokens(50))
     after = runner.memory().overhead
     # The largest forward's activations show up: at least its logits (50 x 256 float32).
     assert after >= before + 50 * 256 * 4
@@ -459,7 +449,7 @@ def test_runner_used_from_another_thread():
     """The engine builds the runner on one thread and drives it from its own."""
     model = tiny_model("llama")
     runner = make_runner(model)
-    tokens = tokens_for(12)
+    tokens = random_tokens(12)
     here = feed(runner, 0, tokens)
     there: dict[str, np.ndarray] = {}
     worker = threading.Thread(target=lambda: there.setdefault("x", feed(runner, 1, tokens)))

@@ -24,7 +24,7 @@ from localinfer.loading.gguf_file import GGUFFile  # noqa: E402
 from localinfer.loading.gguf_weights import GGUFWeights  # noqa: E402
 from localinfer.loading.model import LoadedModel  # noqa: E402
 from localinfer.loading.model_config import ModelConfig  # noqa: E402
-from tests.gguf_writer import add_model_header, gguf_tensors  # noqa: E402
+from tests.gguf_writer import add_model_header, finish_gguf, gguf_tensors  # noqa: E402
 from tests.tiny import tiny_config, tiny_weights  # noqa: E402
 
 Q = GGMLQuantizationType
@@ -33,10 +33,9 @@ BIG = 100_000  # native_max_tokens for the float32 reference: every forward on t
 
 @pytest.fixture(scope="module")
 def kernels() -> cpu_kernels.NativeKernels:
-    k = cpu_kernels.load_kernels()
-    if k is None:
-        pytest.skip("native kernels cannot be built here (see the logged reason)")
-    return k
+    return cpu_kernels.load_kernels() or pytest.skip(
+        "native kernels cannot be built here (see the logged reason)"
+    )
 
 
 @pytest.fixture(autouse=True)
@@ -94,10 +93,7 @@ def write_quantized_gguf(
             w.add_tensor(name, arr)
         else:
             w.add_tensor(name, quantized(arr, qtype), raw_dtype=qtype)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     return path
 
 

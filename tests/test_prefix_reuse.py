@@ -23,7 +23,7 @@ from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.loading.model import LoadedModel
 from tests.test_engine import reference_greedy, run_to_end
 from tests.test_engine_model import ByteTokenizer, HashRunner
-from tests.tiny import tiny_config, tiny_weights
+from tests.tiny import tiny_model
 
 ARCHS = ["llama", "mistral", "qwen2", "qwen3"]
 
@@ -227,47 +227,25 @@ def test_an_aborted_prefill_leaves_a_reusable_prefix_and_a_failed_slot_is_emptie
 RunnerFactory = Callable[[], Runner]
 
 
-def tiny_model(arch: str) -> LoadedModel:
-    config = tiny_config(arch)
-    return LoadedModel(
-        name=f"tiny-{arch}",
-        path=Path("/dev/null"),
-        format="safetensors",
-        config=config,
-        tokenizer=ByteTokenizer(eos_ids=config.eos_token_ids),  # type: ignore[arg-type]
-        chat_template=None,
-        weights=tiny_weights(config, seed=1),
-        file_quant="F32",
-    )
+def engine_model(arch: str) -> LoadedModel:
+    """A tiny model with byte tokens, ending on tiny_config's eos id 2."""
+    return tiny_model(arch, seed=1, path=Path("/dev/null"), tokenizer=ByteTokenizer(eos_ids=(2,)))
 
 
 def runner_factory(backend: str, arch: str, tmp_path: Path) -> RunnerFactory:
     config = RunnerConfig(slots=2, max_ctx=160, threads=1)
     if backend == "torch":
         mod = pytest.importorskip("localinfer.backends.torch.runner")
-        return lambda: mod.TorchRunner(tiny_model(arch), config)
+        return lambda: mod.TorchRunner(engine_model(arch), config)
     if backend == "mlx":
         pytest.importorskip("mlx.core")
         mod = pytest.importorskip("localinfer.backends.mlx.runner")
-        return lambda: mod.create_runner(tiny_model(arch), config)
+        return lambda: mod.create_runner(engine_model(arch), config)
     pytest.importorskip("llama_cpp")
     from localinfer.backends.llamacpp.runner import LlamaCppRunner
-    from tests.gguf_writer import write_tiny_gguf
+    from tests.llamacpp_helpers import tiny_setup
 
-    # llama.cpp's llama architecture has no per-layer window: mistral runs as plain attention.
-    window = {"sliding_window": None, "sliding_layers": ()} if arch == "mistral" else {}
-    cfg = tiny_config(arch, **window)
-    path = write_tiny_gguf(tmp_path / f"tiny-{arch}.gguf", cfg, tiny_weights(cfg, seed=1))
-    model = LoadedModel(
-        name=path.stem,
-        path=path,
-        format="gguf",
-        config=cfg,
-        tokenizer=None,  # type: ignore[arg-type]
-        chat_template=None,
-        weights=None,  # type: ignore[arg-type]
-        file_quant="F32",
-    )
+    _, _, model = tiny_setup(tmp_path, arch, seed=1)
     return lambda: LlamaCppRunner(model, config)
 
 

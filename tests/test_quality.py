@@ -4,28 +4,18 @@ runners, the report's warnings, and the command."""
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
 
 from localinfer.backends.base import RunnerConfig
 from localinfer.backends.torch.runner import TorchRunner
-from localinfer.loading.model import LoadedModel
 from localinfer.quality.evaluate import compare, decode_speed, eval_text, eval_windows
 from localinfer.quality.metrics import MetricSums, log_softmax
 from localinfer.quality.report import QualityReport, QualityRow
-from tests.tiny import tiny_config, tiny_weights
+from tests.tiny import tiny_model
 
-
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path / "cache"))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("private_cache", "one_torch_thread")
 
 
 def test_log_softmax_normalises() -> None:
@@ -68,17 +58,9 @@ def test_eval_windows() -> None:
     assert eval_windows(ids, 4, 9) == [[0, 1, 2, 3], [4, 5, 6, 7]]  # a lone token scores nothing
 
 
-def tiny(arch: str = "llama") -> LoadedModel:
-    config = tiny_config(arch)
-    return LoadedModel(
-        name="tiny", path=Path("tiny"), format="gguf", config=config,
-        tokenizer=None,  # type: ignore[arg-type]
-        chat_template=None, weights=tiny_weights(config), file_quant="F32",
-    )  # fmt: skip
-
-
 def make(quant: str | None = None, slots: int = 1) -> TorchRunner:
-    return TorchRunner(tiny(), RunnerConfig(slots=slots, max_ctx=80, quant=quant))
+    model = tiny_model(name="tiny", format="gguf")
+    return TorchRunner(model, RunnerConfig(slots=slots, max_ctx=80, quant=quant))
 
 
 def test_compare_identical_runner_has_zero_loss() -> None:

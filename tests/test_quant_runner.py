@@ -16,33 +16,20 @@ from localinfer.backends.torch.quant_layout import QuantSpec, parse_quant, quant
 from localinfer.backends.torch.runner import TorchRunner
 from localinfer.errors import UnsupportedModelError
 from localinfer.loading.model import DictWeights, LoadedModel
+from tests import tiny
 from tests.tiny import tiny_config, tiny_weights
 
 ARCHS = ["llama", "mistral", "qwen2", "qwen3"]
 QUANTS = ["int8", "int8-g32", "int4", "int4-g32"]
 
 
-@pytest.fixture(autouse=True)
-def isolated(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
-    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path / "cache"))
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("private_cache", "one_torch_thread")
 
 
-def tiny_model(arch: str, path: Path = Path("tiny"), weights: DictWeights | None = None):
-    config = tiny_config(arch)
-    return LoadedModel(
-        name=f"tiny-{arch}",
-        path=path,
-        format="gguf",
-        config=config,
-        tokenizer=None,  # type: ignore[arg-type]
-        chat_template=None,
-        weights=weights or tiny_weights(config),
-        file_quant="F32",
-    )
+def tiny_model(
+    arch: str, path: Path = Path("tiny"), weights: DictWeights | None = None
+) -> LoadedModel:
+    return tiny.tiny_model(arch, format="gguf", path=path, weights=weights)
 
 
 def dequantized_weights(source: DictWeights, spec: QuantSpec) -> DictWeights:

@@ -21,7 +21,8 @@ from localinfer.cli import main  # noqa: E402
 from localinfer.errors import InvalidParameterError, ModelFileError  # noqa: E402
 from localinfer.loading.embedded import embedded_model_path  # noqa: E402
 from localinfer.loading.model import LoadedModel  # noqa: E402
-from tests.gguf_writer import write_tiny_gguf  # noqa: E402
+from tests.gguf_writer import finish_gguf, write_tiny_gguf  # noqa: E402
+from tests.model_files import file_model  # noqa: E402
 from tests.tiny import tiny_config, tiny_weights  # noqa: E402
 
 pytestmark = pytest.mark.llamacpp
@@ -45,21 +46,8 @@ EXPECTED = {
 MIN_CORR = {"Q8_0": 0.999, "Q4_0": 0.95, "Q4_K": 0.95}
 
 
-def loaded(path: Path, quant: str) -> LoadedModel:
-    return LoadedModel(
-        name=path.stem,
-        path=path,
-        format="gguf",
-        config=CONFIG,
-        tokenizer=None,  # type: ignore[arg-type]
-        chat_template=None,
-        weights=None,  # type: ignore[arg-type]
-        file_quant=quant,
-    )
-
-
 def logits(path: Path, quant: str) -> np.ndarray:
-    runner = LlamaCppRunner(loaded(path, quant), RunnerConfig(slots=1, max_ctx=64, threads=1))
+    runner = LlamaCppRunner(file_model(path, quant, CONFIG), RunnerConfig(slots=1, max_ctx=64, threads=1))
     out = runner.forward([SlotWork(0, TOKENS, 0, "all")])[0]
     runner.close()
     return out
@@ -171,27 +159,14 @@ def test_embedded_model_dequantized_to_f16_then_q8_0(tmp_path: Path) -> None:
         shape = [int(d) for d in reversed(tensor.shape)]
         data = data.reshape(shape)
         writer.add_tensor(tensor.name, data.astype(np.float16 if data.ndim == 2 else np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    finish_gguf(writer)
 
     out = tmp_path / "smollm2-Q8_0.gguf"
     assert main(["quantize", str(f16), "--to", "q8_0", "-o", str(out)]) == 0
     tokens = tuple(int(t) for t in np.random.default_rng(1).integers(100, 20000, 24))
 
     def run(path: Path, quant: str) -> np.ndarray:
-        model = LoadedModel(
-            name=path.stem,
-            path=path,
-            format="gguf",
-            config=None,  # type: ignore[arg-type]
-            tokenizer=None,  # type: ignore[arg-type]
-            chat_template=None,
-            weights=None,  # type: ignore[arg-type]
-            file_quant=quant,
-        )
-        runner = LlamaCppRunner(model, RunnerConfig(slots=1, max_ctx=64))
+        runner = LlamaCppRunner(file_model(path, quant), RunnerConfig(slots=1, max_ctx=64))
         result = runner.forward([SlotWork(0, tokens, 0, "all")])[0]
         runner.close()
         return result

@@ -24,10 +24,7 @@ from localinfer.loading.loader import load_model
 from localinfer.loading.model_config import RopeScaling
 from localinfer.loading.safetensors_file import SafetensorsFile
 
-
-@pytest.fixture(autouse=True)
-def _tmp_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma3"])

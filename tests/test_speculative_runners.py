@@ -14,16 +14,12 @@ from localinfer.bench.spec_workloads import EDITING
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
 from tests.test_engine_model import ByteTokenizer
+from tests.tiny import tiny_model
 
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # the test machine is shared; tiny models gain nothing from threads
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def prompts(vocab: int) -> list[list[int]]:
@@ -74,9 +70,9 @@ def check_parity(target: Runner, draft: Runner, ps, max_tokens: int, tok=None) -
 
 def torch_runner(seed: int, slots: int):
     from localinfer.backends.torch.runner import TorchRunner
-    from tests.test_torch_runner import tiny_model
 
-    return TorchRunner(tiny_model("llama", seed=seed), RunnerConfig(slots=slots, max_ctx=128))
+    model = tiny_model("llama", seed=seed, format="gguf")
+    return TorchRunner(model, RunnerConfig(slots=slots, max_ctx=128))
 
 
 @pytest.mark.parametrize("slots", [1, 3])
@@ -91,9 +87,9 @@ def test_torch_tiny_models_speculation_is_token_identical(slots: int) -> None:
 def mlx_runner(seed: int, slots: int):
     pytest.importorskip("mlx.core")
     from localinfer.backends.mlx.runner import create_runner
-    from tests.test_torch_runner import tiny_model
 
-    return create_runner(tiny_model("llama", seed=seed), RunnerConfig(slots=slots, max_ctx=128))
+    model = tiny_model("llama", seed=seed, format="gguf")
+    return create_runner(model, RunnerConfig(slots=slots, max_ctx=128))
 
 
 @pytest.mark.mlx
@@ -109,9 +105,9 @@ def test_mlx_tiny_models_speculation_is_token_identical(slots: int) -> None:
 def llamacpp_runner(path: Path, quant: str, slots: int, config=None, max_ctx: int = 128):
     pytest.importorskip("llama_cpp")
     from localinfer.backends.llamacpp.runner import create_runner
-    from tests.test_llamacpp_runner import gguf_model
+    from tests.model_files import file_model
 
-    model = gguf_model(path, quant, config)
+    model = file_model(path, quant, config)
     return create_runner(model, RunnerConfig(slots=slots, max_ctx=max_ctx, threads=1))
 
 
@@ -119,7 +115,7 @@ def llamacpp_runner(path: Path, quant: str, slots: int, config=None, max_ctx: in
 @pytest.mark.parametrize("slots", [1, 3])
 def test_llamacpp_tiny_models_speculation_is_token_identical(tmp_path: Path, slots: int) -> None:
     pytest.importorskip("llama_cpp")
-    from tests.test_llamacpp_runner import tiny_setup
+    from tests.llamacpp_helpers import tiny_setup
 
     (tmp_path / "t").mkdir()
     (tmp_path / "d").mkdir()

@@ -6,6 +6,7 @@ import json
 import sys
 
 import pytest
+from gguf_writer import finish_gguf
 from model_files import SPECIALS, TINY_VOCAB_SIZE, tiny_tokenizer_json
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
@@ -40,9 +41,7 @@ CORPUS = [
 ]
 
 
-@pytest.fixture(autouse=True)
-def _tmp_cache(tmp_path, monkeypatch):
-    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path / "cache"))
+pytestmark = pytest.mark.usefixtures("private_cache")
 
 
 @pytest.fixture(scope="module")
@@ -182,10 +181,7 @@ def test_unsupported_tokenizer_model(tmp_path):
     w = gguf.GGUFWriter(str(tmp_path / "t.gguf"), arch="llama")
     w.add_tokenizer_model("rwkv")
     w.add_token_list(["a", "b"])
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     with pytest.raises(UnsupportedModelError, match="rwkv"):
         tokenizer_from_gguf(GGUFFile(tmp_path / "t.gguf"))
 
@@ -227,10 +223,7 @@ def test_gguf_without_vocabulary(tmp_path):
     import gguf
 
     w = gguf.GGUFWriter(str(tmp_path / "t.gguf"), arch="llama")
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
+    finish_gguf(w)
     with pytest.raises(ModelFileError, match="tokenizer.ggml.tokens"):
         tokenizer_from_gguf(GGUFFile(tmp_path / "t.gguf"))
 

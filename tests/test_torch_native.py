@@ -19,15 +19,14 @@ from localinfer.backends.torch import cpu_kernels, native_build  # noqa: E402
 from localinfer.backends.torch.block_weights import BlockMatrix  # noqa: E402
 from localinfer.backends.torch.runner import TorchRunner  # noqa: E402
 from tests.reference_numpy import reference_logits  # noqa: E402
-from tests.test_torch_runner import tiny_model, tokens_for  # noqa: E402
+from tests.tiny import random_tokens, tiny_model  # noqa: E402
 
 
 @pytest.fixture(scope="module")
 def kernels() -> cpu_kernels.NativeKernels:
-    k = cpu_kernels.load_kernels()
-    if k is None:
-        pytest.fail("native kernels did not build on this machine (see the logged reason)")
-    return k
+    return cpu_kernels.load_kernels() or pytest.fail(
+        "native kernels did not build on this machine (see the logged reason)"
+    )
 
 
 @pytest.mark.parametrize("threads", [1, 2, 3])
@@ -55,15 +54,19 @@ def test_linear_rejects_other_dtypes(kernels: cpu_kernels.NativeKernels) -> None
 
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 def test_forward_with_two_threads_matches_reference(arch: str) -> None:
-    """The module-wide fixture in test_torch_runner keeps torch at one thread; the kernels split
-    every phase over threads, so check a ragged batch with two."""
+    """The torch runner tests hold torch at one thread (conftest's one_torch_thread); the kernels
+    split every phase over threads, so check a ragged batch with two."""
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         model = tiny_model(arch)
         runner = TorchRunner(model, RunnerConfig(slots=3, max_ctx=64, dtype="float32"))
         assert runner.native_max_tokens > 0
-        seqs = {0: tokens_for(9, seed=1), 1: tokens_for(3, seed=2), 2: tokens_for(14, seed=3)}
+        seqs = {
+            0: random_tokens(9, seed=1),
+            1: random_tokens(3, seed=2),
+            2: random_tokens(14, seed=3),
+        }
         runner.forward([SlotWork(s, tuple(t[:-2]), 0) for s, t in seqs.items()])
         outs = runner.forward(
             [SlotWork(s, tuple(t[-2:]), len(t) - 2, logits="all") for s, t in seqs.items()]
@@ -81,7 +84,7 @@ def assert_torch_ops_fallback(native_max_tokens: int | None = None) -> None:
     config = RunnerConfig(slots=1, max_ctx=32, dtype="float32")
     runner = TorchRunner(tiny_model(), config, native_max_tokens=native_max_tokens)
     assert runner.native_max_tokens == 0
-    tokens = tokens_for(5)
+    tokens = random_tokens(5)
     (got,) = runner.forward([SlotWork(0, tuple(tokens), 0, logits="all")])
     want = reference_logits(runner.model_config, tiny_model().weights, tokens)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)

@@ -6,8 +6,6 @@ path runs the same code and the same assertions.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -19,7 +17,9 @@ from localinfer.errors import ContextOverflowError, UnsupportedModelError  # noq
 from localinfer.loading.model import LoadedModel  # noqa: E402
 from localinfer.loading.model_config import RopeScaling  # noqa: E402
 from tests.reference_numpy import reference_logits  # noqa: E402
-from tests.tiny import tiny_config, tiny_weights  # noqa: E402
+from tests.tiny import random_tokens, tiny_model  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 DEVICES = [
     "cpu",
@@ -33,30 +33,6 @@ DEVICES = [
 ]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_torch_thread():
-    """Tiny models gain nothing from threads, and on a shared 2-core machine OpenMP threads that
-    wait on each other under contention make a run many times slower: use one, then restore."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
-def tiny_model(arch: str = "llama", seed: int = 0, **overrides: object) -> LoadedModel:
-    config = tiny_config(arch, **overrides)
-    return LoadedModel(
-        name=f"tiny-{arch}",
-        path=Path("tiny"),
-        format="gguf",
-        config=config,
-        tokenizer=None,  # type: ignore[arg-type]
-        chat_template=None,
-        weights=tiny_weights(config, seed),
-        file_quant="F32",
-    )
-
-
 def make_runner(
     model: LoadedModel, device: str = "cpu", native_max_tokens: int | None = None, **kw: object
 ) -> TorchRunner:
@@ -68,10 +44,6 @@ def make_runner(
 # The two CPU fp32 paths: the native kernels for every forward, or torch ops for every forward
 # (CUDA always runs torch ops). Tests run both where the path matters.
 PATHS = {"native": 10**6, "torch-ops": 0}
-
-
-def tokens_for(n: int, vocab: int = 256, seed: int = 1) -> list[int]:
-    return np.random.default_rng(seed).integers(0, vocab, size=n).tolist()
 
 
 def prefill_chunks(
@@ -119,7 +91,7 @@ def test_teacher_forced_logits_match_numpy_reference(case: str, device: str, pat
         pytest.skip("the native kernels are CPU-only")
     arch, overrides = ARCH_CASES[case]
     model = tiny_model(arch, **overrides)
-    tokens = tokens_for(50)
+    tokens = random_tokens(50)
     expected = reference_logits(model.config, model.weights, tokens)
     runner = make_runner(model, device, PATHS[path] if device == "cpu" else None)
     got = prefill_chunks(runner, 1, tokens, [17, 1, 20, 3, 9])
@@ -139,7 +111,7 @@ def test_dense_matmul_path_matches_reference_on_cpu(
     model = tiny_model(arch)
     runner = make_runner(model, native_max_tokens=0)
     assert not runner.packed_weights and runner.native_max_tokens == 0
-    tokens = tokens_for(40)
+    tokens = random_tokens(40)
     got = prefill_chunks(runner, 0, tokens, [25, 1, 14])
     want = reference_logits(model.config, model.weights, tokens)
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -153,14 +125,18 @@ def test_ragged_batch_equals_each_slot_alone(arch: str, device: str, path: str) 
         pytest.skip("the native kernels are CPU-only")
     model = tiny_model(arch, sliding_window=8) if arch == "mistral" else tiny_model(arch)
     native = {"native_max_tokens": PATHS[path]} if device == "cpu" else {}
-    histories = {0: tokens_for(10, seed=2), 2: tokens_for(25, seed=3), 3: tokens_for(40, seed=4)}
+    histories = {
+        0: random_tokens(10, seed=2),
+        2: random_tokens(25, seed=3),
+        3: random_tokens(40, seed=4),
+    }
     # Mixed in one forward: a decode, a long prefill, a 4-token verify (all logits), a short
     # prefill; given out of slot order.
     steps = [
-        SlotWork(2, tuple(tokens_for(4, seed=5)), 25, logits="all"),
-        SlotWork(1, tuple(tokens_for(30, seed=6)), 0, logits="all"),
+        SlotWork(2, tuple(random_tokens(4, seed=5)), 25, logits="all"),
+        SlotWork(1, tuple(random_tokens(30, seed=6)), 0, logits="all"),
         SlotWork(0, (7,), 10),
-        SlotWork(3, tuple(tokens_for(5, seed=7)), 40),
+        SlotWork(3, tuple(random_tokens(5, seed=7)), 40),
     ]
     batched = make_runner(model, device, **native)
     assert batched.native_max_tokens == PATHS[path] if device == "cpu" else True
@@ -186,7 +162,7 @@ def test_ragged_batch_equals_each_slot_alone(arch: str, device: str, path: str) 
 def test_decode_steps_across_all_slots_match_reference(device: str) -> None:
     model = tiny_model("qwen3")
     runner = make_runner(model, device)
-    seqs = {s: tokens_for(3 + 5 * s, seed=10 + s) for s in range(4)}
+    seqs = {s: random_tokens(3 + 5 * s, seed=10 + s) for s in range(4)}
     runner.forward([SlotWork(s, tuple(t), 0) for s, t in seqs.items()])
     for step in range(6):
         batch = [SlotWork(s, (step + s,), len(t)) for s, t in seqs.items()]
@@ -200,7 +176,7 @@ def test_decode_steps_across_all_slots_match_reference(device: str) -> None:
 @pytest.mark.parametrize("device", DEVICES)
 def test_truncate_then_refeed_gives_same_logits(device: str) -> None:
     model = tiny_model("llama")
-    tokens = tokens_for(30)
+    tokens = random_tokens(30)
     runner = make_runner(model, device)
     first = prefill_chunks(runner, 0, tokens, [30])
     runner.truncate(0, 22)
@@ -210,7 +186,7 @@ def test_truncate_then_refeed_gives_same_logits(device: str) -> None:
 
     # Rollback then a different continuation must not see the overwritten entries.
     runner.truncate(0, 20)
-    other = tokens[:20] + tokens_for(6, seed=9)
+    other = tokens[:20] + random_tokens(6, seed=9)
     (branch,) = runner.forward([SlotWork(0, tuple(other[20:]), 20, logits="all")])
     want = reference_logits(model.config, model.weights, other)[20:]
     np.testing.assert_allclose(branch, want, rtol=1e-4, atol=1e-4)
@@ -220,10 +196,10 @@ def test_truncate_then_refeed_gives_same_logits(device: str) -> None:
 def test_release_forgets_the_slot(device: str) -> None:
     model = tiny_model("qwen2")
     runner = make_runner(model, device)
-    runner.forward([SlotWork(2, tuple(tokens_for(12)), 0)])
+    runner.forward([SlotWork(2, tuple(random_tokens(12)), 0)])
     runner.release(2)
     assert runner.slot_length(2) == 0
-    fresh = tokens_for(8, seed=4)
+    fresh = random_tokens(8, seed=4)
     (got,) = runner.forward([SlotWork(2, tuple(fresh), 0, logits="all")])
     np.testing.assert_allclose(
         got, reference_logits(model.config, model.weights, fresh), rtol=1e-4, atol=1e-4
@@ -258,7 +234,7 @@ def test_batch_violations_raise_and_leave_state_unchanged() -> None:
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
 def test_half_precision_agrees_with_fp32_on_top1(dtype: str, device: str) -> None:
     model = tiny_model("qwen3", tied_embeddings=False)
-    tokens = tokens_for(60)
+    tokens = random_tokens(60)
     ref = prefill_chunks(make_runner(model, device), 0, tokens, [40, 20])
     low = make_runner(model, device, dtype=dtype)
     got = prefill_chunks(low, 0, tokens, [40, 20])
@@ -273,7 +249,7 @@ def test_memory_report_counts_weights_and_cache(device: str) -> None:
     model = tiny_model("llama")  # tied embeddings: counted once
     c = model.config
     runner = make_runner(model, device, slots=3, max_ctx=40)
-    runner.forward([SlotWork(0, tuple(tokens_for(20)), 0, logits="all")])
+    runner.forward([SlotWork(0, tuple(random_tokens(20)), 0, logits="all")])
     mem = runner.memory()
     assert isinstance(mem, MemoryReport)
     matrices = c.vocab_size * c.hidden_size + c.n_layers * (
@@ -406,5 +382,5 @@ def test_budget_and_runner_agree_on_bf16_packing() -> None:
     assert support.onednn_bf16_expected() == packs
     runner = make_runner(tiny_model(), slots=1, max_ctx=32, dtype="bfloat16")
     assert runner.packed_weights == packs
-    (logits,) = runner.forward([SlotWork(0, tuple(tokens_for(5)), 0)])
+    (logits,) = runner.forward([SlotWork(0, tuple(random_tokens(5)), 0)])
     assert np.isfinite(logits).all()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
-from localinfer.loading.model import DictWeights
+from localinfer.loading.model import DictWeights, LoadedModel
 from localinfer.loading.model_config import ModelConfig
 
 
@@ -66,3 +68,34 @@ def tiny_weights(config: ModelConfig, seed: int = 0) -> DictWeights:
     if not config.tied_embeddings:
         t["lm_head.weight"] = mat(config.vocab_size, h)
     return DictWeights(t)
+
+
+def tiny_model(
+    arch: str = "llama",
+    seed: int = 0,
+    *,
+    format: str = "safetensors",
+    path: Path = Path("tiny"),
+    name: str | None = None,
+    tokenizer: object = None,
+    weights: DictWeights | None = None,
+    **overrides: object,
+) -> LoadedModel:
+    """A LoadedModel holding ``tiny_config(arch, **overrides)`` and its random weights (``seed``)
+    in memory; ``format`` and ``path`` are what a runner is told the model came from."""
+    config = tiny_config(arch, **overrides)
+    return LoadedModel(
+        name=name or f"tiny-{arch}",
+        path=path,
+        format=format,
+        config=config,
+        tokenizer=tokenizer,  # type: ignore[arg-type]
+        chat_template=None,
+        weights=weights or tiny_weights(config, seed),
+        file_quant="F32",
+    )
+
+
+def random_tokens(n: int, vocab: int = 256, seed: int = 1) -> list[int]:
+    """``n`` token ids drawn uniformly from ``[0, vocab)``."""
+    return np.random.default_rng(seed).integers(0, vocab, size=n).tolist()
