@@ -143,28 +143,12 @@ def test_closed_loop_keeps_exactly_c_requests_in_flight() -> None:
 @pytest.fixture(scope="module")
 def server_url():  # noqa: ANN201
     pytest.importorskip("llama_cpp")
-    from tests.test_server_cli import read_port
-    from tests.test_server_support import wait_until
+    from tests.serve_process import running_server
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "localinfer", "serve", "--port", "0", "--backend", "llamacpp",
-         "--slots", "2", "--ctx", "512", "--threads", "1", "--log-level", "warning"],
-        stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{read_port(proc)}"
-
-        def ready() -> bool:
-            try:
-                return httpx.get(url + "/health").json()["status"] == "ok"
-            except httpx.TransportError:
-                return False
-
-        wait_until(ready, timeout=180, what="the server to load")
+    args = ["--port", "0", "--backend", "llamacpp", "--slots", "2", "--ctx", "512",
+            "--threads", "1", "--log-level", "warning"]  # fmt: skip
+    with running_server(args, what="the server to load") as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 def test_bench_a_real_localinfer_server(server_url: str, tmp_path) -> None:

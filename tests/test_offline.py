@@ -84,30 +84,14 @@ def test_generate_embedded_and_bench_work_offline(offline: dict[str, str]) -> No
 
 
 def test_serve_works_offline(offline: dict[str, str]) -> None:
-    from tests.test_server_cli import read_port
-    from tests.test_server_support import wait_until
+    from tests.serve_process import running_server
 
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "localinfer", "serve", "smollm2-360m", "--port", "0", *LLAMA,
-         "--slots", "1", "--ctx", "256", "--log-level", "warning"],
-        env=offline, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        url = f"http://127.0.0.1:{read_port(proc)}"
-
-        def ready() -> bool:
-            try:
-                return httpx.get(url + "/health").json()["status"] == "ok"
-            except httpx.TransportError:
-                return False
-
-        wait_until(ready, timeout=180, what="serve to load offline")
+    args = ["smollm2-360m", "--port", "0", *LLAMA, "--slots", "1", "--ctx", "256",
+            "--log-level", "warning"]  # fmt: skip
+    with running_server(args, what="serve to load offline", env=offline) as url:
         body = {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2}
         reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=120)
         assert reply.status_code == 200 and reply.json()["usage"]["completion_tokens"] >= 1
-    finally:
-        proc.terminate()
-        proc.wait(timeout=60)
 
 
 CHAT_SCRIPT = textwrap.dedent(

@@ -55,33 +55,25 @@ def plain_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     return env
 
 
+def run_ok(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
+    """Run ``argv`` and check that it exits 0; its stdout."""
+    proc = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
 @pytest.mark.parametrize("name", SCRIPTS)
 def test_script_help_runs_from_a_plain_shell(name: str, plain_env: dict[str, str]) -> None:
-    proc = subprocess.run(
-        [f"scripts/{name}", "--help"],
-        cwd=ROOT,
-        env=plain_env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.strip()
+    out = run_ok([f"scripts/{name}", "--help"], ROOT, plain_env, timeout=300)
+    assert out.strip()
     # The sh line of the Python scripts' polyglot is no part of their help text.
-    assert "_python" not in proc.stdout or name == "_python"
+    assert "_python" not in out or name == "_python"
 
 
 def test_python_launcher_keeps_the_callers_directory(
     tmp_path: Path, plain_env: dict[str, str]
 ) -> None:
     # _env.sh moves to the repo root; relative paths given to a script must still mean the same.
-    proc = subprocess.run(
-        [str(ROOT / "scripts" / "_python"), "-c", "import os, localinfer; print(os.getcwd())"],
-        cwd=tmp_path,
-        env=plain_env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    assert Path(proc.stdout.strip()) == tmp_path
+    code = "import os, localinfer; print(os.getcwd())"
+    out = run_ok([str(ROOT / "scripts" / "_python"), "-c", code], tmp_path, plain_env, timeout=120)
+    assert Path(out.strip()) == tmp_path

@@ -19,7 +19,7 @@ from localinfer.server import ServerThread
 from localinfer.session import Session
 from tests.test_engine_model import ByteTokenizer, HashRunner
 from tests.test_server_load import LONG, send_raw
-from tests.test_server_support import make_session, serving, wait_idle, wait_until
+from tests.test_server_support import served_session, wait_idle, wait_until
 
 SHORT_BODY = {"prompt": "Hello", "max_tokens": 2, "temperature": 0}
 
@@ -88,10 +88,8 @@ def test_submissions_racing_the_engine_thread_get_exactly_slots_plus_queue() -> 
 
 @pytest.fixture(scope="module")
 def no_queue() -> Iterator[tuple[Session, ServerThread]]:
-    s = make_session(slots=4, ctx=256, max_queue=0)
-    with serving(s) as srv:
-        yield s, srv
-    s.close()
+    with served_session(slots=4, ctx=256, max_queue=0) as pair:
+        yield pair
 
 
 def test_max_queue_0_serves_an_idle_server(no_queue: tuple[Session, ServerThread]) -> None:
@@ -118,10 +116,8 @@ def test_max_queue_0_accepts_one_request_per_slot(no_queue: tuple[Session, Serve
 
 @pytest.fixture(scope="module")
 def four_and_four() -> Iterator[tuple[Session, ServerThread]]:
-    s = make_session(slots=4, ctx=256, max_queue=4)
-    with serving(s) as srv:
-        yield s, srv
-    s.close()
+    with served_session(slots=4, ctx=256, max_queue=4) as pair:
+        yield pair
 
 
 def test_a_burst_of_slots_plus_queue_is_all_served(

@@ -4,27 +4,15 @@ Ctrl-C; mistakes are one line and exit 1."""
 from __future__ import annotations
 
 import os
-import re
 import signal
 import socket
 import subprocess
-import sys
 
 import httpx
 import openai
 
+from tests.serve_process import SERVE, read_port
 from tests.test_server_support import wait_until
-
-SERVE = [sys.executable, "-m", "localinfer", "serve"]
-
-
-def read_port(proc: subprocess.Popen[str]) -> int:
-    assert proc.stderr is not None
-    for line in proc.stderr:
-        found = re.search(r"port (\d+)", line)
-        if found:
-            return int(found.group(1))
-    raise AssertionError(f"serve exited ({proc.wait()}) without saying its port")
 
 
 def test_serve_loads_answers_and_stops_on_ctrl_c() -> None:

@@ -131,24 +131,26 @@ def test_a_body_under_the_limit_is_served(limited: ServerThread) -> None:
 # -- deadlines -------------------------------------------------------------------------------------
 
 
-def test_stalled_bodies_get_408_and_are_closed(limited: ServerThread) -> None:
-    socks = [connect(limited) for _ in range(20)]
+def assert_stalled_requests_get_408(srv: ServerThread, start: bytes, option: str) -> None:
+    """Twenty connections each send ``start`` of a request and stall: each gets a 408 that names
+    the ``option`` setting the deadline, and is closed."""
+    socks = [connect(srv) for _ in range(20)]
     for sock in socks:
-        sock.sendall(head(Content_Length=1000) + b'{"prompt": ')
+        sock.sendall(start)
     for sock in socks:
         status, headers, body = parse(read_until_closed(sock))
         assert status == 408 and headers["connection"] == "close"
-        assert "--body-timeout" in assert_error_json(body, "request_timeout")
+        assert option in assert_error_json(body, "request_timeout")
+
+
+def test_stalled_bodies_get_408_and_are_closed(limited: ServerThread) -> None:
+    start = head(Content_Length=1000) + b'{"prompt": '
+    assert_stalled_requests_get_408(limited, start, "--body-timeout")
 
 
 def test_half_sent_heads_get_408_and_are_closed(limited: ServerThread) -> None:
-    socks = [connect(limited) for _ in range(20)]
-    for sock in socks:
-        sock.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le")
-    for sock in socks:
-        status, headers, body = parse(read_until_closed(sock))
-        assert status == 408 and headers["connection"] == "close"
-        assert "--header-timeout" in assert_error_json(body, "request_timeout")
+    start = b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Le"
+    assert_stalled_requests_get_408(limited, start, "--header-timeout")
 
 
 def test_silent_connections_are_closed(limited: ServerThread) -> None:

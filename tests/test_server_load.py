@@ -17,10 +17,9 @@ from localinfer.server import ServerThread
 from localinfer.session import Session
 from tests.test_server_support import (  # noqa: F401 - fixtures
     client,
-    make_session,
     model_name,
+    served_session,
     server,
-    serving,
     session,
     sse_lines,
     wait_idle,
@@ -171,10 +170,8 @@ def test_disconnect_before_a_non_streaming_answer_frees_the_slot(
 @pytest.fixture(scope="module")
 def tiny_server() -> tuple[Session, ServerThread]:
     """One slot and one queue place, so a third request finds the queue full."""
-    s = make_session(slots=1, ctx=256, max_queue=1)
-    with serving(s) as srv:
-        yield s, srv
-    s.close()
+    with served_session(slots=1, ctx=256, max_queue=1) as pair:
+        yield pair
 
 
 def test_full_queue_answers_503_with_retry_after(tiny_server: tuple[Session, ServerThread]) -> None:

@@ -25,6 +25,8 @@ from tests.test_server_support import (  # noqa: F401 - fixtures
 )
 
 QUESTION = [{"role": "user", "content": "Name three colours."}]
+# A stream whose last chunk carries the usage.
+WITH_USAGE = {"stream": True, "stream_options": {"include_usage": True}}
 
 
 def direct(session: Session, messages: list[dict], **params: object) -> tuple[str, int]:
@@ -92,12 +94,7 @@ def test_chat_streaming_chunks_and_usage(
 ) -> None:
     want, n_tokens = direct(session, QUESTION)
     stream = client.chat.completions.create(
-        model=model_name,
-        messages=QUESTION,
-        max_tokens=SHORT,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
+        model=model_name, messages=QUESTION, max_tokens=SHORT, temperature=0, **WITH_USAGE
     )
     chunks = list(stream)
     assert chunks[0].choices[0].delta.role == "assistant"
@@ -146,12 +143,7 @@ def test_completions_streaming_and_not(
     assert reply.choices[0].text == want
     assert reply.usage.prompt_tokens == len(ids)
     stream = client.completions.create(
-        model=model_name,
-        prompt=prompt,
-        max_tokens=SHORT,
-        temperature=0,
-        stream=True,
-        stream_options={"include_usage": True},
+        model=model_name, prompt=prompt, max_tokens=SHORT, temperature=0, **WITH_USAGE
     )
     chunks = list(stream)
     assert "".join(c.choices[0].text for c in chunks if c.choices) == want
@@ -187,12 +179,7 @@ def test_stop_strings(client: openai.OpenAI, session: Session, model_name: str) 
         assert reply.choices[0].message.content == want
         assert reply.choices[0].finish_reason == "stop"
     stream = client.chat.completions.create(
-        model=model_name,
-        messages=QUESTION,
-        max_tokens=16,
-        temperature=0,
-        stop=stop,
-        stream=True,
+        model=model_name, messages=QUESTION, max_tokens=16, temperature=0, stop=stop, stream=True
     )
     chunks = list(stream)
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == want
@@ -218,13 +205,9 @@ def test_seed_reproduces_sampling(client: openai.OpenAI, model_name: str) -> Non
 
 def test_chat_logprobs(client: openai.OpenAI, model_name: str) -> None:
     reply = client.chat.completions.create(
-        model=model_name,
-        messages=QUESTION,
-        max_tokens=4,
-        temperature=0,
-        logprobs=True,
+        model=model_name, messages=QUESTION, max_tokens=4, temperature=0, logprobs=True,
         top_logprobs=3,
-    )
+    )  # fmt: skip
     choice = reply.choices[0]
     content = choice.logprobs.content
     assert len(content) == reply.usage.completion_tokens
@@ -244,14 +227,9 @@ def test_chat_logprobs(client: openai.OpenAI, model_name: str) -> None:
     assert plain.choices[0].logprobs is None
 
     stream = client.chat.completions.create(
-        model=model_name,
-        messages=QUESTION,
-        max_tokens=4,
-        temperature=0,
-        logprobs=True,
-        top_logprobs=1,
-        stream=True,
-    )
+        model=model_name, messages=QUESTION, max_tokens=4, temperature=0, logprobs=True,
+        top_logprobs=1, stream=True,
+    )  # fmt: skip
     streamed = [
         t
         for c in stream

@@ -35,6 +35,15 @@ def serving(session: Session, **app_options: object) -> Iterator[ServerThread]:
         yield server
 
 
+@contextmanager
+def served_session(slots: int, ctx: int, max_queue: int) -> Iterator[tuple[Session, ServerThread]]:
+    """A session of its own (make_session) behind a server of its own."""
+    s = make_session(slots=slots, ctx=ctx, max_queue=max_queue)
+    with serving(s) as srv:
+        yield s, srv
+    s.close()
+
+
 def client_for(server: ServerThread, api_key: str = "unused", **options: object) -> openai.OpenAI:
     return openai.OpenAI(
         base_url=server.url + "/v1", api_key=api_key, max_retries=0, timeout=300, **options

@@ -100,6 +100,19 @@ def _post(server: Any, path: str, body: dict[str, Any]) -> httpx.Response:
     )
 
 
+def _stream_data_lines(server: Any, path: str, body: dict[str, Any]) -> list[str]:
+    """POST a streaming request as ``_post`` does; the SSE ``data:`` lines of a 200 answer."""
+    with httpx.stream(
+        "POST",
+        server.url + path,
+        content=json.dumps(body).encode("ascii"),
+        headers={"content-type": "application/json"},
+        timeout=300,
+    ) as response:
+        assert response.status_code == 200
+        return [line for line in response.iter_lines() if line.startswith("data: ")]
+
+
 def _bodies(text: str) -> list[tuple[str, dict[str, Any]]]:
     common = {"max_tokens": 2, "temperature": 0}
     return [
@@ -139,15 +152,7 @@ def test_server_echo_of_a_surrogate_prompt(server: Any) -> None:  # noqa: F811
     response = _post(server, "/v1/completions", body)
     assert response.status_code == 200, response.text
     assert response.json()["choices"][0]["text"].startswith("a\ufffd")
-    with httpx.stream(
-        "POST",
-        server.url + "/v1/completions",
-        content=json.dumps({**body, "stream": True}).encode("ascii"),
-        headers={"content-type": "application/json"},
-        timeout=300,
-    ) as streamed:
-        assert streamed.status_code == 200
-        lines = [line for line in streamed.iter_lines() if line.startswith("data: ")]
+    lines = _stream_data_lines(server, "/v1/completions", {**body, "stream": True})
     assert lines[-1] == "data: [DONE]"
     assert json.loads(lines[0][len("data: ") :])["choices"][0]["text"] == "a\ufffd"
 
@@ -159,15 +164,7 @@ def test_server_streams_with_surrogate_stop_and_prompt(server: Any) -> None:  # 
         "max_tokens": 3,
         "stream": True,
     }
-    with httpx.stream(
-        "POST",
-        server.url + "/v1/chat/completions",
-        content=json.dumps(body).encode("ascii"),
-        headers={"content-type": "application/json"},
-        timeout=300,
-    ) as response:
-        assert response.status_code == 200
-        lines = [line for line in response.iter_lines() if line.startswith("data: ")]
+    lines = _stream_data_lines(server, "/v1/chat/completions", body)
     assert lines[-1] == "data: [DONE]"
 
 

@@ -7,9 +7,6 @@ well under a minute even on a busy 2-core machine.
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable
-
 import pytest
 
 from localinfer.conversations import Conversation, ConversationStore
@@ -23,18 +20,10 @@ from localinfer.tui.settings import ChatSettings
 from localinfer.tui.settings_screen import SettingsScreen
 from localinfer.tui.stats_panel import StatsPanel
 from localinfer.tui.system_prompt_screen import SystemPromptScreen
+from tests.tui_pilot import SIZE, module_session, wait_until
 
 CTX = 512
-SIZE = (120, 40)
-
-
-@pytest.fixture(scope="module")
-def session():
-    from localinfer.session import open_session
-
-    s = open_session(ctx=CTX, slots=1)
-    yield s
-    s.close()
+session = module_session(CTX)
 
 
 @pytest.fixture
@@ -58,14 +47,6 @@ def make_app(session, store, **settings) -> RecordingApp:
     base = {"ctx": CTX, "slots": 1, "temperature": 0.0, "max_tokens": 8}
     host = ChatHost(ChatSettings(**{**base, **settings}), session=session)
     return RecordingApp(host, store)
-
-
-async def wait_until(pilot, condition: Callable[[], bool], timeout: float = 180.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await pilot.pause(0.05)
 
 
 async def type_and_send(pilot, text: str) -> None:

@@ -6,10 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import time
-from collections.abc import Callable
-
-import pytest
 
 from localinfer.conversations import Conversation, ConversationStore
 from localinfer.tui.app import ChatApp
@@ -17,26 +13,10 @@ from localinfer.tui.conversation_view import UserTurn
 from localinfer.tui.conversations_screen import ConversationsScreen
 from localinfer.tui.host import ChatHost
 from localinfer.tui.settings import ChatSettings
+from tests.tui_pilot import SIZE, module_session, wait_until
 
 CTX = 256
-SIZE = (120, 40)
-
-
-@pytest.fixture(scope="module")
-def session():
-    from localinfer.session import open_session
-
-    s = open_session(ctx=CTX, slots=1)
-    yield s
-    s.close()
-
-
-async def wait_until(pilot, condition: Callable[[], bool], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await pilot.pause(0.05)
+session = module_session(CTX)
 
 
 def fill_folder(root) -> Conversation:
@@ -65,7 +45,7 @@ async def test_ctrl_o_lists_copies_and_opens_the_one_chosen(session, tmp_path):
     copy_id = f"{original.id} (1)"
     async with app.run_test(size=SIZE) as pilot:
         await pilot.press("ctrl+o")
-        await wait_until(pilot, lambda: isinstance(app.screen, ConversationsScreen))
+        await wait_until(pilot, lambda: isinstance(app.screen, ConversationsScreen), timeout=60)
         await pilot.pause()
         screen = app.screen
         ids = [s.id for s in screen.summaries]
@@ -80,7 +60,7 @@ async def test_ctrl_o_lists_copies_and_opens_the_one_chosen(session, tmp_path):
         for _ in range(ids.index(copy_id)):
             await pilot.press("down")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: not isinstance(app.screen, ConversationsScreen))
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConversationsScreen), timeout=60)
         assert app.conversation.id == copy_id
         assert app.conversation.messages == original.messages
         assert [t.content for t in app.query(UserTurn)] == ["Name a colour."]
