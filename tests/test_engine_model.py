@@ -1,5 +1,6 @@
 """Small deterministic numpy models that implement the Runner protocol exactly, for engine tests.
 
+- CellRunner: the per-slot bookkeeping and protocol checks the numpy runners share.
 - HashRunner: next-token logits are a pure function of the slot's *whole* cached context (a rolling
   hash seeds the logits), so any mistake in what the engine feeds, where, or in which slot changes
   the generated tokens. It enforces the protocol with ``check_batch`` and keeps its per-slot
@@ -24,7 +25,44 @@ from localinfer.errors import ContextOverflowError
 _MOD = (1 << 61) - 1
 
 
-class HashRunner:
+class CellRunner:
+    """What both numpy runners keep like a real runner: per slot, one cell per cached position
+    (a real runner's KV entry), the protocol checks, and every forward's batch for assertions. A
+    subclass says what a fed token leaves in its slot's cells and the logits row it gives
+    (``_step``)."""
+
+    def __init__(self, info: RunnerInfo) -> None:
+        self.info = info
+        self._cells: list[list[int]] = [[] for _ in range(info.slots)]
+        self.batches: list[list[SlotWork]] = []
+
+    def _step(self, cells: list[int], token: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def _validate(self, batch: Sequence[SlotWork]) -> None:
+        """Checks beyond the protocol's, made before any state changes."""
+
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        check_batch(batch, [len(c) for c in self._cells], self.info.max_ctx)
+        self._validate(batch)
+        self.batches.append(list(batch))
+        out: list[np.ndarray] = []
+        for work in batch:
+            rows = [self._step(self._cells[work.slot], t) for t in work.tokens]
+            out.append(np.stack(rows) if work.logits == "all" else rows[-1][None, :])
+        return out
+
+    def slot_length(self, slot: int) -> int:
+        return len(self._cells[slot])
+
+    def truncate(self, slot: int, length: int) -> None:
+        del self._cells[slot][length:]
+
+    def release(self, slot: int) -> None:
+        self._cells[slot].clear()
+
+
+class HashRunner(CellRunner):
     def __init__(
         self,
         vocab_size: int = 256,
@@ -34,11 +72,12 @@ class HashRunner:
         discourage: Sequence[int] = (0,),
         fail_on_token: int | None = None,
     ) -> None:
-        self.info = RunnerInfo("numpy-hash", "cpu", "float32", slots, max_ctx, vocab_size, "fp32")
-        self._hashes: list[list[int]] = [[] for _ in range(slots)]  # hash after each position
+        # A slot's cells: the rolling hash after each position.
+        super().__init__(
+            RunnerInfo("numpy-hash", "cpu", "float32", slots, max_ctx, vocab_size, "fp32")
+        )
         self._discourage = list(discourage)  # e.g. eos: keep generations long
         self.fail_on_token = fail_on_token
-        self.batches: list[list[SlotWork]] = []  # every forward's batch, for assertions
         self.closed = False
 
     def _logits(self, h: int) -> np.ndarray:
@@ -47,38 +86,25 @@ class HashRunner:
         x[self._discourage] -= 8.0
         return x  # [vocab]
 
-    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
-        assert not self.closed
-        check_batch(batch, [len(h) for h in self._hashes], self.info.max_ctx)
-        for work in batch:  # validate everything before touching any state
+    def _step(self, cells: list[int], token: int) -> np.ndarray:
+        prev = cells[-1] if cells else 7
+        cells.append((prev * 1_000_003 + token + 1) % _MOD)
+        return self._logits(cells[-1])
+
+    def _validate(self, batch: Sequence[SlotWork]) -> None:
+        for work in batch:
             for t in work.tokens:
                 if not 0 <= t < self.info.vocab_size:
                     raise ValueError(f"token {t} out of range")
                 if t == self.fail_on_token:
                     raise RuntimeError(f"poisoned token {t}")
-        self.batches.append(list(batch))
-        out: list[np.ndarray] = []
-        for work in batch:
-            chain = self._hashes[work.slot]
-            rows = []
-            for t in work.tokens:
-                prev = chain[-1] if chain else 7
-                chain.append((prev * 1_000_003 + t + 1) % _MOD)
-                rows.append(self._logits(chain[-1]))
-            out.append(np.stack(rows) if work.logits == "all" else rows[-1][None, :])
-        return out
 
-    def slot_length(self, slot: int) -> int:
-        return len(self._hashes[slot])
-
-    def truncate(self, slot: int, length: int) -> None:
-        del self._hashes[slot][length:]
-
-    def release(self, slot: int) -> None:
-        self._hashes[slot].clear()
+    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        assert not self.closed
+        return super().forward(batch)
 
     def memory(self) -> MemoryReport:
-        cells = sum(len(h) for h in self._hashes)
+        cells = sum(len(c) for c in self._cells)
         return MemoryReport(weights=0, kv_cache=cells * 8, overhead=0, device="cpu")
 
     def close(self) -> None:

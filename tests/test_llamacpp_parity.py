@@ -13,7 +13,7 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
-from localinfer.backends.base import SlotWork  # noqa: E402
+from localinfer.backends.base import Runner, SlotWork  # noqa: E402
 from localinfer.backends.llamacpp.runner import LlamaCppRunner  # noqa: E402
 from localinfer.loading.embedded import embedded_model_path  # noqa: E402
 from localinfer.loading.model import LoadedModel  # noqa: E402
@@ -104,6 +104,21 @@ def test_matches_llama_cpp_high_level_api(
     np.testing.assert_array_equal(ours, theirs)
 
 
+def all_logits(runner: Runner, tokens: tuple[int, ...]) -> np.ndarray:
+    """Teacher-forced logits of ``tokens`` fed to slot 0 in one forward; the runner is closed."""
+    logits = runner.forward([SlotWork(0, tokens, 0, "all")])[0]
+    runner.close()
+    return logits
+
+
+def assert_tracks(got: np.ndarray, want: np.ndarray) -> None:
+    """Correlation above 0.998 and top-1 agreement on 90% of positions or more."""
+    corr = np.corrcoef(got.ravel(), want.ravel())[0, 1]
+    top1 = (got.argmax(-1) == want.argmax(-1)).mean()
+    assert corr > 0.998, corr
+    assert top1 >= 0.9, top1
+
+
 @pytest.mark.slow
 def test_parity_with_numpy_reference_on_embedded_model(
     embedded: LoadedModel, chat_tokens: tuple[int, ...]
@@ -124,13 +139,8 @@ def test_parity_with_numpy_reference_on_embedded_model(
     gguf = GGUFFile(embedded.path)
     config = config_from_gguf(gguf)
     want = reference_logits(config, GGUFWeights(gguf, config), chat_tokens)
-    runner = LlamaCppRunner(embedded, cfg(slots=1, max_ctx=256))
-    got = runner.forward([SlotWork(0, chat_tokens, 0, "all")])[0]
-    runner.close()
-    corr = np.corrcoef(got.ravel(), want.ravel())[0, 1]
-    top1 = (got.argmax(-1) == want.argmax(-1)).mean()
-    assert corr > 0.998, corr
-    assert top1 >= 0.9, top1
+    got = all_logits(LlamaCppRunner(embedded, cfg(slots=1, max_ctx=256)), chat_tokens)
+    assert_tracks(got, want)
 
 
 def test_parity_with_torch_runner_on_embedded_model(
@@ -144,13 +154,5 @@ def test_parity_with_torch_runner_on_embedded_model(
 
     model = loader.load_model(embedded.path)
     config = cfg(slots=1, max_ctx=128)
-    ours = LlamaCppRunner(model, config)
-    a = ours.forward([SlotWork(0, chat_tokens, 0, "all")])[0]
-    ours.close()
-    theirs = torch_runner(model, config)
-    b = theirs.forward([SlotWork(0, chat_tokens, 0, "all")])[0]
-    theirs.close()
-    corr = np.corrcoef(a.ravel(), b.ravel())[0, 1]
-    top1 = (a.argmax(-1) == b.argmax(-1)).mean()
-    assert corr > 0.998, corr
-    assert top1 >= 0.9, top1
+    a = all_logits(LlamaCppRunner(model, config), chat_tokens)
+    assert_tracks(a, all_logits(torch_runner(model, config), chat_tokens))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from localinfer.backends.base import MemoryReport, RunnerInfo, SlotWork, check_batch
+from localinfer.backends.base import MemoryReport, RunnerInfo, SlotWork
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.engine.speculative import (
     AdaptiveK,
@@ -24,48 +24,29 @@ from localinfer.engine.speculative import (
 from localinfer.engine.speculative.adaptive import best_k, expected_tokens
 from localinfer.engine.speculative.draft import DraftItem
 from localinfer.errors import InvalidParameterError
-from tests.test_engine_model import ByteTokenizer, HashRunner
+from tests.test_engine_model import ByteTokenizer, CellRunner, HashRunner
 
 
-class MarkovRunner:
+class MarkovRunner(CellRunner):
     """Next-token logits depend on the last two tokens only (a random order-2 Markov chain over
     a small vocabulary), so greedy output falls into cycles that n-gram lookup predicts, while
     a different ``seed`` gives a draft model that agrees only sometimes. Honours ``logits="all"``
     and enforces the protocol like a real runner."""
 
     def __init__(self, vocab_size: int = 12, slots: int = 4, max_ctx: int = 256, seed: int = 0):
-        self.info = RunnerInfo("numpy-markov", "cpu", "float32", slots, max_ctx, 256, "fp32")
+        # A slot's cells: the tokens fed.
+        super().__init__(RunnerInfo("numpy-markov", "cpu", "float32", slots, max_ctx, 256, "fp32"))
         self.vocab = vocab_size
         rng = np.random.default_rng(seed)
         table = rng.standard_normal((vocab_size, vocab_size, 256)).astype(np.float32) * 3
         table[..., vocab_size:] = -30.0  # only the small vocabulary is ever generated
         table[..., 0] -= 8.0  # token 0 is eos: keep generations long
         self._table = table  # [prev2, prev1, 256]
-        self._tokens: list[list[int]] = [[] for _ in range(slots)]
-        self.batches: list[list[SlotWork]] = []
 
-    def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
-        check_batch(batch, [len(t) for t in self._tokens], self.info.max_ctx)
-        self.batches.append(list(batch))
-        out = []
-        for work in batch:
-            seq = self._tokens[work.slot]
-            rows = []
-            for t in work.tokens:
-                seq.append(t)
-                a = seq[-2] % self.vocab if len(seq) > 1 else 1
-                rows.append(self._table[a, t % self.vocab])
-            out.append(np.stack(rows) if work.logits == "all" else rows[-1][None, :])
-        return out
-
-    def slot_length(self, slot: int) -> int:
-        return len(self._tokens[slot])
-
-    def truncate(self, slot: int, length: int) -> None:
-        del self._tokens[slot][length:]
-
-    def release(self, slot: int) -> None:
-        self._tokens[slot].clear()
+    def _step(self, cells: list[int], token: int) -> np.ndarray:
+        cells.append(token)
+        a = cells[-2] % self.vocab if len(cells) > 1 else 1
+        return self._table[a, token % self.vocab]
 
     def memory(self) -> MemoryReport:
         return MemoryReport(0, 0, 0, "cpu")
