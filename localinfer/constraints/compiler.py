@@ -1,0 +1,101 @@
+"""Compile a ConstraintSpec for one vocabulary with llguidance (the engine chosen in issue #20:
+scripts/compare-grammar-engines measured 0.4 ms compiles and 11/127 us p50/p99 masks on
+SmolLM2's 49,152 tokens, with no dependencies).
+
+Build one ConstraintCompiler per loaded model (indexing the vocabulary takes ~0.2 s); compile
+each request's spec (well under a millisecond for OpenAI-style schemas: llguidance builds lexer
+states lazily while masking) and start a TokenConstraint per sequence from the result.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import llguidance
+
+from localinfer.constraints.spec import ConstraintSpec
+from localinfer.constraints.token_constraint import TokenConstraint
+from localinfer.constraints.vocabulary import ConstraintVocabulary
+from localinfer.errors import InvalidParameterError
+
+# Whitespace between JSON tokens as models write it, but bounded: an unbounded run lets a small
+# model loop on newlines until max_tokens.
+JSON_OPTIONS: dict[str, Any] = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{1,16}"}
+ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
+
+
+class CompiledConstraint:
+    """A compiled grammar; ``start()`` gives each sequence its own matcher (a cheap copy)."""
+
+    def __init__(self, matcher: llguidance.LLMatcher, spec: ConstraintSpec, vocab_size: int):
+        self._matcher = matcher
+        self.spec = spec
+        self.vocab_size = vocab_size
+
+    def start(self) -> TokenConstraint:
+        return TokenConstraint(self._matcher.deep_copy(), self.vocab_size)
+
+
+class ConstraintCompiler:
+    """Compiles specs against one model's vocabulary."""
+
+    def __init__(self, vocabulary: ConstraintVocabulary) -> None:
+        self.vocabulary = vocabulary
+        self._tokenizer = llguidance.LLTokenizer(
+            llguidance.TokenizerWrapper(_Wrapper(vocabulary)),
+            n_vocab=vocabulary.size,
+            eos_token=list(vocabulary.eos_ids),
+        )
+
+    def compile(self, spec: ConstraintSpec) -> CompiledConstraint:
+        """Raises InvalidParameterError naming the request field when the source is not one
+        the engine can build (a malformed schema, regex or grammar, or an unsupported
+        keyword)."""
+        grammar = _grammar_text(spec)
+        matcher = llguidance.LLMatcher(self._tokenizer, grammar, log_level=0)
+        if matcher.is_error():
+            raise InvalidParameterError(f"{spec.field}: {_first_line(matcher.get_error())}")
+        return CompiledConstraint(matcher, spec, self.vocabulary.size)
+
+
+class _Wrapper:
+    """llguidance's TokenizerWrapper protocol; special tokens are marked by a leading 0xff byte,
+    so no grammar can spell them out as text."""
+
+    def __init__(self, vocabulary: ConstraintVocabulary) -> None:
+        self.eos_token_id = vocabulary.eos_ids[0]
+        self.bos_token_id = None
+        self.tokens = [
+            b"\xff" + t if i in vocabulary.special_ids else t
+            for i, t in enumerate(vocabulary.tokens)
+        ]
+        self.special_token_ids = sorted(vocabulary.special_ids)
+        self._encode = vocabulary.encode
+
+    def __call__(self, text: str | bytes) -> list[int]:
+        if isinstance(text, bytes):
+            text = text.decode("utf-8", errors="replace")
+        return self._encode(text)
+
+
+def _grammar_text(spec: ConstraintSpec) -> str:
+    """The llguidance grammar for a spec; errors in the source surface as InvalidParameterError."""
+    try:
+        if spec.kind in ("json_object", "json_schema"):
+            schema = ANY_JSON_OBJECT if spec.kind == "json_object" else spec.schema()
+            return llguidance.LLMatcher.grammar_from_json_schema(
+                json.dumps(schema), defaults=JSON_OPTIONS
+            )
+        if spec.kind == "regex":
+            return llguidance.LLMatcher.grammar_from_regex(str(spec.source))
+        # "grammar" takes Lark, or llama.cpp's GBNF (converted to Lark).
+        return llguidance.grammar_from("grammar", str(spec.source))
+    except InvalidParameterError:
+        raise
+    except Exception as exc:  # the converters raise ValueError or their own error classes
+        raise InvalidParameterError(f"{spec.field}: {_first_line(str(exc))}") from None
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0] if message.strip() else "invalid constraint"
