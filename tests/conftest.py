@@ -16,6 +16,9 @@ ISA_DEPENDENT = {
     "test_torch_runner",
     "test_select",
     "test_budget",
+    "test_budget_cli",
+    "test_budget_files",
+    "test_budget_measured",
     "test_quant",
     "test_quant_runner",
 }

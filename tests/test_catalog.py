@@ -12,9 +12,9 @@ import pytest
 from localinfer.catalog import BundledSource, CatalogError, HFSource, load_catalog, parse_catalog
 from localinfer.facts.arch import count_params
 from localinfer.facts.hf_config import arch_from_hf_config
+from tests.saved_configs import CONFIGS
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = ROOT / "tests" / "fixtures" / "configs"
 
 REQUIRED = [
     "smollm2-135m",

@@ -17,8 +17,8 @@ from localinfer.loading.embedded import embedded_model_path
 from localinfer.loading.hf_config import config_from_hf
 from localinfer.loading.loader import load_model
 from localinfer.loading.model_config import ModelConfig
+from tests.saved_configs import CONFIGS
 
-CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
 SHARED = (
     "n_layers",
     "hidden_size",

@@ -20,7 +20,6 @@ from localinfer.backends.llamacpp.runner import LlamaCppRunner  # noqa: E402
 from localinfer.cli import main  # noqa: E402
 from localinfer.errors import InvalidParameterError, ModelFileError  # noqa: E402
 from localinfer.loading.embedded import embedded_model_path  # noqa: E402
-from localinfer.loading.model import LoadedModel  # noqa: E402
 from tests.gguf_writer import finish_gguf, write_tiny_gguf  # noqa: E402
 from tests.model_files import file_model  # noqa: E402
 from tests.tiny import tiny_config, tiny_weights  # noqa: E402
@@ -47,7 +46,9 @@ MIN_CORR = {"Q8_0": 0.999, "Q4_0": 0.95, "Q4_K": 0.95}
 
 
 def logits(path: Path, quant: str) -> np.ndarray:
-    runner = LlamaCppRunner(file_model(path, quant, CONFIG), RunnerConfig(slots=1, max_ctx=64, threads=1))
+    runner = LlamaCppRunner(
+        file_model(path, quant, CONFIG), RunnerConfig(slots=1, max_ctx=64, threads=1)
+    )
     out = runner.forward([SlotWork(0, TOKENS, 0, "all")])[0]
     runner.close()
     return out

@@ -14,9 +14,9 @@ from localinfer.errors import ModelFileError, UnknownModelError
 from localinfer.hf_cache import list_cached_repos
 from localinfer.loading.embedded import embedded_model_path
 from localinfer.resolve import resolve_model
+from tests.saved_configs import CONFIGS
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
-CONFIGS = Path(__file__).resolve().parent / "fixtures" / "configs"
 
 
 def write_safetensors(path: Path, tensors: dict[str, tuple[str, list[int]]]) -> None:
