@@ -18,6 +18,7 @@ from localinfer.loading.model import LoadedModel
 from localinfer.loading.model_config import ModelConfig
 from localinfer.loading.tokenizer import byte_level_decoder
 from tests.gguf_writer import finish_gguf
+from tests.tiny import tiny_config, tiny_weights
 
 SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 MERGES = [
@@ -62,6 +63,28 @@ def gemma3_extra_norms(config: ModelConfig, weights: dict[str, np.ndarray], seed
             weights[f"model.layers.{i}.{part}.weight"] = (
                 0.1 * rng.normal(size=config.hidden_size)
             ).astype(np.float32)
+
+
+def tiny_checkpoint(arch: str) -> tuple[ModelConfig, dict[str, np.ndarray]]:
+    """A tiny random model of `arch` (Gemma 3 with sliding-window layers) and its float32
+    weights under Hugging Face names, as a converter or a safetensors writer takes them."""
+    over: dict[str, object] = {"vocab_size": TINY_VOCAB_SIZE}
+    if arch == "gemma3":
+        over.update(
+            qk_norm=True,
+            tied_embeddings=True,
+            n_layers=6,
+            sliding_window=16,
+            sliding_layers=(0, 1, 2, 3, 4),
+            rope_local_theta=10000.0,
+            query_pre_attn_scalar=16.0,
+        )
+    config = tiny_config(arch, **over)
+    source = tiny_weights(config)
+    weights = {name: source.get(name) for name in source.names()}
+    if arch == "gemma3":
+        gemma3_extra_norms(config, weights)
+    return config, weights
 
 
 def file_model(

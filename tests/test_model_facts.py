@@ -7,8 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
-from model_files import write_gguf, write_hf_dir
-from test_gguf_loading import tiny_model
+from model_files import tiny_checkpoint, write_gguf, write_hf_dir
 
 from localinfer.budget.file_headers import read_gguf_header, read_safetensors_headers
 from localinfer.facts.arch import ArchSpec
@@ -51,7 +50,7 @@ def test_the_embedded_gguf() -> None:
 
 @pytest.mark.parametrize("arch", ["llama", "qwen2", "qwen3", "gemma3"])
 def test_tiny_gguf(tmp_path: Path, arch: str) -> None:
-    config, weights = tiny_model(arch)
+    config, weights = tiny_checkpoint(arch)
     path = write_gguf(tmp_path / f"{arch}.gguf", config, weights)
     header = read_gguf_header(path)
     assert header.arch is not None
@@ -60,7 +59,7 @@ def test_tiny_gguf(tmp_path: Path, arch: str) -> None:
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma3"])
 def test_tiny_safetensors_folder(tmp_path: Path, arch: str) -> None:
-    config, weights = tiny_model(arch)
+    config, weights = tiny_checkpoint(arch)
     root = write_hf_dir(tmp_path / arch, config, weights)
     spec = arch_from_hf_config(read_json_object(root / "config.json"))
     assert_agree(spec, load_model(root).config)

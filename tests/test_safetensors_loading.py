@@ -12,10 +12,10 @@ from model_files import (
     TINY_VOCAB_SIZE,
     bf16_round,
     hf_config_dict,
+    tiny_checkpoint,
     write_hf_dir,
     write_safetensors,
 )
-from test_gguf_loading import tiny_model
 from tiny import tiny_config
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
@@ -29,7 +29,7 @@ pytestmark = pytest.mark.usefixtures("private_cache")
 
 @pytest.mark.parametrize("arch", ["llama", "mistral", "qwen2", "qwen3", "gemma3"])
 def test_tiny_directory_round_trip(tmp_path, arch):
-    config, weights = tiny_model(arch)
+    config, weights = tiny_checkpoint(arch)
     model = load_model(write_hf_dir(tmp_path / arch, config, weights))
     assert model.format == "safetensors" and model.name == arch
     assert model.config == config
@@ -41,7 +41,7 @@ def test_tiny_directory_round_trip(tmp_path, arch):
 
 
 def test_bf16_weights_widen_exactly(tmp_path):
-    config, weights = tiny_model("qwen2")
+    config, weights = tiny_checkpoint("qwen2")
     model = load_model(write_hf_dir(tmp_path / "m", config, weights, dtype="BF16"))
     assert model.file_quant == "BF16"
     name = "model.layers.1.self_attn.q_proj.bias"
@@ -53,7 +53,7 @@ def test_bf16_weights_widen_exactly(tmp_path):
 
 
 def test_sharded_directory(tmp_path):
-    config, weights = tiny_model("llama")
+    config, weights = tiny_checkpoint("llama")
     root = write_hf_dir(tmp_path / "m", config, weights, shards=3)
     assert len(list(root.glob("*.safetensors"))) == 3
     model = load_model(root)
@@ -64,7 +64,7 @@ def test_sharded_directory(tmp_path):
 
 
 def test_tokenizer_and_template_from_directory(tmp_path):
-    config, weights = tiny_model("llama")
+    config, weights = tiny_checkpoint("llama")
     model = load_model(write_hf_dir(tmp_path / "m", config, weights))
     tok = model.tokenizer
     assert tok.vocab_size == TINY_VOCAB_SIZE
@@ -77,14 +77,14 @@ def test_tokenizer_and_template_from_directory(tmp_path):
 
 
 def test_chat_template_jinja_file_wins(tmp_path):
-    config, weights = tiny_model("llama")
+    config, weights = tiny_checkpoint("llama")
     root = write_hf_dir(tmp_path / "m", config, weights)
     (root / "chat_template.jinja").write_text("{{ messages[0].content }}!")
     assert load_model(root).chat_template.render([{"role": "user", "content": "x"}]) == "x!"
 
 
 def test_missing_template_falls_back_to_chatml(tmp_path):
-    config, weights = tiny_model("llama")
+    config, weights = tiny_checkpoint("llama")
     root = write_hf_dir(tmp_path / "m", config, weights, chat_template=None)
     out = load_model(root).chat_template.render([{"role": "user", "content": "x"}])
     assert out == "<|im_start|>user\nx<|im_end|>\n<|im_start|>assistant\n"
@@ -137,7 +137,7 @@ def test_config_details():
 
 
 def test_weights_without_lm_head_mean_tied(tmp_path):
-    config, weights = tiny_model("qwen2")
+    config, weights = tiny_checkpoint("qwen2")
     assert not config.tied_embeddings
     weights.pop("lm_head.weight")
     model = load_model(write_hf_dir(tmp_path / "m", config, weights))
@@ -150,7 +150,7 @@ def test_weights_without_lm_head_mean_tied(tmp_path):
 
 @pytest.fixture
 def tiny_dir(tmp_path) -> Path:
-    config, weights = tiny_model("llama")
+    config, weights = tiny_checkpoint("llama")
     return write_hf_dir(tmp_path / "m", config, weights)
 
 
@@ -210,7 +210,7 @@ def test_garbage_safetensors(tiny_dir):
 
 
 def test_missing_shard(tmp_path):
-    config, weights = tiny_model("llama")
+    config, weights = tiny_checkpoint("llama")
     root = write_hf_dir(tmp_path / "m", config, weights, shards=2)
     next(root.glob("model-00002-*.safetensors")).unlink()
     _file_error(root, "missing weight shard")
