@@ -1,72 +1,34 @@
 """MLXRunner (mlx[cpu] on Linux, Metal on a Mac): parity with the torch runner and the numpy
-reference, the Runner protocol's invariants, quantization, native GGUF blocks and memory.
+reference, batching, rollback and prefix reuse, the Runner protocol's invariants and errors, and
+memory. Weight forms (dtypes, quantization, GGUF blocks, MLX repos): test_mlx_weights.py.
 
-MLX on CPU is slow (its quantized matmul especially), so everything here uses tiny models except
-the one module-scoped comparison on the embedded SmolLM2-135M.
+MLX on CPU is slow, so everything here uses tiny models.
 """
 
 from __future__ import annotations
 
-import json
 import threading
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 mx = pytest.importorskip("mlx.core")
 
-import gguf  # noqa: E402
 
 from localinfer.backends.base import MemoryReport, Runner, RunnerConfig, SlotWork  # noqa: E402
 from localinfer.backends.mlx.batch_layout import SMALL_ITEM, layout_batch  # noqa: E402
 from localinfer.backends.mlx.quant_spec import QuantSpec, parse_quant  # noqa: E402
 from localinfer.backends.mlx.runner import (  # noqa: E402
     MLXRunner,
-    create_runner,
     recommended_working_set,
 )
 from localinfer.errors import ContextOverflowError, UnsupportedModelError  # noqa: E402
-from localinfer.loading.loader import load_model  # noqa: E402
-from localinfer.loading.model import DictWeights, LoadedModel  # noqa: E402
 from localinfer.loading.model_config import RopeScaling  # noqa: E402
-from tests.model_files import TINY_VOCAB_SIZE, write_gguf, write_hf_dir  # noqa: E402
+from tests.mlx_helpers import ARCHS, feed, make_runner, torch_runner  # noqa: E402
 from tests.reference_numpy import reference_logits  # noqa: E402
-from tests.tiny import random_tokens, tiny_config, tiny_model, tiny_weights  # noqa: E402
+from tests.tiny import random_tokens, tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.mlx
-
-ARCHS = ("llama", "mistral", "qwen2", "qwen3")
-
-
-def make_runner(model: LoadedModel, **kw: object) -> MLXRunner:
-    cfg: dict[str, object] = dict(slots=4, max_ctx=96, dtype="float32")
-    cfg.update(kw)
-    return create_runner(model, RunnerConfig(**cfg))  # type: ignore[arg-type]
-
-
-def feed(runner, slot: int, tokens: list[int], chunks: list[int] | None = None) -> np.ndarray:
-    """Feed tokens after the slot's cached ones, in chunks (logits="all"): [len(tokens), vocab]."""
-    out, done = [], 0
-    for size in chunks or [len(tokens)]:
-        part = tuple(tokens[done : done + size])
-        if not part:
-            break
-        (logits,) = runner.forward([SlotWork(slot, part, runner.slot_length(slot), "all")])
-        out.append(logits)
-        done += len(part)
-    assert done == len(tokens)
-    return np.concatenate(out)
-
-
-def torch_runner(model: LoadedModel, **kw: object):
-    pytest.importorskip("torch")
-    from localinfer.backends.torch.runner import TorchRunner
-
-    cfg: dict[str, object] = dict(slots=4, max_ctx=96, dtype="float32")
-    cfg.update(kw)
-    return TorchRunner(model, RunnerConfig(**cfg))  # type: ignore[arg-type]
-
 
 # -- parity ------------------------------------------------------------------------------------
 
@@ -284,142 +246,6 @@ def test_selected_through_backends_select():
     assert logits.shape == (1, 256)
 
 
-# -- numerics: dtypes and quantization ------------------------------------------------------------
-
-
-@pytest.mark.parametrize("dtype, atol", [("bfloat16", 0.6), ("float16", 0.08)])
-def test_half_dtypes_track_fp32(dtype, atol):
-    model = tiny_model("qwen2")
-    tokens = random_tokens(30)
-    full = feed(make_runner(model), 0, tokens)
-    half_runner = make_runner(model, dtype=dtype)
-    half = feed(half_runner, 0, tokens, [20, 10])
-    assert half.dtype == np.float32  # logits always come back as float32
-    assert half_runner.info.quant == {"bfloat16": "bf16", "float16": "fp16"}[dtype]
-    assert np.abs(half - full).max() < atol
-    assert (half.argmax(-1) == full.argmax(-1)).mean() >= 0.9
-
-
-def _affine_reference(model: LoadedModel, bits: int, group: int) -> LoadedModel:
-    """The model with every matrix replaced by its own quantize -> dequantize round trip (scales
-    and offsets rounded to float16, as the runner stores them beside float32 activations)."""
-    tensors = {}
-    for name in model.weights.names():
-        w = model.weights.get(name)
-        if w.ndim == 2 and w.shape[1] % group == 0:
-            q, s, b = mx.quantize(mx.array(w), group_size=group, bits=bits)
-            s, b = s.astype(mx.float16).astype(mx.float32), b.astype(mx.float16).astype(mx.float32)
-            w = np.array(mx.dequantize(q, s, b, group_size=group, bits=bits))
-        tensors[name] = w
-    return LoadedModel(**{**_fields(model), "weights": DictWeights(tensors)})
-
-
-def _fields(model: LoadedModel) -> dict[str, object]:
-    return {f: getattr(model, f) for f in LoadedModel.__slots__}  # type: ignore[attr-defined]
-
-
-@pytest.mark.parametrize(
-    "quant, bits, group", [("int4", 4, 64), ("int8-g32", 8, 32), ("int4-g128", 4, 128)]
-)
-def test_quantize_on_load_equals_dequantized_weights(quant, bits, group):
-    """int4/int8 on load runs the quantized kernels on exactly the weights a float runner gets
-    from the quantize -> dequantize round trip: same logits up to float32 rounding."""
-    model = tiny_model("llama", hidden_size=128, head_dim=32, ffn_size=256, tied_embeddings=False)
-    tokens = random_tokens(24)
-    quantized = make_runner(model, quant=quant)
-    assert quantized.info.quant == f"int{bits}-g{group}"
-    ours = feed(quantized, 0, tokens, [20, 1, 3])
-    expected = feed(make_runner(_affine_reference(model, bits, group)), 0, tokens, [20, 1, 3])
-    np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=2e-4)
-    # And the quantized model is smaller than the float one by about the bit ratio.
-    full = make_runner(model)
-    ratio = quantized.memory().weights / full.memory().weights
-    assert ratio < (bits + 2 * 16 / group) / 32 + 0.05
-
-
-@pytest.mark.parametrize(
-    "arch, qtype",
-    [
-        ("llama", "Q4_0"),
-        ("llama", "Q8_0"),
-        ("mistral", "Q4_1"),
-        ("qwen2", "Q4_1"),
-        ("qwen3", "Q8_0"),
-    ],
-)
-def test_native_gguf_blocks_match_torch(tmp_path, arch, qtype):
-    """GGUF Q4_0/Q4_1/Q8_0 kept as MLX affine blocks (llama Q/K rows un-permuted in place) give
-    the torch runner's logits: torch dequantizes the same blocks, so the weights are identical
-    and only float32 summation order differs."""
-    config = tiny_config(arch, vocab_size=TINY_VOCAB_SIZE)
-    weights = tiny_weights(config)
-    path = write_gguf(
-        tmp_path / "m.gguf",
-        config,
-        {n: weights.get(n) for n in weights.names()},
-        qtype=gguf.GGMLQuantizationType[qtype],
-    )
-    model = load_model(path)
-    runner = make_runner(model)
-    assert runner.info.quant == model.file_quant
-    assert runner._model.weights.layers[0].qkv.parts[0].quantized  # really kept native
-    tokens = random_tokens(40, vocab=TINY_VOCAB_SIZE)
-    ours = feed(runner, 0, tokens, [30, 1, 9])
-    theirs = feed(torch_runner(model), 0, tokens, [30, 1, 9])
-    np.testing.assert_allclose(ours, theirs, rtol=1e-4, atol=1e-4)
-    dequantized = feed(make_runner(model, quant="none"), 0, tokens)
-    np.testing.assert_allclose(ours, dequantized, rtol=1e-4, atol=1e-4)
-
-
-def write_mlx_dir(root: Path, config, weights: dict[str, np.ndarray], overrides: dict) -> Path:
-    """An mlx-community style repo: HF config + tokenizer, 2-D weights as MLX affine 4-bit g64
-    (``overrides``: module path -> its own {group_size, bits}), scales/biases in float16."""
-    write_hf_dir(root, config, weights)
-    stored = {}
-    for name, w in weights.items():
-        stem = name.removesuffix(".weight")
-        if w.ndim == 2:
-            q = overrides.get(stem, {"group_size": 64, "bits": 4})
-            packed, s, b = mx.quantize(mx.array(w), group_size=q["group_size"], bits=q["bits"])
-            stored.update({name: packed, stem + ".scales": s.astype(mx.float16)})
-            stored[stem + ".biases"] = b.astype(mx.float16)
-        else:
-            stored[name] = mx.array(w)
-    mx.save_safetensors(str(root / "model.safetensors"), stored)
-    cfg = json.loads((root / "config.json").read_text())
-    cfg["quantization"] = {"group_size": 64, "bits": 4, **overrides}
-    (root / "config.json").write_text(json.dumps(cfg))
-    return root
-
-
-def test_mlx_format_repo_runs_as_stored(tmp_path):
-    """An MLX-quantized HF directory (uint32 + scales/biases, mixed 4/8-bit) runs natively and
-    equals a float runner on the dequantized weights; quant="none" dequantizes it itself."""
-    config = tiny_config("qwen2", vocab_size=TINY_VOCAB_SIZE)
-    weights = {n: tiny_weights(config).get(n) for n in tiny_weights(config).names()}
-    overrides = {"model.layers.1.mlp.down_proj": {"group_size": 32, "bits": 8}}
-    model = load_model(write_mlx_dir(tmp_path / "m", config, weights, overrides))
-    runner = make_runner(model)
-    assert runner.info.quant in ("int4-g64", "int8-g32")
-    assert runner._model.weights.layers[1].down.bits == 8
-    assert runner._model.weights.embed.quantized
-    reference = {}
-    for name, w in weights.items():
-        q = overrides.get(name.removesuffix(".weight"), {"group_size": 64, "bits": 4})
-        if w.ndim == 2:
-            packed, s, b = mx.quantize(mx.array(w), **q)
-            s, b = s.astype(mx.float16).astype(mx.float32), b.astype(mx.float16).astype(mx.float32)
-            w = np.array(mx.dequantize(packed, s, b, **q))
-        reference[name] = w
-    ref_model = LoadedModel(**{**_fields(model), "weights": DictWeights(reference)})
-    tokens = random_tokens(30, vocab=TINY_VOCAB_SIZE)
-    expected = feed(make_runner(ref_model), 0, tokens)
-    np.testing.assert_allclose(feed(runner, 0, tokens, [25, 5]), expected, rtol=1e-4, atol=2e-4)
-    floated = make_runner(model, quant="none")
-    assert floated.info.quant == "fp32"
-    np.testing.assert_allclose(feed(floated, 0, tokens), expected, rtol=1e-4, atol=2e-4)
-
-
 # -- memory -----------------------------------------------------------------------------------
 
 
@@ -456,51 +282,3 @@ def test_runner_used_from_another_thread():
     worker.start()
     worker.join()
     np.testing.assert_array_equal(there["x"], here)
-
-
-# -- the embedded model ------------------------------------------------------------------------
-
-EMBEDDED_TEXT = (
-    "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg "
-    "combined movable metal type, oil-based inks and a wooden press adapted from wine making. "
-    "Within fifty years printing shops had spread to more than two hundred cities across Europe, "
-    "the price of books fell sharply, and ideas travelled faster than ever before. Scholars, "
-    "merchants and reformers all learned to use the new machines for their own ends."
-)
-
-
-@pytest.fixture(scope="module")
-def embedded():
-    from localinfer.loading.embedded import embedded_model_path
-
-    try:
-        path = embedded_model_path()
-    except Exception as exc:  # noqa: BLE001
-        pytest.skip(f"embedded model not installed: {exc}")
-    return load_model(path)
-
-
-def test_embedded_native_q4_1_tracks_torch_fp32(embedded):
-    """Native Q4_1 (MLX affine blocks, float16 scales exactly as in the file) vs the torch
-    runner's fp32 dequantization of the same blocks, teacher-forced over ~100 tokens of text.
-
-    Both hold the same weight values (a Q4_1 block is ``d * q + m`` with float16 d and m, which
-    MLX's affine format stores unchanged), so only float32 summation order differs (blocked
-    quantized kernels vs a dense GEMM) through 30 layers. Measured on mlx[cpu]: top-1 equal at
-    every position, correlation 1 - 1e-11, max |diff| 1e-4 on logits of magnitude ~35. The
-    bounds leave room for other kernels (Metal, other CPUs) yet catch the real failure modes: a
-    wrong Q/K row order or a mis-scaled block gives fluent garbage, with correlation far below
-    0.99 and top-1 agreement near chance."""
-    tokens = embedded.tokenizer.encode(EMBEDDED_TEXT)
-    assert 80 <= len(tokens) <= 120
-    runner = make_runner(embedded, slots=2, max_ctx=128)
-    assert runner.info.quant == "Q4_1"
-    ours = feed(runner, 0, tokens, [64, len(tokens) - 64])
-    theirs = feed(torch_runner(embedded, slots=1, max_ctx=128), 0, tokens)
-    top1 = (ours.argmax(-1) == theirs.argmax(-1)).mean()
-    corr = min(np.corrcoef(a, b)[0, 1] for a, b in zip(ours, theirs, strict=True))
-    assert top1 >= 0.97, top1
-    assert corr > 0.9999, corr
-    assert np.abs(ours - theirs).max() < 0.05
-    # Native storage: 4-bit blocks + float16 scale/offset per 32, Q8_0 embeddings: the file size.
-    assert runner.memory().weights < 1.1 * embedded.weights.nbytes()
