@@ -13,6 +13,7 @@ import os
 import sys
 from typing import TYPE_CHECKING
 
+from localinfer.command_help import command_parser
 from localinfer.errors import InvalidParameterError
 from localinfer.model_options import add_model_options, model_settings
 
@@ -23,15 +24,7 @@ if TYPE_CHECKING:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    p = subparsers.add_parser(
-        "bench",
-        help="benchmark an OpenAI-compatible server (--url) or a model in this process",
-        description="Load-test a server that speaks the OpenAI API (localinfer serve, llama.cpp, "
-        "vLLM, Ollama) with --url, or MODEL through the engine in this process (default: the "
-        "embedded smollm2-135m). Each concurrency level runs --requests streamed chat requests "
-        "from that many clients at once.",
-        epilog="exit status: 0 all requests answered, 1 bad input or unreachable, 4 some failed",
-    )
+    p = command_parser(subparsers, "bench", run)
     p.add_argument("model", nargs="?", help="in-process model (catalog name or file); no --url")
     p.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000 (or .../v1)")
     p.add_argument("--model-name", help="model id to request (default: the server's first)")
@@ -60,7 +53,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="prefill every prompt cold (repeated bench prompts otherwise hit the slot cache)",
     )
-    p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,6 +6,7 @@ import argparse
 import json
 import re
 
+from localinfer.command_help import command_parser
 from localinfer.errors import InvalidParameterError
 
 _COUNT = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
@@ -23,13 +24,7 @@ def parse_count(text: str, flag: str) -> int:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "budget",
-        help="memory needed by a model (weights + KV cache + overhead) and whether it fits",
-        description="Work out the memory a model needs at a context length and concurrency, "
-        "whether it fits this machine (or --device SIZE), and what fits when it doesn't.",
-        epilog="exit status: 0 fits, 3 does not fit, 1 bad input",
-    )
+    parser = command_parser(subparsers, "budget", run)
     parser.add_argument("model", help="catalog name, GGUF file, model folder or cached HF repo")
     parser.add_argument(
         "--ctx",
@@ -71,7 +66,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "measured memory with the prediction",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

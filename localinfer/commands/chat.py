@@ -4,23 +4,18 @@ from __future__ import annotations
 
 import argparse
 
+from localinfer.command_help import command_parser
 from localinfer.model_options import DRAFT_HELP, add_model_options
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "chat",
-        help="chat with a model in the terminal",
-        description="Chat with a model in the terminal (default: the embedded SmolLM2-135M). "
-        "Enter sends, Shift+Enter or Ctrl+J adds a newline, Esc stops an answer.",
-    )
+    parser = command_parser(subparsers, "chat", run)
     parser.add_argument("model", nargs="?", default=None, help="catalog name, GGUF file or folder")
     add_model_options(parser, ctx=2048)  # as the settings screen starts
     parser.add_argument("--slots", type=int, default=1, help="concurrent sequences (default 1)")
     parser.add_argument("--draft", default=None, metavar="ngram|auto|MODEL|off", help=DRAFT_HELP)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=512)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

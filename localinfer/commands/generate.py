@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any
 
+from localinfer.command_help import command_parser
 from localinfer.errors import InvalidParameterError, LocalinferError
 from localinfer.model_options import (
     add_draft_options,
@@ -17,12 +18,7 @@ from localinfer.model_options import (
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "generate",
-        help="generate one answer to a prompt (streams to stdout)",
-        description="Generate one answer. MODEL defaults to the embedded smollm2-135m. The prompt "
-        "goes through the model's chat template unless --raw is given.",
-    )
+    p = command_parser(subparsers, "generate", run)
     p.add_argument("model", nargs="?", metavar="MODEL", help="default: smollm2-135m (embedded)")
     p.add_argument("prompt", metavar="PROMPT")
     p.add_argument("--system", help="system message (chat template only)")
@@ -40,7 +36,6 @@ def register(subparsers: Any) -> None:
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     add_model_options(p)
     add_draft_options(p)
-    p.set_defaults(func=run)
 
 
 def _sampling(args: argparse.Namespace) -> Any:

@@ -6,6 +6,8 @@ import argparse
 import json
 from dataclasses import asdict, dataclass
 
+from localinfer.command_help import command_parser
+
 
 @dataclass(frozen=True, slots=True)
 class ModelRow:
@@ -20,16 +22,9 @@ class ModelRow:
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "models",
-        help="list catalog models and local models, with size and whether they fit",
-        description="Catalog models and models on this machine (embedded, Hugging Face cache): "
-        "size on disk (or download size), quantization, and whether each fits at the default "
-        "context (2048 tokens per sequence, what chat and serve allocate by default).",
-    )
+    parser = command_parser(subparsers, "models", run)
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | metal | SIZE")
     parser.add_argument("--json", action="store_true", help="print a JSON list")
-    parser.set_defaults(func=run)
 
 
 def collect_rows(device: str = "auto") -> list[ModelRow]:

@@ -7,21 +7,15 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
+from localinfer.command_help import command_parser
+
 if TYPE_CHECKING:
     from localinfer.budget import BudgetReport
     from localinfer.hub import DownloadPlan
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "pull",
-        help="download a model (only the files its quantization needs) into the HF cache",
-        description="Download MODEL from the Hugging Face Hub into its cache (HF_HUB_CACHE): "
-        "the one GGUF file of the chosen quantization, or the safetensors weights, config and "
-        "tokenizer for --quant none. The memory budget runs first and refuses a model that "
-        "cannot fit this machine unless --force is given. HF_ENDPOINT and HF_TOKEN apply.",
-        epilog="exit status: 0 downloaded (or already there), 1 error, 3 does not fit",
-    )
+    parser = command_parser(subparsers, "pull", run)
     parser.add_argument("model", help="catalog name (see `localinfer models`) or an HF repo id")
     parser.add_argument(
         "--quant",
@@ -36,7 +30,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--force", action="store_true", help="download even if the budget or disk space says no"
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

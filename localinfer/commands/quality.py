@@ -4,18 +4,12 @@ from __future__ import annotations
 
 import argparse
 
+from localinfer.command_help import command_parser
 from localinfer.threads_option import add_threads_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "quality",
-        help="perplexity, KL divergence and top-1 agreement of quantized runners vs float32",
-        description="Score each quantization of MODEL on the shipped evaluation text against "
-        "the model dequantized to float32 (torch): perplexity, KL divergence and top-1 agreement "
-        "of next-token distributions, measured weights memory next to the budget's prediction, "
-        "and single-stream decode tok/s. Warns when the loss passes a threshold.",
-    )
+    parser = command_parser(subparsers, "quality", run)
     parser.add_argument("model", nargs="?", default=None, help="default: the embedded model")
     parser.add_argument(
         "--quant", default="int8,int4", help="comma-separated quantizations (default: int8,int4)"
@@ -27,7 +21,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--window", type=int, default=512, help="tokens per scored window")
     parser.add_argument("--speed-steps", type=int, default=32, help="decode steps timed; 0: skip")
     add_threads_option(parser)
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

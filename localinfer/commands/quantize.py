@@ -6,6 +6,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from localinfer.command_help import command_parser
+
 if TYPE_CHECKING:
     from localinfer.backends.llamacpp.quantize import QuantizeProgress
 
@@ -13,12 +15,7 @@ TARGET_CHOICES = ("int8", "int4", "q8_0", "q4_0", "q4_k_m")
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "quantize",
-        help="write a quantized copy of an F16/BF16/F32 GGUF (needs llama-cpp-python)",
-        description="Quantize a GGUF model with llama.cpp: int8 = Q8_0 (8.5 bits/weight), "
-        "int4 = Q4_K_M (about 4.9 bits/weight, better than Q4_0 at nearly the same size).",
-    )
+    parser = command_parser(subparsers, "quantize", run)
     parser.add_argument("source", metavar="SRC", help="GGUF file with F32, F16 or BF16 weights")
     parser.add_argument(
         "--to", required=True, type=str.lower, choices=TARGET_CHOICES, help="target type"
@@ -32,7 +29,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="accept an already-quantized SRC (quality suffers: quantize from F16/BF16 if you can)",
     )
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -5,19 +5,13 @@ from __future__ import annotations
 
 import argparse
 
+from localinfer.command_help import command_parser
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
-    parser = subparsers.add_parser(
-        "rm",
-        help="delete a downloaded model from the HF cache and free its space",
-        description="Delete every cached revision of MODEL's Hugging Face repos (its GGUF repo "
-        "and its original-weights repo) with huggingface_hub's cache deletion strategy, and "
-        "print how much space that frees. The embedded model ships in a pip package instead.",
-        epilog="exit status: 0 removed, 1 error or nothing to remove",
-    )
+    parser = command_parser(subparsers, "rm", run)
     parser.add_argument("model", help="catalog name or HF repo id")
     parser.add_argument("--dry-run", action="store_true", help="say what would go; delete nothing")
-    parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -16,6 +16,7 @@ import socket
 import sys
 from typing import TYPE_CHECKING, Any
 
+from localinfer.command_help import command_parser
 from localinfer.errors import InvalidParameterError, LocalinferError
 from localinfer.model_options import (
     add_draft_options,
@@ -33,12 +34,7 @@ API_KEY_ENV = "LOCALINFER_API_KEY"
 
 
 def register(subparsers: Any) -> None:
-    p = subparsers.add_parser(
-        "serve",
-        help="serve a model over an OpenAI-compatible HTTP API",
-        description="Serve MODEL (default: the embedded smollm2-135m) at "
-        "http://HOST:PORT/v1 for the openai client, Continue, Zed, aider and the like.",
-    )
+    p = command_parser(subparsers, "serve", run)
     p.add_argument("model", nargs="?", help="catalog name, GGUF file or model folder")
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
@@ -93,7 +89,6 @@ def register(subparsers: Any) -> None:
     add_model_options(p)
     add_draft_options(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
-    p.set_defaults(func=run)
 
 
 def _bind(host: str, port: int) -> socket.socket:
