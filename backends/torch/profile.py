@@ -116,9 +116,9 @@ PROFILE = TorchProfile(
         # scripts/budget-accuracy --backends torch, 9 cells (ctx 512/2048/8192 x 1/4/8), fresh
         # process each: RSS growth minus predicted weights + KV + compute = 252-279 MiB (the
         # library, 213 MiB alone, plus the loader's tokenizer); with a GGUF's blocks kept,
-        # 308-315 MiB (long forwards bring in oneDNN and one float32 buffer of the largest matrix).
+        # 226-243 MiB (2026-12-01, second measurement; the first that day gave 308-315).
         runtime_bytes=268 * 2**20,
-        kept_blocks_runtime_bytes=311 * 2**20,
+        kept_blocks_runtime_bytes=235 * 2**20,
         # UNMEASURED placeholder: CUDA context + cuBLAS workspace.
         accelerator_runtime_bytes=512 * 2**20,
         # SDPA with a boolean mask on CPU runs the flash kernel: no chunk x ctx scores.

@@ -11,7 +11,6 @@ from pydantic import BaseModel, computed_field
 from localinfer.backends.base import Runner, SlotWork
 from localinfer.budget.report import BudgetReport
 from localinfer.errors import InvalidParameterError, ModelFileError
-from localinfer.session import RunnerSettings, build_runner, open_model
 
 
 class MemoryCheck(BaseModel):
@@ -108,6 +107,10 @@ def _budgeted_runner(report: BudgetReport, dtype: str | None) -> Runner:
     budget assumed (the backend's default on the device, as in a session)."""
     assert report.model_path is not None
     # backend, ctx, slots, dtype: the report's
+    # Imported here, after the first RSS reading: the session's modules (engine, loaders) are
+    # part of what the runtime constant measures, as when a session starts in a fresh process.
+    from localinfer.session import RunnerSettings, build_runner, open_model
+
     settings = RunnerSettings(
         report.backend, report.ctx, report.concurrency, dtype, device=report.device, force=True
     )
