@@ -1,36 +1,6 @@
-"""llama.cpp's own high-level ``llama_cpp.Llama`` as a reference, with its weights loaded as
-localinfer's llama.cpp runner loads them.
+"""llama.cpp's high-level ``Llama`` loaded as the runner loads its weights (see
+backends/llamacpp/reference.py, which scripts/bench-llamacpp uses too)."""
 
-Where ggml was compiled with AMX, llama.cpp repacks quantized weights into AMX buffers whose
-matmul segfaults in this build (``native.weight_buffers`` explains the GCC bug), and reports
-them as an extra model buffer. ``Llama`` takes no model params of its own, so the factory it
-reads them from is wrapped while the model loads: the reference then runs the same kernels and
-allocates the same buffers as the runner.
-"""
+from localinfer.backends.llamacpp.reference import reference_llama
 
-from __future__ import annotations
-
-from collections.abc import Iterator
-from contextlib import contextmanager
-from pathlib import Path
-from typing import Any
-from unittest import mock
-
-
-@contextmanager
-def reference_llama(path: str | Path, **kwargs: Any) -> Iterator[Any]:
-    """A ``llama_cpp.Llama(path, **kwargs)`` with the runner's weight buffers, closed on exit."""
-    import llama_cpp
-    import llama_cpp.llama_cpp as low_level
-
-    from localinfer.backends.llamacpp import native
-
-    defaults = low_level.llama_model_default_params
-    with mock.patch.object(
-        low_level, "llama_model_default_params", lambda: native.weight_buffers(defaults())
-    ):
-        llm = llama_cpp.Llama(str(path), **kwargs)
-    try:
-        yield llm
-    finally:
-        llm.close()
+__all__ = ["reference_llama"]
