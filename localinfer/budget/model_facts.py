@@ -48,9 +48,7 @@ class ModelFacts:
 def model_facts(resolved: ResolvedModel, online: bool = False) -> ModelFacts:
     if resolved.kind == "gguf":
         assert resolved.path is not None
-        header = _gguf_header(str(resolved.path), *_stamp(resolved.path))
-        assert header.arch is not None
-        return ModelFacts(resolved.name, header.arch, header.params, header.quant, header, resolved)
+        return _gguf_facts(_gguf_header(str(resolved.path), *_stamp(resolved.path)), resolved)
     if resolved.kind == "hf_dir":
         assert resolved.path is not None
         config_path = resolved.path / "config.json"
@@ -72,9 +70,12 @@ def facts_of_loaded(model: LoadedModel) -> ModelFacts:
     gguf = getattr(model.weights, "gguf", None)
     if gguf is None:
         return model_facts(resolved)
-    header = gguf_weights_header(gguf)
-    assert header.arch is not None
-    return ModelFacts(model.name, header.arch, header.params, header.quant, header, resolved)
+    return _gguf_facts(gguf_weights_header(gguf), resolved)
+
+
+def _gguf_facts(header: WeightsHeader, resolved: ResolvedModel) -> ModelFacts:
+    assert header.arch is not None  # a GGUF header always names its architecture
+    return ModelFacts(resolved.name, header.arch, header.params, header.quant, header, resolved)
 
 
 def _stamp(path: Path) -> tuple[int, int]:
