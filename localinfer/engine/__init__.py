@@ -1,5 +1,6 @@
 """The engine: continuous batching over a Runner, sampling, streaming and metrics."""
 
+from localinfer.engine.constraint import ConstraintSource, SequenceConstraint
 from localinfer.engine.engine import Engine, TokenizerLike
 from localinfer.engine.handle import GenerationResult, RequestHandle
 from localinfer.engine.scheduler import StepReport
@@ -14,6 +15,7 @@ from localinfer.engine.types import (
 )
 
 __all__ = [
+    "ConstraintSource",
     "Engine",
     "EngineMetrics",
     "FinishReason",
@@ -22,6 +24,7 @@ __all__ = [
     "RequestHandle",
     "RequestMetrics",
     "SamplingParams",
+    "SequenceConstraint",
     "StepReport",
     "StreamEvent",
     "TokenLogprob",

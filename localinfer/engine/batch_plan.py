@@ -62,9 +62,12 @@ def plan_batch(
 
 
 def speculation_candidates(decoding: Seq[Sequence], max_ctx: int) -> list[Candidate]:
-    """The decoding requests that have room for proposals, with how many each may take."""
+    """The decoding requests that have room for proposals, with how many each may take.
+    Constrained requests never speculate: a proposal would have to pass the constraint too."""
     candidates = []
     for seq in decoding:
+        if seq.sampler.constraint is not None:
+            continue
         # Room: the forward must fit the context (len(tokens) + k <= max_ctx), and the
         # k + 1 tokens a verification can emit should fit max_tokens.
         room = min(max_ctx - len(seq.tokens), seq.params.max_tokens - seq.num_output - 1)

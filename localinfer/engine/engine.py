@@ -233,11 +233,16 @@ class Engine:
                 request, prompt_ids=[int(t) for t in request.prompt_ids], request_id=rid
             )
             stop_ids = frozenset(params.stop_token_ids)
-            if not params.ignore_eos:
+            # A constraint allows end-of-sequence only where the answer is whole: there it ends
+            # the answer, ignore_eos or not.
+            if not params.ignore_eos or request.constraint is not None:
                 stop_ids |= self.eos_ids
+            constraint = None if request.constraint is None else request.constraint.start()
             seq = Sequence(
                 request,
-                sampler=TokenSampler(params, self.vocab_size, request.prompt_ids),
+                sampler=TokenSampler(
+                    params, self.vocab_size, request.prompt_ids, constraint=constraint
+                ),
                 detokenizer=Detokenizer(self.tokenizer.token_bytes, params.stop),
                 timing=RequestTiming(submitted=self._recorder.clock()),
                 sink=sink,

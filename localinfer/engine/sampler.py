@@ -7,8 +7,10 @@ Order of operations (the same as vLLM / Hugging Face):
 
 1. penalties on the raw logits: repetition (over prompt + output, divides positive logits and
    multiplies negative ones), presence and frequency (over the output only, OpenAI semantics);
-2. greedy (temperature 0): argmax, first index on ties;
-3. otherwise temperature, then top-k, then softmax, min-p, top-p, and one uniform draw.
+2. a constrained request's mask: tokens its constraint forbids get -inf (the chosen token then
+   advances the constraint);
+3. greedy (temperature 0): argmax, first index on ties;
+4. otherwise temperature, then top-k, then softmax, min-p, top-p, and one uniform draw.
 
 Reported log-probabilities are those of the model's own distribution (log-softmax of the raw
 logits, before penalties and temperature), which is what OpenAI's ``logprobs`` means.
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from localinfer.engine.constraint import MaskedChoice, SequenceConstraint
 from localinfer.engine.types import SamplingParams
 
 
@@ -32,9 +35,16 @@ class SampledToken:
 
 
 class TokenSampler:
-    """Sampling state of one request: its generator and the token counts penalties need."""
+    """Sampling state of one request: its generator, the token counts penalties need, and its
+    constraint (None: unconstrained, and no mask work at all)."""
 
-    def __init__(self, params: SamplingParams, vocab_size: int, prompt_ids: Sequence[int]) -> None:
+    def __init__(
+        self,
+        params: SamplingParams,
+        vocab_size: int,
+        prompt_ids: Sequence[int],
+        constraint: SequenceConstraint | None = None,
+    ) -> None:
         self.params = params
         self.vocab_size = vocab_size
         # A fresh OS-seeded generator when no seed is given; never a shared global one.
@@ -45,6 +55,11 @@ class TokenSampler:
         self._counts = np.zeros(vocab_size, dtype=np.int32)  # output only
         if self._uses_repetition and len(prompt_ids):
             self._seen[np.asarray(prompt_ids, dtype=np.int64)] = True
+        self._masked = None if constraint is None else MaskedChoice(constraint, vocab_size)
+
+    @property
+    def constraint(self) -> SequenceConstraint | None:
+        return None if self._masked is None else self._masked.constraint
 
     def observe(self, token_id: int) -> None:
         """Record a generated token (called for every emitted token, sampled or not)."""
@@ -60,10 +75,14 @@ class TokenSampler:
         if not np.isfinite(raw).any():
             raise ValueError("model produced no finite logits")
         x = self.penalised(raw)
+        if self._masked is not None:
+            x = self._masked.mask(x)
         if self.params.greedy:
             token = int(np.argmax(x))
         else:
             token = draw(sampling_probs(self.params, x), self.rng)
+        if self._masked is not None:
+            self._masked.constraint.advance(token)
         chosen_lp, top = self.logprobs(raw, token)
         self.observe(token)
         return SampledToken(token_id=token, logprob=chosen_lp, top=top)

@@ -76,7 +76,8 @@ class Sequence:
 
     def append_token(self, token: int, now: float, max_ctx: int) -> AppendedToken:
         """Add a sampled token (at clock time ``now``): its text, and whether it ends the
-        request by a stop token or string, by ``max_tokens``, or by a full context."""
+        request by a stop token or string, a finished constraint, ``max_tokens``, or a full
+        context."""
         self.tokens.append(token)
         if self.timing.first_token is None:
             self.timing.first_token = now
@@ -85,6 +86,11 @@ class Sequence:
             return AppendedToken("", "stop")  # a stop/eos token's own text is never shown
         step = self.detokenizer.add(token)
         if step.stopped:
+            return AppendedToken(step.text, "stop")
+        constraint = self.sampler.constraint
+        if constraint is not None and constraint.is_finished():
+            # Nothing may follow (a closed JSON object, a fully matched regex): the answer is
+            # whole without waiting for an end-of-sequence token.
             return AppendedToken(step.text, "stop")
         if self.num_output >= self.params.max_tokens:
             return AppendedToken(step.text, "length")

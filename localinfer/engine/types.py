@@ -7,6 +7,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from localinfer.engine.constraint import ConstraintSource
+
 FinishReason = Literal["stop", "length", "abort", "error"]
 
 
@@ -52,11 +54,17 @@ class SamplingParams(BaseModel):
 
 @dataclass(slots=True)
 class Request:
-    """A tokenized request. ``request_id`` is assigned by the engine when empty."""
+    """A tokenized request. ``request_id`` is assigned by the engine when empty.
+
+    ``constraint`` (e.g. localinfer.constraints.CompiledConstraint) restricts every sampled token
+    to what it allows; each sequence starts its own state from it, so a Request can be submitted
+    again. A constrained request ends with "stop" once its constraint is finished, and never
+    speculates."""
 
     prompt_ids: list[int]
     params: SamplingParams = field(default_factory=SamplingParams)
     request_id: str = ""
+    constraint: ConstraintSource | None = None
 
 
 @dataclass(slots=True, frozen=True)
