@@ -15,6 +15,7 @@ So they agree on defaults, on the budget's verdict and on how a chat becomes tok
 from __future__ import annotations
 
 import dataclasses
+import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from localinfer.speculation import NGRAM, check_draft_model, default_spec_config
 
 if TYPE_CHECKING:
     from localinfer.catalog import CatalogEntry
+    from localinfer.constraints import CompiledConstraint, ConstraintCompiler, ConstraintSpec
 
 __all__ = [
     "DEFAULT_CTX",
@@ -62,6 +64,8 @@ class Session:
     speculator: Speculator | None = None  # --draft: n-gram or a draft model (owns its runner)
     budget: BudgetReport | None = None  # the budget the session was let in on (None: --force)
     _closed: bool = field(default=False, repr=False)
+    _compiler: ConstraintCompiler | None = field(default=None, repr=False)
+    _compiler_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def tokenizer(self) -> Any:
@@ -88,6 +92,24 @@ class Session:
     def raw_prompt_ids(self, text: str) -> list[int]:
         """Token ids of plain text (no chat template), with BOS when the model wants one."""
         return self.model.tokenizer.encode(text, add_special_tokens=True)
+
+    def compile_constraint(self, spec: ConstraintSpec) -> CompiledConstraint:
+        """``spec`` compiled for this model, ready for ``Request(constraint=...)``.
+
+        Raises InvalidParameterError naming ``spec.field`` when the source cannot be built. Safe
+        from any thread (servers compile in a worker thread); the vocabulary index (~0.2 s) is
+        built once, on first use."""
+        with self._compiler_lock:
+            if self._compiler is None:
+                from localinfer.constraints import ConstraintCompiler, vocabulary_from_tokenizer
+
+                # The logits may be wider than the tokenizer (a padded embedding): the masks
+                # cover every column, the extra ids never allowed.
+                width = self.engine.runner.info.vocab_size
+                vocabulary = vocabulary_from_tokenizer(self.model.tokenizer, width)
+                self._compiler = ConstraintCompiler(vocabulary)
+            compiler = self._compiler
+        return compiler.compile(spec)
 
     def close(self) -> None:
         if self._closed:
