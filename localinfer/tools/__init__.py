@@ -7,14 +7,30 @@ from __future__ import annotations
 
 from localinfer.tools.family import ToolCall, ToolFamily, detect_family, new_call_id
 from localinfer.tools.specs import FunctionTool, ToolChoice, parse_tool_choice, parse_tools
+from localinfer.tools.stream import (
+    ContentDelta,
+    ParsedOutput,
+    StreamDelta,
+    ToolCallArguments,
+    ToolCallStart,
+    ToolCallStream,
+    parse_tool_calls,
+)
 
 __all__ = [
+    "ContentDelta",
     "FunctionTool",
+    "ParsedOutput",
+    "StreamDelta",
     "ToolCall",
+    "ToolCallArguments",
+    "ToolCallStart",
+    "ToolCallStream",
     "ToolChoice",
     "ToolFamily",
     "detect_family",
     "new_call_id",
+    "parse_tool_calls",
     "parse_tool_choice",
     "parse_tools",
 ]
