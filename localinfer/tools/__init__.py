@@ -1,11 +1,12 @@
 """OpenAI-style tool calling, framework-free: the request's tools and tool_choice, the model's
-call syntax (its template's family), the history and prompt for its chat template, forced calls
 as a JSON-schema constraint, and the calls read back out of its answer, whole or streamed.
 """
 
 from __future__ import annotations
 
 from localinfer.tools.family import ToolCall, ToolFamily, detect_family, new_call_id
+from localinfer.tools.history import template_messages
+from localinfer.tools.prompt import PromptInputs, generic_tool_prompt, prompt_inputs
 from localinfer.tools.specs import FunctionTool, ToolChoice, parse_tool_choice, parse_tools
 from localinfer.tools.stream import (
     ContentDelta,
@@ -21,6 +22,7 @@ __all__ = [
     "ContentDelta",
     "FunctionTool",
     "ParsedOutput",
+    "PromptInputs",
     "StreamDelta",
     "ToolCall",
     "ToolCallArguments",
@@ -29,8 +31,11 @@ __all__ = [
     "ToolChoice",
     "ToolFamily",
     "detect_family",
+    "generic_tool_prompt",
     "new_call_id",
     "parse_tool_calls",
     "parse_tool_choice",
     "parse_tools",
+    "prompt_inputs",
+    "template_messages",
 ]
