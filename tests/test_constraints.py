@@ -185,11 +185,12 @@ def test_grammar_lark_and_gbnf(grammar, tokenizer, compiler, leanings) -> None:
         (lambda: ConstraintSpec("json_schema", {"type": "frobnicate"}), "frobnicate"),
         (
             lambda: ConstraintSpec("json_schema", obj(a={"type": "string", "pattern": "(x"})),
-            "regex",
+            "regex parse error: unclosed group",
         ),
         (lambda: ConstraintSpec("json_schema", "{not json"), "not valid JSON"),
         (lambda: ConstraintSpec("json_schema", "[1, 2]"), "must be an object"),
-        (lambda: ConstraintSpec("regex", "(ab"), "regex"),
+        (lambda: ConstraintSpec("regex", "(ab"), 'invalid regex "(ab"'),
+        (lambda: ConstraintSpec("regex", "[z-a]"), "invalid character class range"),
         (lambda: ConstraintSpec("grammar", "start: missing_rule"), "missing_rule"),
         (lambda: ConstraintSpec("xml", "x"), "unknown constraint kind"),  # type: ignore[arg-type]
     ],

@@ -10,6 +10,7 @@ states lazily while masking) and start a TokenConstraint per sequence from the r
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import llguidance
@@ -55,7 +56,7 @@ class ConstraintCompiler:
         grammar = _grammar_text(spec)
         matcher = llguidance.LLMatcher(self._tokenizer, grammar, log_level=0)
         if matcher.is_error():
-            raise InvalidParameterError(f"{spec.field}: {_first_line(matcher.get_error())}")
+            raise InvalidParameterError(f"{spec.field}: {_one_line(matcher.get_error(), spec)}")
         return CompiledConstraint(matcher, spec, self.vocabulary.size)
 
 
@@ -94,8 +95,20 @@ def _grammar_text(spec: ConstraintSpec) -> str:
     except InvalidParameterError:
         raise
     except Exception as exc:  # the converters raise ValueError or their own error classes
-        raise InvalidParameterError(f"{spec.field}: {_first_line(str(exc))}") from None
+        raise InvalidParameterError(f"{spec.field}: {_one_line(str(exc), spec)}") from None
 
 
-def _first_line(message: str) -> str:
-    return message.strip().splitlines()[0] if message.strip() else "invalid constraint"
+def _one_line(message: str, spec: ConstraintSpec) -> str:
+    """llguidance's error as one line: its first line, plus the parser's own ``error:`` line
+    when the first only announces it (a regex's "regex parse error:"). Positions ("at 1(8)")
+    point into the grammar llguidance built, so they are kept for grammars only."""
+    lines = [line.strip() for line in message.strip().splitlines()]
+    if not lines:
+        return "invalid constraint"
+    first = lines[0]
+    if spec.kind != "grammar":
+        first = re.sub(r"^at \d+\(\d+\): ", "", first)
+    detail = next((line for line in lines[1:] if line.startswith("error: ")), None)
+    if first.endswith(":") and detail is not None:
+        first = f"{first} {detail.removeprefix('error: ')}"
+    return first
