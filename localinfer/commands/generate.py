@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from localinfer.command_help import command_parser
 from localinfer.errors import InvalidParameterError, LocalinferError
@@ -15,6 +16,9 @@ from localinfer.model_options import (
     draft_settings,
     model_settings,
 )
+
+if TYPE_CHECKING:
+    from localinfer.constraints import ConstraintSpec
 
 
 def register(subparsers: Any) -> None:
@@ -34,6 +38,14 @@ def register(subparsers: Any) -> None:
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
+    shape = p.add_mutually_exclusive_group()
+    shape.add_argument(
+        "--json-schema",
+        metavar="FILE|JSON",
+        help="the answer is JSON valid under this JSON Schema (a file, or the schema's text)",
+    )
+    shape.add_argument("--regex", metavar="PATTERN", help="the whole answer matches PATTERN")
+    shape.add_argument("--json-object", action="store_true", help="the answer is a JSON object")
     add_model_options(p)
     add_draft_options(p)
 
@@ -60,11 +72,37 @@ def _sampling(args: argparse.Namespace) -> Any:
         raise InvalidParameterError(f"{name}: {err['msg']}") from None
 
 
+def _constraint_spec(args: argparse.Namespace) -> ConstraintSpec | None:
+    """The answer's shape as the options ask it (None: free text); a schema given as a file is
+    read here, so its errors come before the model loads."""
+    from localinfer.constraints import ConstraintSpec
+
+    if args.regex is not None:
+        return ConstraintSpec("regex", args.regex, field="--regex")
+    if args.json_object:
+        return ConstraintSpec("json_object", field="--json-object")
+    if args.json_schema is None:
+        return None
+    source = args.json_schema
+    if not source.lstrip().startswith("{"):
+        path = Path(source).expanduser()
+        if not path.is_file():
+            raise InvalidParameterError(
+                f"--json-schema: {source!r} is neither a file nor a JSON object"
+            )
+        try:
+            source = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise InvalidParameterError(f"--json-schema: cannot read {path}: {exc}") from None
+    return ConstraintSpec("json_schema", source, field="--json-schema")
+
+
 def run(args: argparse.Namespace) -> int:
     model_spec, prompt = args.model, args.prompt
     if args.system and args.raw:
         raise InvalidParameterError("--system needs the chat template; drop --raw")
     params = _sampling(args)
+    spec = _constraint_spec(args)
 
     from localinfer.engine import Request
     from localinfer.session import open_session
@@ -84,7 +122,8 @@ def run(args: argparse.Namespace) -> int:
             if args.system:
                 messages.insert(0, {"role": "system", "content": args.system})
             ids = session.chat_prompt_ids(messages)
-        handle = session.engine.submit(Request(ids, params))
+        constraint = None if spec is None else session.compile_constraint(spec)
+        handle = session.engine.submit(Request(ids, params, constraint=constraint))
         try:
             if args.json:
                 result = handle.result()
