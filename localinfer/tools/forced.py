@@ -1,0 +1,114 @@
+"""``tool_choice`` required or a named function: the answer is constrained to JSON calls.
+
+The constraint is a JSON schema of one call, ``{"name": <a tool's name>, "arguments": <that
+tool's parameters>}`` (``anyOf`` over the tools for ``required``), or with parallel calls an array
+of at least one. The answer is then plain JSON whatever the model's own call syntax, and is read
+back with ``calls_from_forced``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from localinfer.constraints import ConstraintSpec
+from localinfer.tools.call_json import arguments_text, loads
+from localinfer.tools.family import ToolCall, ToolFamily, new_call_id
+from localinfer.tools.specs import FunctionTool, ToolChoice
+
+_DEF_KEYS = ("$defs", "definitions")
+
+
+def _rewrite_refs(value: Any, prefix: str) -> Any:
+    """``value`` with each local ``$ref`` re-pointed at the tool's place under the root's
+    ``$defs`` (a tool's schema is nested in the call schema, so ``#/...`` must move)."""
+    if isinstance(value, list):
+        return [_rewrite_refs(v, prefix) for v in value]
+    if not isinstance(value, dict):
+        return value
+    out = {k: _rewrite_refs(v, prefix) for k, v in value.items()}
+    ref = value.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#"):
+        pointer = ref[1:]
+        for key in _DEF_KEYS:
+            if pointer.startswith(f"/{key}/"):
+                out["$ref"] = f"#/$defs/{prefix}_{pointer[len(key) + 2 :]}"
+                break
+        else:
+            out["$ref"] = f"#/$defs/{prefix}{pointer}"
+    return out
+
+
+def _has_ref(value: Any) -> bool:
+    if isinstance(value, dict):
+        return "$ref" in value or any(_has_ref(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_ref(v) for v in value)
+    return False
+
+
+def _arguments_schema(index: int, tool: FunctionTool, defs: dict[str, Any]) -> dict[str, Any]:
+    """The tool's parameters, as they can sit inside the call schema."""
+    if not _has_ref(tool.parameters):
+        return tool.parameters
+    prefix = f"tool{index}"
+    body = {k: v for k, v in tool.parameters.items() if k not in _DEF_KEYS}
+    defs[prefix] = _rewrite_refs(body, prefix)
+    for key in _DEF_KEYS:
+        for name, schema in (tool.parameters.get(key) or {}).items():
+            defs[f"{prefix}_{name}"] = _rewrite_refs(schema, prefix)
+    return {"$ref": f"#/$defs/{prefix}"}
+
+
+def _call_schema(name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": {"name": {"const": name}, "arguments": arguments},
+        "required": ["name", "arguments"],
+        "additionalProperties": False,
+    }
+
+
+def forced_call_schema(tools: list[FunctionTool], choice: ToolChoice, parallel: bool) -> dict:
+    """The JSON schema behind ``forced_call_spec``."""
+    if choice.mode not in ("required", "function"):
+        raise ValueError(f"tool_choice {choice.mode!r} does not force a call")
+    chosen = [
+        (i, t) for i, t in enumerate(tools) if choice.mode == "required" or t.name == choice.name
+    ]
+    if not chosen:
+        raise ValueError("no tool to force")
+    defs: dict[str, Any] = {}
+    calls = [_call_schema(t.name, _arguments_schema(i, t, defs)) for i, t in chosen]
+    schema: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    if parallel and choice.mode == "required":
+        schema = {"type": "array", "items": schema, "minItems": 1}
+    return {**schema, "$defs": defs} if defs else schema
+
+
+def forced_call_spec(
+    tools: list[FunctionTool], choice: ToolChoice, parallel: bool
+) -> ConstraintSpec:
+    """The constraint for ``tool_choice`` required (any tool; an array of calls when
+    ``parallel``) or a named function (one call of it)."""
+    schema = forced_call_schema(tools, choice, parallel)
+    return ConstraintSpec(kind="json_schema", source=schema, field="tool_choice")
+
+
+def calls_from_forced(text: str, parallel: bool, family: ToolFamily) -> list[ToolCall]:
+    """The calls in an answer written under ``forced_call_spec``: one call object, or with
+    ``parallel`` an array of them. ``[]`` when the answer is not whole (cut short by
+    max_tokens): the caller returns it as content."""
+    try:
+        value = loads(text)
+    except ValueError:
+        return []
+    items = value if parallel and isinstance(value, list) else [value]
+    calls = []
+    for item in items:
+        if not isinstance(item, dict):
+            return []
+        name, arguments = item.get("name"), item.get("arguments")
+        if not isinstance(name, str) or not isinstance(arguments, dict):
+            return []
+        calls.append(ToolCall(new_call_id(family), name, arguments_text(arguments)))
+    return calls
