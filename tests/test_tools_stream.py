@@ -78,12 +78,29 @@ def test_character_by_character_and_random_chunks_agree(name):
 def test_random_answers_built_from_pieces_agree():
     # Text, whole calls, broken calls and marker fragments in random order, for every family.
     pieces = {
-        H: ["Sure. ", "\n", f"<tool_call>{CALL_P}</tool_call>", "<tool_call>{bad", "</tool_call>",
-            "<tool", "<", '{"name": "now"}', " done"],
+        H: [
+            "Sure. ",
+            "\n",
+            f"<tool_call>{CALL_P}</tool_call>",
+            "<tool_call>{bad",
+            "</tool_call>",
+            "<tool",
+            "<",
+            '{"name": "now"}',
+            " done",
+        ],
         L: ["\n", LLAMA_P, "<|python_tag|>", "; ", "Hi ", "{", "}", "<|python"],
-        M: ["ok ", f"[TOOL_CALLS][{CALL_P}]", "[TOOL_CALLS]now[ARGS]{}", "[TOOL_CALLS]", "[",
-            "]", '{"x": 1}', "[TOOL_"],
-    }  # fmt: skip
+        M: [
+            "ok ",
+            f"[TOOL_CALLS][{CALL_P}]",
+            "[TOOL_CALLS]now[ARGS]{}",
+            "[TOOL_CALLS]",
+            "[",
+            "]",
+            '{"x": 1}',
+            "[TOOL_",
+        ],
+    }
     rng = random.Random(20)
     for _ in range(300):
         family = rng.choice(list(pieces))
