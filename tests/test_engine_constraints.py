@@ -186,6 +186,15 @@ def test_a_failing_constraint_fails_only_its_request() -> None:
     assert [r.finish_reason for r in (results[0], results[2])] == ["length", "length"]
 
 
+def test_a_constraint_that_allows_nothing_fails_its_request() -> None:
+    class AllowsNothing(BrokenConstraint):
+        def fill_allowed(self, out: np.ndarray) -> None:
+            out[:] = 0
+
+    results, _ = run_all(engine_for(), [Request([1], constraint=AllowsNothing(fail_at=-1))])
+    assert results[0].finish_reason == "error" and "allows no token" in (results[0].error or "")
+
+
 def test_mask_work_only_for_constrained_tokens() -> None:
     counting = BrokenConstraint(fail_at=-1)  # never fails: counts masks
     requests = [

@@ -16,9 +16,9 @@ def allocate_bitmask(rows: int, vocab_size: int) -> np.ndarray:
 
 
 def bitmask_to_bool(mask: np.ndarray, vocab_size: int) -> np.ndarray:
-    """[..., words] int32 -> [..., vocab] bool."""
+    """[..., words] int32 -> [..., vocab] bool (a view of a fresh array of 0/1 bytes)."""
     bits = np.unpackbits(np.ascontiguousarray(mask).view(np.uint8), axis=-1, bitorder="little")
-    return bits[..., :vocab_size].astype(bool)
+    return bits[..., :vocab_size].view(np.bool_)
 
 
 def apply_bitmask(logits: np.ndarray, mask: np.ndarray) -> None:

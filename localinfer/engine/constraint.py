@@ -65,7 +65,6 @@ class MaskedChoice:
         """A copy of ``x`` ([vocab] logits) with every token the constraint forbids at -inf."""
         self.constraint.fill_allowed(self._row)
         allowed = bitmask_to_bool(self._row, x.shape[0])  # [vocab] bool
-        masked = np.where(allowed, x, np.float32(-np.inf))
-        if not np.isfinite(masked).any():
+        if not allowed.any():
             raise ValueError("the constraint allows no token the model can give")
-        return masked
+        return np.where(allowed, x, np.float32(-np.inf))
