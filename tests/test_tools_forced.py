@@ -158,11 +158,12 @@ def test_the_constraint_takes_valid_calls_and_refuses_others(
     for value in good:
         text = json.dumps(value)
         assert valid(schema, value) and accepts(compiled, tokenizer, text), text
-        expected = value if isinstance(value, list) else [value]
+        expected = []  # a call repeated word for word is kept once
+        for v in value if isinstance(value, list) else [value]:
+            if (v["name"], v["arguments"]) not in expected:
+                expected.append((v["name"], v["arguments"]))
         calls = calls_from_forced(text, parallel, ToolFamily.HERMES)
-        assert [(c.name, json.loads(c.arguments)) for c in calls] == [
-            (v["name"], v["arguments"]) for v in expected
-        ]
+        assert [(c.name, json.loads(c.arguments)) for c in calls] == expected
     for value in bad:
         text = json.dumps(value)
         assert not valid(schema, value) and not accepts(compiled, tokenizer, text), text
@@ -249,3 +250,18 @@ def test_reading_forced_answers_back():
     assert calls_from_forced(both, False, ToolFamily.HERMES) == []
     assert calls_from_forced('{"name": "now"}', False, ToolFamily.HERMES) == []
     assert calls_from_forced("[1]", True, ToolFamily.HERMES) == []
+
+
+def test_forced_parallel_calls_are_deduplicated_and_salvaged_when_cut() -> None:
+    from localinfer.tools import ToolFamily, calls_from_forced
+
+    one = '{"name": "f", "arguments": {"x": 1}}'
+    two = '{"name": "f", "arguments": {"x": 2}}'
+    whole = f"[{one}, {two}, {one}]"
+    calls = calls_from_forced(whole, True, ToolFamily.HERMES)
+    assert [c.arguments for c in calls] == ['{"x":1}', '{"x":2}']
+    cut = f"[\n{one},\n{two},\n" + '{"name": "f", "argu'
+    assert calls_from_forced(cut, True, ToolFamily.HERMES) == []
+    salvaged = calls_from_forced(cut, True, ToolFamily.HERMES, cut=True)
+    assert [c.arguments for c in salvaged] == ['{"x":1}', '{"x":2}']
+    assert calls_from_forced('{"name": "f", "argu', False, ToolFamily.HERMES, cut=True) == []

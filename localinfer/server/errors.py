@@ -10,6 +10,7 @@ shape (and a log line), never a dropped connection.
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -20,11 +21,14 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from localinfer.errors import LocalinferError, QueueFullError
+from localinfer.errors import InvalidParameterError, LocalinferError, QueueFullError
 
 log = logging.getLogger(__name__)
 
 ErrorCounter = Callable[[int, str | None], None]  # (status, code) of each error response
+
+# A message that starts with the request field it is about: "tools[0].function.name: ...".
+FIELD_PREFIX = re.compile(r"^([A-Za-z_][\w.\[\]-]*): ")
 
 # Seconds a client should wait before retrying when every slot and queue place is taken.
 RETRY_AFTER_S = 1
@@ -124,7 +128,12 @@ def unknown_route(request: Request) -> str:
 
 def from_localinfer_error(exc: LocalinferError, param: str | None = None) -> APIError:
     headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, QueueFullError) else None
-    return APIError(exc.http_status, str(exc), code=exc.code, param=param, headers=headers)
+    message = str(exc)
+    if param is None and isinstance(exc, InvalidParameterError):
+        # "messages[2].tool_calls[0].function.arguments: not valid JSON" names its field.
+        named = FIELD_PREFIX.match(message)
+        param = named.group(1) if named else None
+    return APIError(exc.http_status, message, code=exc.code, param=param, headers=headers)
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> list[str]:

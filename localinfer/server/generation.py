@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 
+from localinfer.engine import ConstraintSource
 from localinfer.engine.types import Request as EngineRequest
 from localinfer.engine.types import StreamEvent
 from localinfer.errors import LocalinferError
+from localinfer.server.answer_shape import PlainAnswer, ShapeFactory
 from localinfer.server.errors import APIError, from_localinfer_error
 from localinfer.server.responses import Kind, ResponseBuilder
 from localinfer.server.schemas import SamplingFields
@@ -31,6 +33,7 @@ from localinfer.server.streaming import (
     unless_disconnected,
 )
 from localinfer.server.translate import sampling_params
+from localinfer.tools import ContentDelta
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +50,8 @@ class GenerationInput:
     logprobs: int | None  # top alternatives per token, None: no logprobs
     max_tokens: int | None
     echo: str = ""  # text completions with echo: the prompt text, sent before the answer
+    constraint: ConstraintSource | None = None  # JSON mode, a schema or a forced tool call
+    shape: ShapeFactory = PlainAnswer  # how the answer's text becomes content or tool calls
 
 
 async def generate(
@@ -81,8 +86,11 @@ class _Exchange:
             ),
         )
         self.rid = self.builder.id
+        self.shape = given.shape()
         self.events = self.engine.stream(
-            EngineRequest(given.prompt_ids, params, request_id=self.rid)
+            EngineRequest(
+                given.prompt_ids, params, request_id=self.rid, constraint=given.constraint
+            )
         )
 
     async def respond(self, request: Request) -> Response:
@@ -119,15 +127,19 @@ class _Exchange:
         if done.finish_reason in ("error", "abort"):
             raise failed(done.finish_reason, done.error)
         self.state.metrics.observe_request(done.metrics)
+        deltas = self.shape.feed(done.text)
+        tail, reason = self.shape.finish(done.finish_reason)
+        content = "".join(d.text for d in [*deltas, *tail] if isinstance(d, ContentDelta))
         return JSONResponse(
             self.builder.response(
-                done.text,
-                done.finish_reason,
+                content,
+                reason,
                 done.logprobs,
                 done.metrics,
                 len(self.given.prompt_ids),
                 done.token_count,
                 echo_prefix=self.given.echo,
+                tool_calls=self.shape.calls,
             )
         )
 
@@ -140,16 +152,18 @@ class _Exchange:
             count = 0
             async for ev in events_after(first, self.events):
                 count += len(ev.token_ids)
-                chunk = builder.delta_chunk(ev.text, ev.logprobs)
-                if chunk is not None:
+                for chunk in builder.delta_chunks(self.shape.feed(ev.text), ev.logprobs):
                     yield sse(chunk)
                 if ev.finish_reason is None:
                     continue
                 if ev.finish_reason in ("error", "abort"):
                     yield sse(failed(ev.finish_reason, ev.error).body())
                     break
+                tail, reason = self.shape.finish(ev.finish_reason)
+                for chunk in builder.delta_chunks(tail, ()):
+                    yield sse(chunk)
                 self.state.metrics.observe_request(ev.metrics)
-                yield sse(builder.finish_chunk(ev.finish_reason, ev.metrics))
+                yield sse(builder.finish_chunk(reason, ev.metrics))
                 if builder.include_usage:
                     prompt_tokens = len(self.given.prompt_ids)
                     yield sse(builder.usage_chunk(ev.metrics, prompt_tokens, count))

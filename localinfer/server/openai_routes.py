@@ -12,11 +12,12 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from localinfer.server.chat_plan import plan_chat
 from localinfer.server.generation import GenerationInput, generate
 from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest
 from localinfer.server.state import ServedSession, ServerState
+from localinfer.server.structured_output import response_format_spec
 from localinfer.server.translate import (
-    chat_prompt_ids,
     check_chat,
     check_completion,
     completion_prompt,
@@ -45,9 +46,17 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
         current = state.ready()
         state.check_model(body.model)
         logprobs = check_chat(body)
-        prompt = await run_in_threadpool(chat_prompt_ids, current, body)
+        plan = await run_in_threadpool(plan_chat, current, body)
         max_tokens = body.max_completion_tokens or body.max_tokens
-        given = GenerationInput("chat", body, prompt, logprobs, max_tokens)
+        given = GenerationInput(
+            "chat",
+            body,
+            plan.prompt_ids,
+            logprobs,
+            max_tokens,
+            constraint=plan.constraint,
+            shape=plan.shape,
+        )
         return await generate(state, current, request, given)
 
     @app.post("/v1/completions")
@@ -60,7 +69,13 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
             text = current.model.tokenizer.decode(prompt)
         max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
         echo = text if body.echo else ""
-        given = GenerationInput("completion", body, prompt, logprobs, max_tokens, echo=echo)
+        spec = response_format_spec(body.response_format)
+        constraint = None
+        if spec is not None:
+            constraint = await run_in_threadpool(current.compile_constraint, spec)
+        given = GenerationInput(
+            "completion", body, prompt, logprobs, max_tokens, echo=echo, constraint=constraint
+        )
         return await generate(state, current, request, given)
 
 

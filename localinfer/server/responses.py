@@ -14,6 +14,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from localinfer.engine.types import RequestMetrics, TokenLogprob
+from localinfer.tools import (
+    ContentDelta,
+    StreamDelta,
+    ToolCall,
+    ToolCallArguments,
+    ToolCallStart,
+)
 
 Kind = Literal["chat", "completion"]
 TokenBytes = Callable[[int], bytes]
@@ -65,6 +72,27 @@ def timings(metrics: RequestMetrics | None) -> dict[str, Any] | None:
         "prompt_tokens_per_second": _rate(metrics.prefill_tps),
         "decode_tokens_per_second": _rate(metrics.decode_tps),
     }
+
+
+def whole_call(call: ToolCall) -> dict[str, Any]:
+    """A tool call in a whole chat.completion message."""
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": call.arguments},
+    }
+
+
+def call_delta(delta: ToolCallStart | ToolCallArguments) -> dict[str, Any]:
+    """A tool-call delta as OpenAI streams it: id, type and name first, then arguments."""
+    if isinstance(delta, ToolCallStart):
+        return {
+            "index": delta.index,
+            "id": delta.id,
+            "type": "function",
+            "function": {"name": delta.name, "arguments": ""},
+        }
+    return {"index": delta.index, "function": {"arguments": delta.fragment}}
 
 
 def chat_logprobs(items: Sequence[TokenLogprob], token_bytes: TokenBytes) -> dict[str, Any]:
@@ -125,11 +153,16 @@ class ResponseBuilder:
         prompt_tokens: int,
         completion_tokens: int,
         echo_prefix: str = "",
+        tool_calls: Sequence[ToolCall] = (),
     ) -> dict[str, Any]:
         if self.kind == "chat":
+            message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+            if tool_calls:
+                message["content"] = text or None  # OpenAI: null beside tool calls
+                message["tool_calls"] = [whole_call(call) for call in tool_calls]
             choice: dict[str, Any] = {
                 "index": 0,
-                "message": {"role": "assistant", "content": text, "refusal": None},
+                "message": message,
                 "logprobs": chat_logprobs(logprobs, self.token_bytes)
                 if self.want_logprobs
                 else None,
@@ -161,6 +194,28 @@ class ResponseBuilder:
             self._text_pos += len(echo_prefix)
             return self._chunk(echo_prefix, None, None)
         return None
+
+    def delta_chunks(
+        self, deltas: Sequence[StreamDelta], logprobs: Sequence[TokenLogprob]
+    ) -> list[dict[str, Any]]:
+        """The chunks for one engine event: its content and tool-call deltas in order. Its
+        logprobs ride on the first content chunk, or on an empty one when the event showed no
+        text (held back, or part of a tool call)."""
+        chunks: list[dict[str, Any]] = []
+        pending: Sequence[TokenLogprob] = logprobs
+        for delta in deltas:
+            if isinstance(delta, ContentDelta):
+                chunk = self.delta_chunk(delta.text, pending)
+                pending = ()
+            else:
+                chunk = self._chunk({"tool_calls": [call_delta(delta)]}, None, None)
+            if chunk is not None:
+                chunks.append(chunk)
+        if pending:
+            chunk = self.delta_chunk("", pending)
+            if chunk is not None:
+                chunks.append(chunk)
+        return chunks
 
     def delta_chunk(self, text: str, logprobs: Sequence[TokenLogprob]) -> dict[str, Any] | None:
         """One content delta; None when there is nothing to send (text held back by the

@@ -1,6 +1,6 @@
 """Request bodies of the OpenAI-compatible endpoints, validated with pydantic at the HTTP edge.
 
-Unknown fields are ignored (editors send many: ``user``, ``metadata``, ``parallel_tool_calls``),
+Unknown fields are ignored (editors send many: ``user``, ``metadata``, ``store``),
 but every field this server acts on is type-checked, so a bad body is a 400 before any compute.
 Responses are plain dicts built in ``responses.py``: they follow OpenAI's JSON exactly and carry
 a few extras (``timings``) that a response model would only get in the way of.
@@ -27,12 +27,18 @@ class TextPart(BaseModel):
 
 
 class ChatMessage(BaseModel):
+    """One message of a chat history. Tool calls and results are checked (and turned into what
+    the chat template expects) by ``localinfer.tools.template_messages``, which names the field
+    a malformed history gets wrong."""
+
     model_config = ConfigDict(extra="ignore")
 
     # "developer" is OpenAI's newer name for the system role (o1 and later clients send it).
-    role: Literal["system", "developer", "user", "assistant"]
+    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None  # assistant turns that called tools
+    tool_call_id: str | None = None  # tool results: the call they answer
 
     def text(self) -> str:
         if self.content is None:
@@ -41,9 +47,16 @@ class ChatMessage(BaseModel):
             return self.content
         return "".join(part.text for part in self.content)
 
-    def as_template_message(self) -> dict[str, str]:
-        role = "system" if self.role == "developer" else self.role
-        return {"role": role, "content": self.text()}
+    def as_openai(self) -> dict[str, Any]:
+        """The message as an OpenAI client sent it (text parts joined, absent fields left out)."""
+        message: dict[str, Any] = {"role": self.role}
+        if self.content is not None:
+            message["content"] = self.text()
+        for key in ("name", "tool_calls", "tool_call_id"):
+            value = getattr(self, key)
+            if value is not None:
+                message[key] = value
+        return message
 
 
 class StreamOptions(BaseModel):
@@ -73,6 +86,8 @@ class SamplingFields(BaseModel):
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False  # vLLM extension, handy for benchmarks
     logit_bias: dict[str, float] | None = None  # accepted only empty (see translate.py)
+    # text | json_object | json_schema (structured_output.py reads it)
+    response_format: dict[str, Any] | None = None
 
     @field_validator("stop")
     @classmethod
@@ -90,7 +105,7 @@ class ChatCompletionRequest(SamplingFields):
     top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
-    response_format: dict[str, Any] | None = None
+    parallel_tool_calls: StrictBool = True
 
 
 class CompletionRequest(SamplingFields):

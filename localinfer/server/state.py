@@ -11,6 +11,8 @@ import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, Protocol
 
+from localinfer.constraints import ConstraintSpec
+from localinfer.engine import ConstraintSource
 from localinfer.engine.engine import Engine
 from localinfer.loading.model import LoadedModel
 from localinfer.server.errors import RETRY_AFTER_S, APIError
@@ -25,7 +27,11 @@ class ServedSession(Protocol):
     model: LoadedModel
     engine: Engine
 
-    def chat_prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]: ...
+    def chat_prompt_ids(
+        self, messages: Sequence[Mapping[str, Any]], **template_vars: Any
+    ) -> list[int]: ...
+
+    def compile_constraint(self, spec: ConstraintSpec) -> ConstraintSource: ...
 
     def raw_prompt_ids(self, text: str) -> list[int]: ...
 

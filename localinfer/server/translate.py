@@ -7,7 +7,6 @@ compute, and becomes an APIError (400) that names the parameter.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from pydantic import ValidationError
@@ -24,8 +23,6 @@ DEFAULT_TEMPERATURE = 1.0
 
 class PromptSource(Protocol):
     """What translation needs from a session (localinfer.session.Session fits)."""
-
-    def chat_prompt_ids(self, messages: Sequence[Mapping[str, Any]]) -> list[int]: ...
 
     def raw_prompt_ids(self, text: str) -> list[int]: ...
 
@@ -47,15 +44,6 @@ def check_chat(body: ChatCompletionRequest) -> int | None:
     _check_common(body)
     if body.top_logprobs is not None and not body.logprobs:
         raise bad_param("top_logprobs", "top_logprobs needs logprobs=true")
-    fmt = (body.response_format or {}).get("type", "text")
-    if fmt != "text":
-        raise bad_param(
-            "response_format", f"response_format type {fmt!r} is not supported (only 'text')"
-        )
-    # Tools are offered by some editors on every request; without a tool-calling template they
-    # are ignored, but a request that *demands* a tool call cannot be honoured.
-    if body.tools and (body.tool_choice == "required" or isinstance(body.tool_choice, dict)):
-        raise bad_param("tool_choice", "tool calling is not supported by this server")
     for i, message in enumerate(body.messages):
         if message.role != "assistant" and message.content is None:
             raise bad_param(f"messages[{i}].content", f"a {message.role} message needs content")
@@ -73,10 +61,6 @@ def check_completion(body: CompletionRequest) -> int | None:
     if body.echo and body.logprobs is not None:
         raise bad_param("echo", "echo with logprobs is not supported")
     return body.logprobs
-
-
-def chat_prompt_ids(source: PromptSource, body: ChatCompletionRequest) -> list[int]:
-    return source.chat_prompt_ids([m.as_template_message() for m in body.messages])
 
 
 def completion_prompt(source: PromptSource, body: CompletionRequest) -> tuple[list[int], str]:

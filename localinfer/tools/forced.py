@@ -11,11 +11,13 @@ from __future__ import annotations
 from typing import Any
 
 from localinfer.constraints import ConstraintSpec
-from localinfer.tools.call_json import arguments_text, loads
+from localinfer.tools.call_json import arguments_text, decode_at, loads
 from localinfer.tools.family import ToolCall, ToolFamily, new_call_id
 from localinfer.tools.specs import FunctionTool, ToolChoice
 
 _DEF_KEYS = ("$defs", "definitions")
+# Parallel calls per answer: a small model that loops on "," after each call stops here.
+MAX_PARALLEL_CALLS = 8
 
 
 def _rewrite_refs(value: Any, prefix: str) -> Any:
@@ -81,7 +83,12 @@ def forced_call_schema(tools: list[FunctionTool], choice: ToolChoice, parallel: 
     calls = [_call_schema(t.name, _arguments_schema(i, t, defs)) for i, t in chosen]
     schema: dict[str, Any] = calls[0] if len(calls) == 1 else {"anyOf": calls}
     if parallel and choice.mode == "required":
-        schema = {"type": "array", "items": schema, "minItems": 1}
+        schema = {
+            "type": "array",
+            "items": schema,
+            "minItems": 1,
+            "maxItems": MAX_PARALLEL_CALLS,
+        }
     return {**schema, "$defs": defs} if defs else schema
 
 
@@ -94,21 +101,47 @@ def forced_call_spec(
     return ConstraintSpec(kind="json_schema", source=schema, field="tool_choice")
 
 
-def calls_from_forced(text: str, parallel: bool, family: ToolFamily) -> list[ToolCall]:
+def calls_from_forced(
+    text: str, parallel: bool, family: ToolFamily, cut: bool = False
+) -> list[ToolCall]:
     """The calls in an answer written under ``forced_call_spec``: one call object, or with
-    ``parallel`` an array of them. ``[]`` when the answer is not whole (cut short by
-    max_tokens): the caller returns it as content."""
+    ``parallel`` an array of them. A call repeated word for word is kept once (small models
+    loop on parallel calls). ``[]`` when the answer is not whole; but an array of calls ``cut``
+    short by max_tokens gives the calls it completed."""
     try:
         value = loads(text)
     except ValueError:
-        return []
+        if not (cut and parallel):
+            return []
+        value = _whole_items(text)
     items = value if parallel and isinstance(value, list) else [value]
-    calls = []
+    calls: list[ToolCall] = []
+    seen: set[tuple[str, str]] = set()
     for item in items:
         if not isinstance(item, dict):
             return []
         name, arguments = item.get("name"), item.get("arguments")
         if not isinstance(name, str) or not isinstance(arguments, dict):
             return []
-        calls.append(ToolCall(new_call_id(family), name, arguments_text(arguments)))
+        key = (name, arguments_text(arguments))
+        if key not in seen:
+            seen.add(key)
+            calls.append(ToolCall(new_call_id(family), *key))
     return calls
+
+
+def _whole_items(text: str) -> list[Any]:
+    """The complete elements at the start of a JSON array whose text was cut off."""
+    start = text.find("[")
+    if start < 0:
+        return []
+    items: list[Any] = []
+    pos = start + 1
+    while True:
+        while pos < len(text) and text[pos] in " \t\r\n,":
+            pos += 1
+        decoded = decode_at(text, pos)
+        if decoded is None:
+            return items
+        item, pos = decoded
+        items.append(item)

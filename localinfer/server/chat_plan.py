@@ -1,0 +1,92 @@
+"""A chat request made ready for the engine: its prompt, its constraint and its answer shape.
+
+Runs in a worker thread (templating, tokenizing and compiling a schema take milliseconds): the
+tools and history are checked and converted for the model's chat template family, the prompt is
+rendered with the tools the HF way, and the constraint is chosen —
+
+* ``response_format`` json_object / json_schema: the answer is that JSON;
+* ``tool_choice`` required or a named function: the answer is a call with valid arguments;
+* otherwise none, and with tools offered the model's own call syntax is parsed (``auto``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from localinfer.constraints import ConstraintSpec
+from localinfer.engine import ConstraintSource
+from localinfer.loading.model import LoadedModel
+from localinfer.server.answer_shape import (
+    ForcedCallAnswer,
+    PlainAnswer,
+    ShapeFactory,
+    ToolAnswer,
+)
+from localinfer.server.errors import APIError
+from localinfer.server.schemas import ChatCompletionRequest
+from localinfer.server.structured_output import response_format_spec
+from localinfer.tools import (
+    detect_family,
+    forced_call_spec,
+    parse_tool_choice,
+    parse_tools,
+    prompt_inputs,
+    template_messages,
+)
+
+
+class ChatSource(Protocol):
+    """What planning needs from a session (localinfer.session.Session fits)."""
+
+    def chat_prompt_ids(
+        self, messages: Sequence[Mapping[str, Any]], **template_vars: Any
+    ) -> list[int]: ...
+
+    def compile_constraint(self, spec: ConstraintSpec) -> ConstraintSource: ...
+
+    @property
+    def model(self) -> LoadedModel: ...
+
+
+@dataclass(slots=True, frozen=True)
+class ChatPlan:
+    prompt_ids: list[int]
+    constraint: ConstraintSource | None
+    shape: ShapeFactory
+
+
+def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
+    """Everything the engine and the response need; 400s name the field at fault."""
+    tools = parse_tools(body.tools)
+    choice = parse_tool_choice(body.tool_choice, tools)
+    template = source.model.chat_template  # None: the session renders ChatML (no tools)
+    family = detect_family(template.source if template is not None else None)
+    messages = template_messages([m.as_openai() for m in body.messages], family)
+    inputs = prompt_inputs(family, messages, tools, choice)
+    template_vars = {"tools": inputs.tools} if inputs.tools else {}
+    prompt_ids = source.chat_prompt_ids(inputs.messages, **template_vars)
+
+    spec = response_format_spec(body.response_format)
+    forced = choice.mode in ("required", "function")
+    if forced and spec is not None:
+        raise APIError(
+            400,
+            f"tool_choice: {choice.mode!r} cannot be combined with a JSON response_format "
+            "(the answer is a tool call)",
+            code="invalid_parameter",
+            param="tool_choice",
+        )
+    if forced:
+        spec = forced_call_spec(tools, choice, body.parallel_tool_calls)
+    constraint = None if spec is None else source.compile_constraint(spec)
+    if forced:
+        parallel = body.parallel_tool_calls
+        shape: ShapeFactory = lambda: ForcedCallAnswer(family, parallel)  # noqa: E731
+    elif choice.mode == "auto" and tools and spec is None:
+        # With a JSON response_format the constraint makes the answer that JSON: no calls.
+        shape = lambda: ToolAnswer(family, tools)  # noqa: E731
+    else:
+        shape = PlainAnswer
+    return ChatPlan(prompt_ids, constraint, shape)
