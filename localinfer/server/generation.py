@@ -1,14 +1,15 @@
-"""One completion through the engine, answered as OpenAI JSON or as an SSE stream.
+"""One answer through the engine, whatever the API: whole JSON or an SSE stream.
 
 The routes parse, template and tokenize; this submits the engine ``Request``, waits for the
-engine to admit it (or refuse it) before the status line goes out, and renders what comes back.
+engine to admit it (or refuse it) before the status line goes out, reads the answer with its
+shape (content or tool calls) and writes it with the API's renderer (``answer_render``).
 A client that leaves frees its slot at once (see ``streaming``).
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from fastapi import Request
@@ -16,23 +17,19 @@ from fastapi.responses import JSONResponse, Response
 
 from localinfer.engine import ConstraintSource
 from localinfer.engine.types import Request as EngineRequest
-from localinfer.engine.types import StreamEvent
+from localinfer.engine.types import RequestMetrics, SamplingParams, StreamEvent, TokenLogprob
 from localinfer.errors import LocalinferError
+from localinfer.server.answer_render import AnswerRenderer, FinishedAnswer
 from localinfer.server.answer_shape import PlainAnswer, ShapeFactory
 from localinfer.server.errors import APIError, from_localinfer_error
-from localinfer.server.responses import Kind, ResponseBuilder
-from localinfer.server.schemas import SamplingFields
 from localinfer.server.state import ServedSession, ServerState
 from localinfer.server.streaming import (
-    SSE_DONE,
     ClientGone,
     EventStreamResponse,
     collect,
     events_after,
-    sse,
     unless_disconnected,
 )
-from localinfer.server.translate import sampling_params
 from localinfer.tools import ContentDelta
 
 log = logging.getLogger(__name__)
@@ -42,14 +39,13 @@ CLIENT_CLOSED = 499  # nginx's status for "client closed request"; only ever log
 
 @dataclass(slots=True, frozen=True)
 class GenerationInput:
-    """What a route hands over: the parsed body and the prompt it tokenized."""
+    """What a route hands over: the prompt it tokenized, the engine's parameters, and how the
+    answer is read (``shape``) and written (``renderer``)."""
 
-    kind: Kind
-    body: SamplingFields
     prompt_ids: list[int]
-    logprobs: int | None  # top alternatives per token, None: no logprobs
-    max_tokens: int | None
-    echo: str = ""  # text completions with echo: the prompt text, sent before the answer
+    params: SamplingParams
+    stream: bool
+    renderer: AnswerRenderer
     constraint: ConstraintSource | None = None  # JSON mode, a schema or a forced tool call
     shape: ShapeFactory = PlainAnswer  # how the answer's text becomes content or tool calls
 
@@ -68,28 +64,12 @@ class _Exchange:
         self.state = state
         self.engine = session.engine
         self.given = given
-        body = given.body
-        params = sampling_params(
-            body,
-            prompt_tokens=len(given.prompt_ids),
-            max_ctx=self.engine.max_ctx,
-            logprobs=given.logprobs,
-            max_tokens=given.max_tokens,
-        )
-        self.builder = ResponseBuilder(
-            given.kind,
-            model=state.served_name,
-            token_bytes=session.model.tokenizer.token_bytes,
-            want_logprobs=given.logprobs is not None,
-            include_usage=bool(
-                body.stream and body.stream_options and body.stream_options.include_usage
-            ),
-        )
-        self.rid = self.builder.id
+        self.renderer = given.renderer
+        self.rid = given.renderer.id
         self.shape = given.shape()
         self.events = self.engine.stream(
             EngineRequest(
-                given.prompt_ids, params, request_id=self.rid, constraint=given.constraint
+                given.prompt_ids, given.params, request_id=self.rid, constraint=given.constraint
             )
         )
 
@@ -104,7 +84,7 @@ class _Exchange:
         except LocalinferError as exc:
             await self.events.aclose()
             raise from_localinfer_error(exc) from None
-        if not self.given.body.stream:
+        if not self.given.stream:
             return await self._whole_answer(first, request)
         return EventStreamResponse(self._sse_chunks(first), self._on_stream_closed)
 
@@ -130,46 +110,52 @@ class _Exchange:
         deltas = self.shape.feed(done.text)
         tail, reason = self.shape.finish(done.finish_reason)
         content = "".join(d.text for d in [*deltas, *tail] if isinstance(d, ContentDelta))
-        return JSONResponse(
-            self.builder.response(
-                content,
-                reason,
-                done.logprobs,
-                done.metrics,
-                len(self.given.prompt_ids),
-                done.token_count,
-                echo_prefix=self.given.echo,
-                tool_calls=self.shape.calls,
-            )
-        )
+        answer = self._answer(content, reason, done.logprobs, done.metrics, done.token_count)
+        return JSONResponse(self.renderer.whole(answer))
 
     async def _sse_chunks(self, first: StreamEvent) -> AsyncIterator[bytes]:
-        builder = self.builder
+        renderer = self.renderer
         try:
-            head = builder.first_chunk(self.given.echo)
-            if head is not None:
-                yield sse(head)
+            for message in renderer.opening():
+                yield message
             count = 0
             async for ev in events_after(first, self.events):
                 count += len(ev.token_ids)
-                for chunk in builder.delta_chunks(self.shape.feed(ev.text), ev.logprobs):
-                    yield sse(chunk)
+                for message in renderer.deltas(self.shape.feed(ev.text), ev.logprobs):
+                    yield message
                 if ev.finish_reason is None:
                     continue
                 if ev.finish_reason in ("error", "abort"):
-                    yield sse(failed(ev.finish_reason, ev.error).body())
-                    break
+                    for message in renderer.failure(failed(ev.finish_reason, ev.error)):
+                        yield message
+                    return
                 tail, reason = self.shape.finish(ev.finish_reason)
-                for chunk in builder.delta_chunks(tail, ()):
-                    yield sse(chunk)
+                for message in renderer.deltas(tail, ()):
+                    yield message
                 self.state.metrics.observe_request(ev.metrics)
-                yield sse(builder.finish_chunk(reason, ev.metrics))
-                if builder.include_usage:
-                    prompt_tokens = len(self.given.prompt_ids)
-                    yield sse(builder.usage_chunk(ev.metrics, prompt_tokens, count))
-            yield SSE_DONE
+                answer = self._answer("", reason, (), ev.metrics, count)
+                for message in renderer.closing(answer):
+                    yield message
         finally:
             await self.events.aclose()
+
+    def _answer(
+        self,
+        content: str,
+        reason: str,
+        logprobs: Sequence[TokenLogprob],
+        metrics: RequestMetrics | None,
+        completion_tokens: int,
+    ) -> FinishedAnswer:
+        return FinishedAnswer(
+            content=content,
+            calls=list(self.shape.calls),
+            finish_reason=reason,
+            logprobs=logprobs,
+            metrics=metrics,
+            prompt_tokens=len(self.given.prompt_ids),
+            completion_tokens=completion_tokens,
+        )
 
     def _on_stream_closed(self) -> None:
         if self.engine.abort(self.rid):  # False when the answer finished: nothing to free

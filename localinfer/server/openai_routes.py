@@ -12,15 +12,19 @@ from fastapi import FastAPI, Request
 from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
+from localinfer.engine.types import SamplingParams
+from localinfer.server.answer_render import OpenAIRenderer
 from localinfer.server.chat_plan import plan_chat
 from localinfer.server.generation import GenerationInput, generate
-from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest
+from localinfer.server.responses import Kind, ResponseBuilder
+from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from localinfer.server.state import ServedSession, ServerState
 from localinfer.server.structured_output import response_format_spec
 from localinfer.server.translate import (
     check_chat,
     check_completion,
     completion_prompt,
+    sampling_params,
 )
 
 # OpenAI's legacy /v1/completions default; chat answers may run to the end of the context.
@@ -49,11 +53,10 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
         plan = await run_in_threadpool(plan_chat, current, body)
         max_tokens = body.max_completion_tokens or body.max_tokens
         given = GenerationInput(
-            "chat",
-            body,
             plan.prompt_ids,
-            logprobs,
-            max_tokens,
+            openai_params(body, current, plan.prompt_ids, logprobs, max_tokens),
+            body.stream,
+            OpenAIRenderer(openai_builder("chat", body, state, current, logprobs)),
             constraint=plan.constraint,
             shape=plan.shape,
         )
@@ -73,10 +76,48 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
         constraint = None
         if spec is not None:
             constraint = await run_in_threadpool(current.compile_constraint, spec)
+        builder = openai_builder("completion", body, state, current, logprobs)
         given = GenerationInput(
-            "completion", body, prompt, logprobs, max_tokens, echo=echo, constraint=constraint
+            prompt,
+            openai_params(body, current, prompt, logprobs, max_tokens),
+            body.stream,
+            OpenAIRenderer(builder, echo=echo),
+            constraint=constraint,
         )
         return await generate(state, current, request, given)
+
+
+def openai_params(
+    body: SamplingFields,
+    session: ServedSession,
+    prompt_ids: list[int],
+    logprobs: int | None,
+    max_tokens: int | None,
+) -> SamplingParams:
+    return sampling_params(
+        body,
+        prompt_tokens=len(prompt_ids),
+        max_ctx=session.engine.max_ctx,
+        logprobs=logprobs,
+        max_tokens=max_tokens,
+    )
+
+
+def openai_builder(
+    kind: Kind,
+    body: SamplingFields,
+    state: ServerState,
+    session: ServedSession,
+    logprobs: int | None,
+) -> ResponseBuilder:
+    include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
+    return ResponseBuilder(
+        kind,
+        model=state.served_name,
+        token_bytes=session.model.tokenizer.token_bytes,
+        want_logprobs=logprobs is not None,
+        include_usage=include_usage,
+    )
 
 
 def model_card(state: ServerState, session: ServedSession) -> dict[str, Any]:
