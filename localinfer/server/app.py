@@ -23,12 +23,16 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from localinfer import __version__
 from localinfer.errors import InvalidParameterError
+from localinfer.server.anthropic_routes import add_anthropic_routes
 from localinfer.server.auth import APIKeyMiddleware
+from localinfer.server.embedding_routes import add_embedding_routes
 from localinfer.server.errors import install_error_handlers
+from localinfer.server.fim_routes import add_fim_routes
 from localinfer.server.host_guard import HostGuardMiddleware, HostPolicy
 from localinfer.server.limits import BodyLimitMiddleware, RequestLimits
 from localinfer.server.openai_routes import add_openai_routes
 from localinfer.server.ops_routes import add_ops_routes
+from localinfer.server.responses_routes import add_responses_routes
 from localinfer.server.state import ServedSession, ServerState, SessionLoader
 
 
@@ -67,7 +71,7 @@ def create_app(
         lifespan=_lifespan(state, loader),
         docs_url=None,
         redoc_url=None,
-        openapi_url=None,
+        openapi_url="/openapi.json",
     )
     app.state.localinfer = state
     app.state.request_limits = limits  # uvicorn_config reads the connection half from here
@@ -89,6 +93,10 @@ def create_app(
     # Registered on the app itself, in this order: a 404 lists app.routes as they stand.
     add_ops_routes(app, state)
     add_openai_routes(app, state)
+    add_fim_routes(app, state)
+    add_embedding_routes(app, state)
+    add_anthropic_routes(app, state)
+    add_responses_routes(app, state)
     return app
 
 

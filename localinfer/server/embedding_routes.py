@@ -1,0 +1,11 @@
+"""Embeddings: /v1/embeddings (issue #21)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from localinfer.server.state import ServerState
+
+
+def add_embedding_routes(app: FastAPI, state: ServerState) -> None:
+    """Register the routes on ``app`` (being built in this session)."""

@@ -1,0 +1,11 @@
+"""OpenAI's Responses API: /v1/responses (issue #21)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+
+from localinfer.server.state import ServerState
+
+
+def add_responses_routes(app: FastAPI, state: ServerState) -> None:
+    """Register the routes on ``app`` (being built in this session)."""
