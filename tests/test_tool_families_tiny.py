@@ -332,10 +332,5 @@ def test_a_history_the_template_refuses_is_a_400_with_its_reason(served: FamilyS
     assert error.status_code == 400 and error.code == "chat_template_error"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a template's refusal of the messages is a 400 with param null: plan_chat lets "
-    "ChatTemplateError through without naming the field (messages)",
-)
 def test_a_history_the_template_refuses_names_messages(served: FamilyServer) -> None:
     assert _refusal(served).param == "messages"

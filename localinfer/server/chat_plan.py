@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from localinfer.constraints import ConstraintSpec
 from localinfer.engine import ConstraintSource
+from localinfer.loading.chat_template import ChatTemplateError
 from localinfer.loading.model import LoadedModel
 from localinfer.server.answer_shape import (
     ForcedCallAnswer,
@@ -66,7 +67,12 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
     messages = template_messages([m.as_openai() for m in body.messages], family)
     inputs = prompt_inputs(family, messages, tools, choice)
     template_vars = {"tools": inputs.tools} if inputs.tools else {}
-    prompt_ids = source.chat_prompt_ids(inputs.messages, **template_vars)
+    try:
+        prompt_ids = source.chat_prompt_ids(inputs.messages, **template_vars)
+    except ChatTemplateError as exc:
+        # The model's template refused this conversation (its raise_exception): the
+        # client's messages are at fault, so the error names them.
+        raise APIError(400, f"messages: {exc}", code=exc.code, param="messages") from None
 
     spec = response_format_spec(body.response_format)
     forced = choice.mode in ("required", "function")
