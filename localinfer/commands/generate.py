@@ -27,6 +27,12 @@ def register(subparsers: Any) -> None:
     p.add_argument("prompt", metavar="PROMPT")
     p.add_argument("--system", help="system message (chat template only)")
     p.add_argument("--raw", action="store_true", help="send PROMPT as is, no chat template")
+    p.add_argument(
+        "--suffix",
+        metavar="TEXT",
+        help="fill in the middle: PROMPT is the text before the cursor, TEXT the text after it "
+        "(a model with FIM tokens, e.g. qwen2.5-coder-0.5b; no chat template)",
+    )
     p.add_argument("--json", action="store_true", help="print one JSON object instead of a stream")
     p.add_argument("--max-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
@@ -98,9 +104,11 @@ def _constraint_spec(args: argparse.Namespace) -> ConstraintSpec | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    model_spec, prompt = args.model, args.prompt
+    model_spec = args.model
     if args.system and args.raw:
         raise InvalidParameterError("--system needs the chat template; drop --raw")
+    if args.system and args.suffix is not None:
+        raise InvalidParameterError("--suffix: fill-in-the-middle takes no --system message")
     params = _sampling(args)
     spec = _constraint_spec(args)
 
@@ -115,13 +123,7 @@ def run(args: argparse.Namespace) -> int:
         **model_settings(args),
     )
     try:
-        if args.raw:
-            ids = session.raw_prompt_ids(prompt)
-        else:
-            messages = [{"role": "user", "content": prompt}]
-            if args.system:
-                messages.insert(0, {"role": "system", "content": args.system})
-            ids = session.chat_prompt_ids(messages)
+        ids, params = _prompt(session, args, params)
         constraint = None if spec is None else session.compile_constraint(spec)
         handle = session.engine.submit(Request(ids, params, constraint=constraint))
         try:
@@ -147,6 +149,24 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         session.close()
+
+
+def _prompt(session: Any, args: argparse.Namespace, params: Any) -> tuple[list[int], Any]:
+    """The prompt's token ids, and the sampling parameters with the tokens that end a middle
+    when it is a fill-in-the-middle prompt."""
+    if args.suffix is not None:
+        from localinfer.fim import fim_format
+
+        tokenizer = session.tokenizer
+        fim = fim_format(tokenizer, field="--suffix", model=session.model.name)
+        ids = fim.prompt_ids(tokenizer, args.prompt, args.suffix)
+        return ids, params.model_copy(update={"stop_token_ids": fim.stop_ids})
+    if args.raw:
+        return session.raw_prompt_ids(args.prompt), params
+    messages = [{"role": "user", "content": args.prompt}]
+    if args.system:
+        messages.insert(0, {"role": "system", "content": args.system})
+    return session.chat_prompt_ids(messages), params
 
 
 def _metrics_line(session: Any, result: Any) -> str:
