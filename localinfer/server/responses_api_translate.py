@@ -1,0 +1,306 @@
+"""A Responses API request -> an OpenAI ChatCompletionRequest, planned like any chat request.
+
+The Responses API is chat completions with other names: ``instructions`` is a system message,
+``input`` items are messages, ``function_call`` items are an assistant's ``tool_calls`` and
+``function_call_output`` items are tool messages; tools are flat (``{type, name, parameters}``)
+and ``text.format`` is ``response_format``. Translated, the request goes through ``plan_chat``
+and ``sampling_params`` unchanged, so no sampling, stop or tool logic is written twice.
+
+A mistake the chat planning finds is named in chat terms (``messages[2].tool_calls[0].function.
+arguments``); ``FieldNames`` maps it back to the field the client sent (``input[3].arguments``).
+
+This server keeps no responses: ``store: true``, ``previous_response_id``, ``conversation``,
+``background`` and stored prompts are 400s that say so. OpenAI's ``store`` defaults to true; an
+absent ``store`` is taken as false here (clients that leave it out want an answer, not storage).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from localinfer.errors import LocalinferError
+from localinfer.server.chat_plan import ChatPlan, ChatSource, plan_chat
+from localinfer.server.errors import APIError, from_localinfer_error
+from localinfer.server.responses_api_schemas import (
+    ContentPart,
+    FunctionCallItem,
+    FunctionCallOutputItem,
+    MessageItem,
+    OtherItem,
+    ResponsesRequest,
+    TextConfig,
+)
+from localinfer.server.schemas import ChatCompletionRequest
+
+TEXT_PARTS = ("input_text", "output_text")
+NO_STORAGE = "this server keeps no responses"
+
+
+def bad(param: str, message: str) -> APIError:
+    return APIError(400, f"{param}: {message}", code="invalid_parameter", param=param)
+
+
+@dataclass(slots=True)
+class MessageSource:
+    """Where one chat message came from: ``input[3]``, ``instructions`` or ``input`` (a string
+    input); an assistant message also lists the ``function_call`` items merged into it."""
+
+    path: str
+    calls: list[str] = field(default_factory=list)
+    content_key: str = "content"  # "output" for a function_call_output item
+
+
+# A call's chat fields -> its Responses fields (``.function.arguments`` -> ``.arguments``).
+_CALL_FIELDS = {".function.arguments": ".arguments", ".function.name": ".name", ".id": ".call_id"}
+_MESSAGE = re.compile(r"^messages\[(\d+)\](.*)$")
+_CALL = re.compile(r"^\.tool_calls\[(\d+)\](.*)$")
+_TOOL = re.compile(r"^tools\[(\d+)\]\.function(.*)$")
+_FORMAT = (("response_format.json_schema", "text.format"), ("response_format", "text.format"))
+
+
+@dataclass(slots=True, frozen=True)
+class FieldNames:
+    """Maps the chat request's field names back to the Responses request's."""
+
+    sources: Sequence[MessageSource]
+
+    def responses_field(self, chat_field: str) -> str:
+        tool = _TOOL.match(chat_field)
+        if tool is not None:
+            return f"tools[{tool[1]}]{tool[2]}"
+        for chat, responses in _FORMAT:
+            if chat_field == chat or chat_field.startswith(chat + "."):
+                return responses + chat_field[len(chat) :]
+        if chat_field == "messages":
+            return "input"
+        found = _MESSAGE.match(chat_field)
+        if found is None or int(found[1]) >= len(self.sources):
+            return chat_field
+        source, rest = self.sources[int(found[1])], found[2]
+        call = _CALL.match(rest)
+        if call is not None:
+            if int(call[1]) >= len(source.calls):
+                return source.path
+            return source.calls[int(call[1])] + _CALL_FIELDS.get(call[2], "")
+        if rest == ".tool_call_id":
+            return source.path + ".call_id"
+        if rest.startswith(".content") and source.path.startswith("input["):
+            return f"{source.path}.{source.content_key}"
+        return source.path
+
+    def renamed(self, error: APIError | LocalinferError) -> APIError:
+        """``error`` with its field (and the message's leading field) in Responses terms."""
+        api = from_localinfer_error(error) if isinstance(error, LocalinferError) else error
+        if api.param is None:
+            return api
+        param = self.responses_field(api.param)
+        message = api.message
+        if message.startswith(api.param):
+            message = param + message[len(api.param) :]
+        return APIError(api.status, message, code=api.code, param=param, headers=api.headers)
+
+
+@dataclass(slots=True, frozen=True)
+class TranslatedRequest:
+    chat: ChatCompletionRequest
+    names: FieldNames
+
+
+def translate_request(body: ResponsesRequest) -> TranslatedRequest:
+    """The chat request ``body`` amounts to; 400s name the Responses field at fault."""
+    refuse_stateful(body)
+    messages, sources = chat_history(body)
+    chat = ChatCompletionRequest(
+        model=body.model,
+        messages=messages,
+        max_tokens=body.max_output_tokens,
+        temperature=body.temperature,
+        top_p=body.top_p,
+        stream=body.stream,
+        tools=chat_tools(body.tools),
+        tool_choice=body.tool_choice,
+        parallel_tool_calls=body.parallel_tool_calls,
+        response_format=chat_response_format(body.text),
+    )
+    return TranslatedRequest(chat, FieldNames(sources))
+
+
+def plan_responses(source: ChatSource, translated: TranslatedRequest) -> ChatPlan:
+    """``plan_chat`` on the translated request, its errors named in Responses terms."""
+    try:
+        return plan_chat(source, translated.chat)
+    except (APIError, LocalinferError) as exc:
+        raise translated.names.renamed(exc) from None
+
+
+def refuse_stateful(body: ResponsesRequest) -> None:
+    """What needs stored state (or a feature this server lacks) is a 400 naming its field."""
+    if body.store:
+        raise bad(
+            "store",
+            f"true is not supported: {NO_STORAGE}; send store: false (an absent store "
+            "is taken as false here, although OpenAI's default is true)",
+        )
+    if body.previous_response_id is not None:
+        raise bad(
+            "previous_response_id",
+            f"{NO_STORAGE}, so none can be continued; send the whole conversation as input items",
+        )
+    if body.conversation is not None:
+        raise bad(
+            "conversation",
+            "this server keeps no conversations; send the whole conversation as input items",
+        )
+    if body.background:
+        raise bad("background", "background responses are not supported; stream instead")
+    if body.prompt is not None:
+        raise bad("prompt", "stored prompt templates are not supported; send instructions")
+    if body.top_logprobs:
+        raise bad("top_logprobs", "log probabilities are not supported on /v1/responses")
+
+
+def chat_history(body: ResponsesRequest) -> tuple[list[dict[str, Any]], list[MessageSource]]:
+    """``instructions`` and ``input`` as chat messages, and where each came from."""
+    history = _History()
+    if body.instructions is not None:
+        history.add({"role": "system", "content": body.instructions}, MessageSource("instructions"))
+    if isinstance(body.input, str):
+        history.add({"role": "user", "content": body.input}, MessageSource("input"))
+    else:
+        for i, item in enumerate(body.input):
+            history.item(i, item)
+    if not any(m["role"] != "system" for m in history.messages):
+        raise bad("input", "the input holds no message to answer")
+    return history.messages, history.sources
+
+
+class _History:
+    def __init__(self) -> None:
+        self.messages: list[dict[str, Any]] = []
+        self.sources: list[MessageSource] = []
+
+    def add(self, message: dict[str, Any], source: MessageSource) -> None:
+        self.messages.append(message)
+        self.sources.append(source)
+
+    def item(
+        self, i: int, item: MessageItem | FunctionCallItem | FunctionCallOutputItem | OtherItem
+    ) -> None:
+        where = f"input[{i}]"
+        if isinstance(item, MessageItem):
+            text = _text(f"{where}.content", item.content)
+            self.add({"role": item.role, "content": text}, MessageSource(where))
+        elif isinstance(item, FunctionCallItem):
+            self._call(where, item)
+        elif isinstance(item, FunctionCallOutputItem):
+            text = _text(f"{where}.output", item.output)
+            message = {"role": "tool", "tool_call_id": item.call_id, "content": text}
+            self.add(message, MessageSource(where, content_key="output"))
+        else:
+            _other(where, item)
+
+    def _call(self, where: str, item: FunctionCallItem) -> None:
+        """A call joins the assistant turn it follows (text, then calls), or opens one."""
+        last = self.messages[-1] if self.messages else None
+        if last is None or last["role"] != "assistant":
+            self.add({"role": "assistant", "content": None, "tool_calls": []}, MessageSource(where))
+            last = self.messages[-1]
+        call = {"name": item.name, "arguments": item.arguments}
+        last.setdefault("tool_calls", []).append(
+            {"id": item.call_id, "type": "function", "function": call}
+        )
+        self.sources[-1].calls.append(where)
+
+
+def _other(where: str, item: OtherItem) -> None:
+    if item.type == "reasoning":
+        # Another model's reasoning (often encrypted): this model cannot read it, and chat
+        # templates drop earlier reasoning from the history anyway.
+        return
+    if item.type == "item_reference":
+        raise bad(where, f"an item_reference needs stored items: {NO_STORAGE}; send the item")
+    raise bad(
+        f"{where}.type",
+        f"{item.type[:80]!r} items are not supported; input takes messages, function_call and "
+        "function_call_output items",
+    )
+
+
+def _text(where: str, content: str | list[ContentPart]) -> str:
+    if isinstance(content, str):
+        return content
+    pieces = []
+    for j, part in enumerate(content):
+        if part.type not in TEXT_PARTS:
+            raise bad(
+                f"{where}[{j}].type",
+                f"only text parts ({', '.join(TEXT_PARTS)}) are supported, not {part.type[:80]!r}",
+            )
+        if part.text is None:
+            raise bad(f"{where}[{j}].text", "a text part needs its text")
+        pieces.append(part.text)
+    return "".join(pieces)
+
+
+def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """Flat Responses function tools in chat's nested shape; built-in tools are refused."""
+    if tools is None:
+        return None
+    out = []
+    for i, tool in enumerate(tools):
+        kind = tool.get("type")
+        if kind != "function":
+            raise bad(
+                f"tools[{i}].type",
+                f"{str(kind)[:80]!r} is not supported: this server runs no built-in tools "
+                "(web search, file search, code interpreter, computer use...); only "
+                "function tools (type 'function')",
+            )
+        keys = ("name", "description", "parameters", "strict")
+        out.append({"type": "function", "function": {k: tool[k] for k in keys if k in tool}})
+    return out
+
+
+def echoed_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """The request's function tools as a Response object repeats them."""
+    return [
+        {
+            "type": "function",
+            "name": tool.get("name"),
+            "description": tool.get("description"),
+            "parameters": tool.get("parameters"),
+            "strict": tool.get("strict"),
+        }
+        for tool in tools or ()
+    ]
+
+
+def chat_response_format(text: TextConfig | None) -> dict[str, Any] | None:
+    """``text.format`` as chat's ``response_format`` (the schema wrapped in ``json_schema``)."""
+    fmt = text.format if text is not None else None
+    if fmt is None or fmt.type == "text":
+        return None
+    if fmt.type == "json_object":
+        return {"type": "json_object"}
+    if fmt.type != "json_schema":
+        kinds = "'text', 'json_object', 'json_schema'"
+        raise bad("text.format.type", f"{fmt.type[:80]!r} is not one of {kinds}")
+    if fmt.schema_ is None:
+        raise bad("text.format.schema", "a json_schema format needs its schema")
+    wrapper = {"name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict}
+    given = {k: v for k, v in wrapper.items() if v is not None}
+    return {"type": "json_schema", "json_schema": given}
+
+
+def echoed_text(text: TextConfig | None) -> dict[str, Any]:
+    """The request's ``text`` as a Response object repeats it."""
+    fmt = text.format if text is not None else None
+    out: dict[str, Any] = {"format": {"type": "text"}}
+    if fmt is not None:
+        out["format"] = fmt.model_dump(by_alias=True, exclude_none=True)
+    if text is not None and text.verbosity is not None:
+        out["verbosity"] = text.verbosity
+    return out
