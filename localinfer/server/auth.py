@@ -1,5 +1,5 @@
-"""Optional API key: ``Authorization: Bearer KEY`` on /v1/* (health and metrics stay open for
-probes and scrapers)."""
+"""Optional API key on /v1/* (health and metrics stay open for probes and scrapers): sent as
+``Authorization: Bearer KEY`` (OpenAI clients) or ``x-api-key: KEY`` (Anthropic's clients)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,23 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from localinfer.server.errors import APIError
 
 
+def given_keys(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
+    """The keys a request sends: its Bearer token and its ``x-api-key`` (Claude Code sends either,
+    as ANTHROPIC_AUTH_TOKEN or ANTHROPIC_API_KEY); empty values left out."""
+    keys = []
+    for name, value in headers:
+        if name == b"authorization":
+            scheme, _, token = value.partition(b" ")
+            if scheme.lower() == b"bearer":
+                keys.append(token.strip())
+        elif name == b"x-api-key":
+            keys.append(value.strip())
+    return [key for key in keys if key]
+
+
 class APIKeyMiddleware:
-    """401 for /v1/* requests without ``Authorization: Bearer <key>`` (pure ASGI, so it runs
-    before body parsing and never wraps a streaming response)."""
+    """401 for /v1/* requests without the key (pure ASGI, so it runs before body parsing and
+    never wraps a streaming response)."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
         self.app = app
@@ -26,22 +40,17 @@ class APIKeyMiddleware:
         ):
             await self.app(scope, receive, send)
             return
-        given = b""
-        for name, value in scope.get("headers", ()):
-            if name == b"authorization":
-                scheme, _, token = value.partition(b" ")
-                if scheme.lower() == b"bearer":
-                    given = token.strip()
-        if not hmac.compare_digest(given, self._key):
+        given = given_keys(scope.get("headers", ()))
+        if not any(hmac.compare_digest(key, self._key) for key in given):
             state = scope["app"].state.localinfer  # a ServerState
             message = "missing API key" if not given else "invalid API key"
             state.metrics.count_error(401, "invalid_api_key")
             refusal = APIError(
                 401,
-                f"{message}: send it as 'Authorization: Bearer KEY'",
+                f"{message}: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'",
                 code="invalid_api_key",
                 headers={"WWW-Authenticate": "Bearer"},
             )
-            await refusal.response()(scope, receive, send)
+            await refusal.response(scope["path"])(scope, receive, send)
             return
         await self.app(scope, receive, send)

@@ -1,10 +1,15 @@
-"""Every failure leaves the server as OpenAI's error JSON with the right status.
+"""Every failure leaves the server as error JSON with the right status: OpenAI's shape,
 
     {"error": {"message": "...", "type": "invalid_request_error", "param": "top_p", "code": "..."}}
 
-FastAPI answers schema violations with 422 and its own shape; OpenAI clients expect 400 and the
-shape above, so the handlers here replace FastAPI's. A bug in this server becomes a 500 in the same
-shape (and a log line), never a dropped connection.
+or, on Anthropic's routes (/v1/messages...), Anthropic's shape (its SDK reads only this one):
+
+    {"type": "error", "error": {"type": "invalid_request_error", "message": "..."}}
+
+The shape is chosen by the request's path, so one ``APIError`` serves both APIs. FastAPI answers
+schema violations with 422 and its own shape; clients expect 400 and the shapes above, so the
+handlers here replace FastAPI's. A bug in this server becomes a 500 in the same shape (and a log
+line), never a dropped connection.
 """
 
 from __future__ import annotations
@@ -46,6 +51,25 @@ _TYPES = {
     503: "server_busy_error",
 }
 
+# Anthropic's error types (https://docs.anthropic.com/en/api/errors); 503 (every slot and queue
+# place taken, or the model still loading) is what Anthropic calls overloaded.
+_ANTHROPIC_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    503: "overloaded_error",
+    529: "overloaded_error",
+}
+ANTHROPIC_PATH = "/v1/messages"
+
+
+def speaks_anthropic(path: str) -> bool:
+    """Whether a request path is one of Anthropic's routes (its errors take Anthropic's shape)."""
+    return path == ANTHROPIC_PATH or path.startswith(ANTHROPIC_PATH + "/")
+
 
 class APIError(Exception):
     """An error raised by the server's own request handling (not by the engine)."""
@@ -69,8 +93,13 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         return error_body(self.status, self.message, code=self.code, param=self.param)
 
-    def response(self) -> JSONResponse:
-        return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
+    def anthropic_body(self) -> dict[str, Any]:
+        return anthropic_error_body(self.status, self.message)
+
+    def response(self, path: str = "") -> JSONResponse:
+        """The error for a request to ``path``: Anthropic's shape on its routes, else OpenAI's."""
+        body = self.anthropic_body() if speaks_anthropic(path) else self.body()
+        return JSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 class RefusingMiddleware:
@@ -84,7 +113,7 @@ class RefusingMiddleware:
     async def refuse(self, error: APIError, scope: Scope, receive: Receive, send: Send) -> None:
         if self._on_error is not None:
             self._on_error(error.status, error.code)
-        await error.response()(scope, receive, send)
+        await error.response(scope.get("path", ""))(scope, receive, send)
 
 
 def error_body(
@@ -102,12 +131,16 @@ def error_body(
     }
 
 
+def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
+    kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    return {"type": "error", "error": {"type": kind, "message": message}}
+
+
 # OpenAI-style routes this server does not answer yet, named so that a client learns that
 # rather than a bare "Not Found".
 NOT_SERVED_YET = {
     "/v1/embeddings": "embeddings",
     "/v1/responses": "the Responses API",
-    "/v1/messages": "the Anthropic Messages API",
 }
 
 
@@ -174,23 +207,23 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
 def install_error_handlers(app: FastAPI, on_error: ErrorCounter | None = None) -> None:
     """Replace FastAPI's error responses; ``on_error(status, code)`` counts each one."""
 
-    def respond(err: APIError) -> JSONResponse:
+    def respond(err: APIError, request: Request) -> JSONResponse:
         if on_error is not None:
             on_error(err.status, err.code)
-        return err.response()
+        return err.response(request.url.path)
 
     @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return respond(exc)
+    async def _api_error(request: Request, exc: APIError) -> JSONResponse:
+        return respond(exc, request)
 
     @app.exception_handler(LocalinferError)
-    async def _localinfer_error(_: Request, exc: LocalinferError) -> JSONResponse:
-        return respond(from_localinfer_error(exc))
+    async def _localinfer_error(request: Request, exc: LocalinferError) -> JSONResponse:
+        return respond(from_localinfer_error(exc), request)
 
     @app.exception_handler(RequestValidationError)
-    async def _validation_error(_: Request, exc: RequestValidationError) -> JSONResponse:
+    async def _validation_error(request: Request, exc: RequestValidationError) -> JSONResponse:
         message, param = _validation_message(exc)
-        return respond(APIError(400, message, code="invalid_request", param=param))
+        return respond(APIError(400, message, code="invalid_request", param=param), request)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
@@ -201,11 +234,10 @@ def install_error_handlers(app: FastAPI, on_error: ErrorCounter | None = None) -
         # Only the router raises a bare 404 (an unknown model is an APIError).
         message = unknown_route(request) if exc.status_code == 404 else str(exc.detail)
         headers = getattr(exc, "headers", None)
-        return respond(APIError(exc.status_code, message, code=code, headers=headers))
+        return respond(APIError(exc.status_code, message, code=code, headers=headers), request)
 
     @app.exception_handler(Exception)
-    async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
         log.exception("unhandled error while serving a request")
-        return respond(
-            APIError(500, f"internal server error: {type(exc).__name__}: {exc}", code="internal")
-        )
+        message = f"internal server error: {type(exc).__name__}: {exc}"
+        return respond(APIError(500, message, code="internal"), request)
