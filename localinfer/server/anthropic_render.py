@@ -1,0 +1,171 @@
+"""One answer written as Anthropic's Messages API writes it: a ``message`` object, or its stream.
+
+    event: message_start        {"message": {... "content": [], "usage": {"input_tokens": n}}}
+    event: content_block_start  {"index": 0, "content_block": {"type": "text", "text": ""}}
+    event: content_block_delta  {"index": 0, "delta": {"type": "text_delta", "text": "..."}}
+    event: content_block_stop   {"index": 0}
+    event: content_block_start  {"index": 1, "content_block": {"type": "tool_use", ...}}
+    event: content_block_delta  {"index": 1, "delta": {"type": "input_json_delta", ...}}
+    ...
+    event: message_delta        {"delta": {"stop_reason": "tool_use"}, "usage": {...}}
+    event: message_stop
+
+Text and tool calls arrive as the answer shape's deltas (``answer_shape``); each run of one kind
+is a content block. Whitespace that ends the text before a tool call (the newline before
+``<tool_call>``) is no block of its own: the stream holds a text's trailing whitespace until
+more text follows, and the whole message strips it when calls follow, so both agree.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Sequence
+from typing import Any, Literal
+
+from localinfer.engine.types import TokenLogprob
+from localinfer.server.answer_render import FinishedAnswer
+from localinfer.server.errors import APIError
+from localinfer.tools import ContentDelta, StreamDelta, ToolCall, ToolCallStart
+
+# The engine's finish reasons (after the answer shape) as Anthropic's stop reasons. The engine
+# reports "stop" for an end-of-turn token and for a stop string alike (its events do not say
+# which), so an answer cut by one of ``stop_sequences`` also reads "end_turn", stop_sequence null.
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def new_message_id() -> str:
+    return "msg_" + uuid.uuid4().hex[:24]
+
+
+def tool_use_id(call_id: str) -> str:
+    """A call's id as Anthropic spells them (``toolu_...``). Any id round-trips: the history's
+    tool_use and tool_result carry the same one into the template."""
+    return "toolu_" + call_id.removeprefix("call_")
+
+
+def tool_use_block(call: ToolCall) -> dict[str, Any]:
+    return {
+        "type": "tool_use",
+        "id": tool_use_id(call.id),
+        "name": call.name,
+        "input": json.loads(call.arguments) if call.arguments.strip() else {},
+    }
+
+
+def event(name: str, data: dict[str, Any]) -> bytes:
+    """One SSE message with Anthropic's ``event:`` line (its type, repeated in ``data``)."""
+    return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+class AnthropicRenderer:
+    """Writes one answer as a ``message`` or as its event stream (an ``AnswerRenderer``)."""
+
+    def __init__(self, model: str, input_tokens: int) -> None:
+        self._id = new_message_id()
+        self.model = model
+        self.input_tokens = input_tokens
+        self._blocks = 0  # content blocks started so far
+        self._open: Literal["text", "tool_use"] | None = None
+        self._held = ""  # trailing whitespace of the text so far
+
+    @property
+    def id(self) -> str:
+        return self._id
+
+    # -- whole --------------------------------------------------------------------------------
+
+    def whole(self, answer: FinishedAnswer) -> dict[str, Any]:
+        text = answer.content.rstrip() if answer.calls else answer.content
+        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        content.extend(tool_use_block(call) for call in answer.calls)
+        return {
+            **self._message(content),
+            "stop_reason": STOP_REASONS.get(answer.finish_reason, "end_turn"),
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": _output(answer)},
+        }
+
+    def _message(self, content: list[dict[str, Any]]) -> dict[str, Any]:
+        return {
+            "id": self._id,
+            "type": "message",
+            "role": "assistant",
+            "model": self.model,
+            "content": content,
+            "stop_reason": None,
+            "stop_sequence": None,
+        }
+
+    # -- stream -------------------------------------------------------------------------------
+
+    def opening(self) -> list[bytes]:
+        message = {
+            **self._message([]),
+            "usage": {"input_tokens": self.input_tokens, "output_tokens": 0},
+        }
+        return [event("message_start", {"type": "message_start", "message": message})]
+
+    def deltas(
+        self, deltas: Sequence[StreamDelta], logprobs: Sequence[TokenLogprob]
+    ) -> list[bytes]:
+        out: list[bytes] = []
+        for delta in deltas:
+            if isinstance(delta, ContentDelta):
+                out += self._text(delta.text)
+            elif isinstance(delta, ToolCallStart):
+                self._held = ""
+                block = {"type": "tool_use", "id": tool_use_id(delta.id), "name": delta.name}
+                out += self._start("tool_use", {**block, "input": {}})
+            elif delta.fragment:
+                piece = {"type": "input_json_delta", "partial_json": delta.fragment}
+                out.append(self._delta(piece))
+        return out
+
+    def closing(self, answer: FinishedAnswer) -> list[bytes]:
+        out = self._text_now(self._held) if not answer.calls else []
+        out += self._stop()
+        reason = STOP_REASONS.get(answer.finish_reason, "end_turn")
+        delta = {"stop_reason": reason, "stop_sequence": None}
+        usage = {"input_tokens": self.input_tokens, "output_tokens": _output(answer)}
+        data = {"type": "message_delta", "delta": delta, "usage": usage}
+        out.append(event("message_delta", data))
+        out.append(event("message_stop", {"type": "message_stop"}))
+        return out
+
+    def failure(self, error: APIError) -> list[bytes]:
+        return [event("error", error.anthropic_body())]
+
+    def _text(self, text: str) -> list[bytes]:
+        pending = self._held + text
+        shown = pending.rstrip()
+        self._held = pending[len(shown) :]
+        return self._text_now(shown)
+
+    def _text_now(self, text: str) -> list[bytes]:
+        if not text:
+            return []
+        out = [] if self._open == "text" else self._start("text", {"type": "text", "text": ""})
+        return [*out, self._delta({"type": "text_delta", "text": text})]
+
+    def _start(self, kind: Literal["text", "tool_use"], block: dict[str, Any]) -> list[bytes]:
+        out = self._stop()
+        self._open = kind
+        self._blocks += 1
+        data = {"type": "content_block_start", "index": self._blocks - 1, "content_block": block}
+        return [*out, event("content_block_start", data)]
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        data = {"type": "content_block_delta", "index": self._blocks - 1, "delta": delta}
+        return event("content_block_delta", data)
+
+    def _stop(self) -> list[bytes]:
+        if self._open is None:
+            return []
+        self._open = None
+        data = {"type": "content_block_stop", "index": self._blocks - 1}
+        return [event("content_block_stop", data)]
+
+
+def _output(answer: FinishedAnswer) -> int:
+    metrics = answer.metrics
+    return metrics.completion_tokens if metrics is not None else answer.completion_tokens

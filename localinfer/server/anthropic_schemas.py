@@ -1,0 +1,115 @@
+"""Request bodies of Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens).
+
+Validated with pydantic at the HTTP edge, like the OpenAI bodies in ``schemas``: unknown fields
+are ignored (Claude Code sends ``metadata``, ``thinking``, ``cache_control`` on blocks), every
+field this server acts on is type-checked. Content blocks are told apart by ``type``; image,
+document and thinking blocks are accepted here so that translation can refuse (or drop) them
+with a message that names the block, rather than a bare "tag not expected".
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+
+# Anthropic's own bound: temperature runs from 0 to 1 (OpenAI's to 2).
+AnthropicTemperature = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class _Block(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextBlock(_Block):
+    type: Literal["text"]
+    text: str
+
+
+class MediaBlock(_Block):
+    """An image or a document (PDF): refused by translation, this server reads text only."""
+
+    type: Literal["image", "document"]
+
+
+class ThinkingBlock(_Block):
+    """A model's own reasoning from an earlier turn: dropped from the prompt."""
+
+    type: Literal["thinking", "redacted_thinking"]
+
+
+class ToolUseBlock(_Block):
+    """An assistant's call of a tool."""
+
+    type: Literal["tool_use"]
+    id: str = Field(min_length=1)
+    name: str
+    input: dict[str, Any]
+
+
+class ToolResultBlock(_Block):
+    """A user turn's answer to a ``tool_use`` of the turn before."""
+
+    type: Literal["tool_result"]
+    tool_use_id: str = Field(min_length=1)
+    content: str | list[Annotated[TextBlock | MediaBlock, Field(discriminator="type")]] | None = (
+        None
+    )
+    is_error: StrictBool = False
+
+
+ContentBlock = Annotated[
+    TextBlock | MediaBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock,
+    Field(discriminator="type"),
+]
+
+
+class AnthropicMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["user", "assistant"]
+    content: str | list[ContentBlock]
+
+
+class AnthropicTool(BaseModel):
+    """A client tool (``input_schema`` is its input's JSON schema). Anthropic's server tools
+    (``type`` such as "web_search_20250305") are refused by translation."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    type: str | None = None
+
+
+class AnthropicToolChoice(BaseModel):
+    """``auto``: the model decides; ``any``: some tool; ``tool``: the tool ``name``; ``none``."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: StrictBool = False
+
+
+class CountTokensRequest(BaseModel):
+    """What a prompt is made of; /v1/messages/count_tokens takes just this."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    model: str | None = None
+    system: str | list[TextBlock] | None = None
+    messages: list[AnthropicMessage] = Field(min_length=1)
+    tools: list[AnthropicTool] | None = None
+    tool_choice: AnthropicToolChoice | None = None
+
+
+class MessagesRequest(CountTokensRequest):
+    max_tokens: StrictInt = Field(ge=1)  # required, as in Anthropic's API
+    stop_sequences: list[str] | None = Field(default=None, max_length=16)
+    temperature: AnthropicTemperature | None = None  # None: Anthropic's default, 1.0
+    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_k: StrictInt | None = Field(default=None, ge=0)
+    stream: StrictBool = False
+    metadata: dict[str, Any] | None = None  # accepted and ignored (a user id for abuse checks)
