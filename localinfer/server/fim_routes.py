@@ -1,11 +1,51 @@
-"""Fill-in-the-middle autocomplete: /v1/fim/completions (issue #21)."""
+"""Fill-in-the-middle autocomplete: ``/v1/fim/completions`` (issue #21).
+
+Mistral's FIM API, which Continue and other editors post to when a provider says it does FIM:
+``{"model", "prompt" (the text before the cursor), "suffix" (the text after it), "max_tokens",
+"temperature", "top_p", "stop", "stream", ...}``, answered as a chat completion (whole: the middle
+in ``choices[0].message.content``; streamed: ``choices[0].delta.content`` chunks). The body is
+translated into a text completion with ``suffix`` and run as ``/v1/completions`` runs one, so the
+FIM format (the model's own tokens, ``localinfer.fim``), sampling and stops are the same on both
+routes.
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import Response
+from pydantic import Field, StrictInt
 
+from localinfer.server.openai_routes import run_completion
+from localinfer.server.schemas import CompletionRequest, SamplingFields
 from localinfer.server.state import ServerState
 
 
+class FimCompletionRequest(SamplingFields):
+    """Mistral's ``/v1/fim/completions`` body (fields it has and this server does not act on,
+    such as ``min_tokens``, are ignored like any unknown field)."""
+
+    prompt: str  # the text before the cursor
+    suffix: str = ""  # the text after it; empty: complete at the end
+    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)  # Continue sends it
+    random_seed: StrictInt | None = Field(default=None, ge=0, lt=2**64)  # Mistral's seed
+
+    def as_completion(self) -> CompletionRequest:
+        fields = self.model_dump(include=set(SamplingFields.model_fields))
+        fields["max_tokens"] = self.max_tokens or self.max_completion_tokens
+        if self.seed is None:
+            fields["seed"] = self.random_seed
+        return CompletionRequest(**fields, prompt=self.prompt, suffix=self.suffix)
+
+
 def add_fim_routes(app: FastAPI, state: ServerState) -> None:
-    """Register the routes on ``app`` (being built in this session)."""
+    """``POST /v1/fim/completions`` on ``app``."""
+
+    @app.post("/v1/fim/completions")
+    async def fim_completions(body: FimCompletionRequest, request: Request) -> Response:
+        current = state.ready()
+        state.check_model(body.model)
+        # Mistral's default: the middle may run to the end of the context.
+        completion = body.as_completion()
+        return await run_completion(
+            state, current, request, completion, "chat", default_max_tokens=None
+        )

@@ -66,25 +66,41 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
     async def completions(body: CompletionRequest, request: Request) -> Response:
         current = state.ready()
         state.check_model(body.model)
-        logprobs = check_completion(body)
-        prompt, text = await run_in_threadpool(completion_prompt, current, body)
-        if body.echo and not text:  # a token-id prompt: echo its text
-            text = current.model.tokenizer.decode(prompt)
-        max_tokens = COMPLETIONS_DEFAULT_MAX_TOKENS if body.max_tokens is None else body.max_tokens
-        echo = text if body.echo else ""
-        spec = response_format_spec(body.response_format)
-        constraint = None
-        if spec is not None:
-            constraint = await run_in_threadpool(current.compile_constraint, spec)
-        builder = openai_builder("completion", body, state, current, logprobs)
-        given = GenerationInput(
-            prompt,
-            openai_params(body, current, prompt, logprobs, max_tokens),
-            body.stream,
-            OpenAIRenderer(builder, echo=echo),
-            constraint=constraint,
-        )
-        return await generate(state, current, request, given)
+        return await run_completion(state, current, request, body, "completion")
+
+
+async def run_completion(
+    state: ServerState,
+    session: ServedSession,
+    request: Request,
+    body: CompletionRequest,
+    kind: Kind,
+    default_max_tokens: int | None = COMPLETIONS_DEFAULT_MAX_TOKENS,
+) -> Response:
+    """A text completion (a fill-in-the-middle one with ``suffix``), answered as ``kind``:
+    text completions, or chat completions for FIM APIs that answer that way (Mistral's)."""
+    logprobs = check_completion(body)
+    prompt = await run_in_threadpool(completion_prompt, session, body, state.served_name)
+    text = prompt.text
+    if body.echo and not text:  # a token-id prompt: echo its text
+        text = session.model.tokenizer.decode(prompt.ids)
+    max_tokens = default_max_tokens if body.max_tokens is None else body.max_tokens
+    params = openai_params(body, session, prompt.ids, logprobs, max_tokens)
+    if prompt.stop_token_ids:
+        params = params.model_copy(update={"stop_token_ids": prompt.stop_token_ids})
+    spec = response_format_spec(body.response_format)
+    constraint = None
+    if spec is not None:
+        constraint = await run_in_threadpool(session.compile_constraint, spec)
+    builder = openai_builder(kind, body, state, session, logprobs)
+    given = GenerationInput(
+        prompt.ids,
+        params,
+        body.stream,
+        OpenAIRenderer(builder, echo=text if body.echo else ""),
+        constraint=constraint,
+    )
+    return await generate(state, session, request, given)
 
 
 def openai_params(

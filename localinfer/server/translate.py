@@ -7,12 +7,14 @@ compute, and becomes an APIError (400) that names the parameter.
 from __future__ import annotations
 
 import math
-from typing import Any, Protocol
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import ValidationError
 
 from localinfer.engine.types import SamplingParams
 from localinfer.errors import ContextOverflowError
+from localinfer.fim import fim_format
 from localinfer.loading.unicode_text import scrub_surrogates
 from localinfer.server.errors import APIError
 from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
@@ -21,10 +23,26 @@ from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, 
 DEFAULT_TEMPERATURE = 1.0
 
 
+if TYPE_CHECKING:
+    from localinfer.loading.model import LoadedModel
+
+
 class PromptSource(Protocol):
     """What translation needs from a session (localinfer.session.Session fits)."""
 
+    @property
+    def model(self) -> LoadedModel: ...
+
     def raw_prompt_ids(self, text: str) -> list[int]: ...
+
+
+@dataclass(slots=True, frozen=True)
+class CompletionPrompt:
+    """A text completion's prompt, as the engine takes it."""
+
+    ids: list[int]
+    text: str  # the prompt's text, for echo ("" for token ids); surrogates replaced
+    stop_token_ids: tuple[int, ...] = ()  # fill-in-the-middle: the tokens that end a middle
 
 
 def bad_param(param: str, message: str, code: str = "invalid_parameter") -> APIError:
@@ -56,34 +74,47 @@ def check_completion(body: CompletionRequest) -> int | None:
     _check_common(body)
     if body.best_of not in (None, 1):
         raise bad_param("best_of", "best_of > 1 is not supported")
-    if body.suffix:
-        raise bad_param("suffix", "suffix (fill-in-the-middle) is not supported")
     if body.echo and body.logprobs is not None:
         raise bad_param("echo", "echo with logprobs is not supported")
     return body.logprobs
 
 
-def completion_prompt(source: PromptSource, body: CompletionRequest) -> tuple[list[int], str]:
-    """Token ids of the prompt, and its text (for ``echo``; empty for token-id prompts). The
-    text has lone surrogates replaced, as the tokenizer saw it: the JSON writer cannot encode
-    them."""
+def completion_prompt(
+    source: PromptSource, body: CompletionRequest, model: str | None = None
+) -> CompletionPrompt:
+    """The prompt's token ids, and its text. With ``suffix`` (an empty one too) it is a
+    fill-in-the-middle prompt in the format of the model's FIM tokens (``localinfer.fim``;
+    a 400 naming ``model`` when it has none), the prompt being the text before the cursor."""
     prompt = body.prompt
     if isinstance(prompt, list):
         if not prompt:
             raise bad_param("prompt", "the prompt is empty")
         if all(isinstance(t, int) for t in prompt):
-            return [int(t) for t in prompt], ""  # type: ignore[arg-type]
+            return _token_prompt([int(t) for t in prompt], body)  # type: ignore[arg-type]
         if len(prompt) != 1:
             raise bad_param(
                 "prompt", "send one prompt per request (a list of prompts is not supported)"
             )
         first = prompt[0]
         if isinstance(first, list):
-            return [int(t) for t in first], ""
+            return _token_prompt([int(t) for t in first], body)
         prompt = first
+    if body.suffix is not None:
+        tokenizer = source.model.tokenizer
+        fim = fim_format(tokenizer, field="suffix", model=model)
+        ids = fim.prompt_ids(tokenizer, prompt, body.suffix)
+        return CompletionPrompt(ids, scrub_surrogates(prompt), fim.stop_ids)
     if not prompt:
         raise bad_param("prompt", "the prompt is empty")
-    return source.raw_prompt_ids(prompt), scrub_surrogates(prompt)
+    return CompletionPrompt(source.raw_prompt_ids(prompt), scrub_surrogates(prompt))
+
+
+def _token_prompt(ids: list[int], body: CompletionRequest) -> CompletionPrompt:
+    if body.suffix is not None:
+        raise bad_param(
+            "prompt", "fill-in-the-middle (suffix) needs the prompt as text, not token ids"
+        )
+    return CompletionPrompt(ids, "")
 
 
 def sampling_params(
