@@ -22,6 +22,13 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 LogitsWanted = Literal["last", "all"]
+# How an embedding pools a sequence's final hidden states (after the final norm): their mean,
+# the last token's or the first token's (BERT's [CLS]); every vector is then L2-normalised.
+Pooling = Literal["mean", "last", "cls"]
+POOLINGS: tuple[Pooling, ...] = ("mean", "last", "cls")
+# At most this many sequences share one embedding pass (llama.cpp: the embedding context's
+# n_seq_max); a pass's padded cells (sequences x longest) stay within one slot's max_ctx.
+EMBED_PASS_MAX_INPUTS = 64
 
 
 @dataclass(slots=True, frozen=True)
@@ -155,3 +162,83 @@ def check_batch(batch: Sequence[SlotWork], lengths: Sequence[int], max_ctx: int)
         end = work.start_pos + len(work.tokens)
         if end > max_ctx:
             raise ContextOverflowError(requested=end, limit=max_ctx)
+
+
+class EmbeddingPass(Protocol):
+    """Pooled embeddings of a few token sequences, computed in pieces (see EmbeddingRunner).
+
+    A pass owns its scratch KV (never a slot's), so it may run between or beside the engine's
+    forwards; ``close`` frees it. Sequences are fed in order, each as far as the budget goes."""
+
+    @property
+    def done(self) -> bool:
+        """Every token of every sequence has been through the model."""
+        ...
+
+    def feed(self, max_tokens: int) -> int:
+        """Run up to ``max_tokens`` (at least one) more tokens; returns how many ran."""
+        ...
+
+    def vectors(self) -> np.ndarray:
+        """``[n, hidden]`` float32, each row of unit L2 norm; only once ``done``."""
+        ...
+
+    def close(self) -> None: ...
+
+
+@runtime_checkable
+class EmbeddingRunner(Protocol):
+    """A runner that also embeds: the final hidden state, normed as before the LM head, pooled
+    per sequence and L2-normalised."""
+
+    def start_embedding(self, inputs: Sequence[Sequence[int]], pooling: Pooling) -> EmbeddingPass:
+        """A pass over ``inputs`` (each non-empty, within max_ctx, one of
+        :func:`plan_embedding_passes`' groups); raises before any compute when they are not."""
+        ...
+
+    def embed(self, inputs: Sequence[Sequence[int]], pooling: Pooling) -> np.ndarray:
+        """``[len(inputs), hidden]`` float32 unit vectors, in input order, all at once."""
+        ...
+
+
+def plan_embedding_passes(
+    lengths: Sequence[int], max_cells: int, max_inputs: int = EMBED_PASS_MAX_INPUTS
+) -> list[list[int]]:
+    """Input indices grouped into passes: sorted by length so a pass pads little, each pass at
+    most ``max_inputs`` sequences whose count x longest length stays within ``max_cells`` (a
+    longer single input gets a pass of its own)."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    passes: list[list[int]] = []
+    for i in order:
+        group = passes[-1] if passes else None
+        # Sorted ascending, so this input is the group's longest once added.
+        if group and len(group) < max_inputs and (len(group) + 1) * lengths[i] <= max_cells:
+            group.append(i)
+        else:
+            passes.append([i])
+    return passes
+
+
+def embed_all(
+    runner: EmbeddingRunner,
+    inputs: Sequence[Sequence[int]],
+    pooling: Pooling,
+    max_cells: int,
+    chunk: int = 512,
+) -> np.ndarray:
+    """Every input's vector, pass after pass (``plan_embedding_passes``), in input order."""
+    out: np.ndarray | None = None
+    for group in plan_embedding_passes([len(x) for x in inputs], max_cells):
+        embedding = runner.start_embedding([inputs[i] for i in group], pooling)
+        try:
+            while not embedding.done:
+                embedding.feed(chunk)
+            vectors = embedding.vectors()
+        finally:
+            embedding.close()
+        if out is None:
+            out = np.empty((len(inputs), vectors.shape[1]), dtype=np.float32)
+        out[group] = vectors
+    if out is None:
+        raise ValueError("nothing to embed")
+    return out

@@ -24,10 +24,19 @@ from pathlib import Path
 
 import numpy as np
 
-from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork, check_batch
+from localinfer.backends.base import (
+    MemoryReport,
+    Pooling,
+    RunnerConfig,
+    RunnerInfo,
+    SlotWork,
+    check_batch,
+    embed_all,
+)
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.batch import BatchBuffer, flatten_batch
 from localinfer.backends.llamacpp.cpu import physical_cores
+from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
     BackendUnavailableError,
@@ -91,6 +100,8 @@ class LlamaCppRunner:
     ) -> None:
         self._model_ptr = None
         self._ctx = None
+        self._embedding: EmbeddingContext | None = None  # made on the first embedding
+        self._embedding_buffers = LlamaCppBuffers(0, 0, 0)
         path = Path(model.path)
         if model.format != "gguf":
             raise UnsupportedModelError(
@@ -219,6 +230,24 @@ class LlamaCppRunner:
 
         return [p[0] if len(p) == 1 else np.concatenate(p, axis=0) for p in pieces]
 
+    def start_embedding(
+        self, inputs: Sequence[Sequence[int]], pooling: Pooling
+    ) -> LlamaCppEmbeddingPass:
+        """A pass in the embedding context (backends/llamacpp/embedding.py), made on first use."""
+        self._require_open()
+        if self._embedding is None:
+            self._embedding = EmbeddingContext(
+                self._llama, self._model_ptr, self._config.max_ctx, self._threads,
+                self._flash_attn,
+            )  # fmt: skip
+            self._embedding_buffers = _parse_buffers(self._embedding.log_text)
+        return LlamaCppEmbeddingPass(
+            self._embedding, inputs, pooling, max_ctx=self._config.max_ctx, vocab=self._vocab
+        )
+
+    def embed(self, inputs: Sequence[Sequence[int]], pooling: Pooling) -> np.ndarray:
+        return embed_all(self, inputs, pooling, self._config.max_ctx)
+
     def slot_length(self, slot: int) -> int:
         return self._lengths.checked(slot)
 
@@ -245,13 +274,18 @@ class LlamaCppRunner:
         ``n_ctx x layers x (k + v) x f16`` block, which is what is resident whatever the slots
         hold (``llama_state_seq_get_size`` would instead measure only the used cells, serialised).
         overhead: llama.cpp's logged compute buffer plus its logits buffer, which grows to the
-        largest number of output rows requested so far.
+        largest number of output rows requested so far; once embeddings have run, also the
+        embedding context's logged KV, compute and output buffers.
         """
         self._require_open()
         weights = int(self._llama.llama_model_size(self._model_ptr))
         kv = self._buffers.kv or self.kv_cache_bytes_computed()
         logits_now = self._max_outputs * self._vocab * 4
         overhead = self._buffers.compute + max(self._buffers.output, logits_now)
+        if self._embedding is not None:
+            emb = self._embedding_buffers
+            output = max(emb.output, self._embedding.output_bytes(self._vocab))
+            overhead += emb.kv + emb.compute + output
         return MemoryReport(
             weights=weights, kv_cache=kv, overhead=overhead, device=self._config.device
         )
@@ -289,6 +323,9 @@ class LlamaCppRunner:
         llama = getattr(self, "_llama", None)
         if llama is None:
             return
+        if getattr(self, "_embedding", None) is not None:
+            self._embedding.free()
+            self._embedding = None
         if getattr(self, "_ctx", None):
             llama.llama_free(self._ctx)
             self._ctx = None

@@ -13,9 +13,17 @@ from collections.abc import Sequence
 import mlx.core as mx
 import numpy as np
 
-from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork
+from localinfer.backends.base import (
+    MemoryReport,
+    Pooling,
+    RunnerConfig,
+    RunnerInfo,
+    SlotWork,
+    embed_all,
+)
 from localinfer.backends.mlx.batch_layout import layout_batch
 from localinfer.backends.mlx.device import device_label, recommended_working_set, resolve_device
+from localinfer.backends.mlx.embedding import MLXEmbeddingPass
 from localinfer.backends.mlx.kv_cache import SlotKVCache
 from localinfer.backends.mlx.model import MLX_ARCHS, LlamaModel
 from localinfer.backends.mlx.quant_spec import parse_quant
@@ -99,6 +107,20 @@ class MLXRunner(InPlaceSlots):
         out = np.asarray(logits)  # [R, vocab] float32
         self._advance(batch)
         return split_logits(out, layout.logit_rows)
+
+    def start_embedding(
+        self, inputs: Sequence[Sequence[int]], pooling: Pooling
+    ) -> MLXEmbeddingPass:
+        """An embedding pass in a scratch cache of its own (backends/mlx/embedding.py)."""
+        self._check_open()
+        embedding = MLXEmbeddingPass(
+            self._model, inputs, pooling, max_ctx=self.config.max_ctx, device=self.device
+        )
+        self._peak_transient = max(self._peak_transient, embedding.scratch_bytes())
+        return embedding
+
+    def embed(self, inputs: Sequence[Sequence[int]], pooling: Pooling) -> np.ndarray:
+        return embed_all(self, inputs, pooling, self.config.max_ctx)
 
     def decode_bytes_per_step(self) -> int:
         """Weight bytes one decode step reads: every matrix once (the embedding table only when

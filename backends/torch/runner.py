@@ -8,12 +8,20 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from localinfer.backends.base import MemoryReport, RunnerConfig, RunnerInfo, SlotWork
+from localinfer.backends.base import (
+    MemoryReport,
+    Pooling,
+    RunnerConfig,
+    RunnerInfo,
+    SlotWork,
+    embed_all,
+)
 from localinfer.backends.ragged_batch import pack_batch
 from localinfer.backends.slot_lengths import InPlaceSlots, SlotLengths, split_logits
 from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.cpu_kernels import matrix_decoder
+from localinfer.backends.torch.embedding import TorchEmbeddingPass
 from localinfer.backends.torch.kv_cache import StaticKVCache
 from localinfer.backends.torch.model import LlamaModel
 from localinfer.backends.torch.native_forward import NativeForward
@@ -68,6 +76,7 @@ class TorchRunner(InPlaceSlots):
         )  # fmt: skip
         self._native = self._native_forward(plan, weights)
         self._peak_activations = 0  # bytes of the largest forward's main intermediates
+        self._peak_scratch = 0  # bytes of the largest embedding pass's scratch KV
         self._lengths = SlotLengths(config.slots)
         self._closed = False
         self.info = RunnerInfo.from_config(
@@ -112,6 +121,21 @@ class TorchRunner(InPlaceSlots):
         self._advance(batch)
         return split_logits(out, packed.logit_rows)
 
+    def start_embedding(
+        self, inputs: Sequence[Sequence[int]], pooling: Pooling
+    ) -> TorchEmbeddingPass:
+        """An embedding pass in a scratch cache of its own (backends/torch/embedding.py)."""
+        self._check_open()
+        embedding = TorchEmbeddingPass(
+            self._model, inputs, pooling,
+            max_ctx=self.config.max_ctx, dtype=self.dtype, device=self.device,
+        )  # fmt: skip
+        self._peak_scratch = max(self._peak_scratch, embedding.scratch_bytes())
+        return embedding
+
+    def embed(self, inputs: Sequence[Sequence[int]], pooling: Pooling) -> np.ndarray:
+        return embed_all(self, inputs, pooling, self.config.max_ctx)
+
     def decode_bytes_per_step(self) -> int:
         """Weight bytes one decode step reads: every matrix once (the embedding table only when
         it doubles as the LM head). The bandwidth model behind scripts/bench-runner."""
@@ -138,7 +162,7 @@ class TorchRunner(InPlaceSlots):
             overhead = max(0, reserved - weights - kv)
         else:
             tables = sum(t.untyped_storage().nbytes() for t in (self._model.cos, self._model.sin))
-            overhead = tables + self._peak_activations
+            overhead = tables + self._peak_activations + self._peak_scratch
             if self._dequant_buffer is not None:  # scratch the quantized matmuls expand into
                 overhead += self._dequant_buffer.nbytes()
         return MemoryReport(

@@ -1,0 +1,178 @@
+"""Embeddings on the llama.cpp runner: a second llama_context in llama.cpp's embedding mode.
+
+The generation context keeps every slot's KV; embeddings run in a context of their own, made on
+the first embedding request (a server that never embeds never pays for it), with
+``embeddings = true``, ``max_ctx`` KV cells shared (``kv_unified``) by up to
+``EMBED_PASS_MAX_INPUTS`` sequences, and 128-token decode calls.
+
+Its pooling type is NONE, and the pooling (mean / last / first token, as the model declares)
+happens here in numpy, over the per-token states llama.cpp outputs (``llama_get_embeddings_ith``:
+the final hidden state after the output norm, what its pooled modes pool too). The reason: a
+pooled context pools each ubatch alone, so an input would have to fit one ubatch, and a
+``max_ctx``-token ubatch would reserve a compute buffer of ``max_ctx x vocab`` logits. Per-token
+states let a long input run in pieces (the causal KV carries it), like a chunked prefill.
+Memory (llama.cpp's own log, SmolLM2-135M at 512 cells): 11.25 MiB KV, 24.6 MiB compute, an
+output buffer of logits and states for up to 128 rows (12.1 MiB at creation, 24.3 MiB once a
+decode outputs 128 rows); the runner's ``memory()`` reports them.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+from types import ModuleType
+
+import numpy as np
+
+from localinfer.backends.base import EMBED_PASS_MAX_INPUTS, Pooling
+from localinfer.backends.embedding_pass import Piece, PooledPass, split_pooled
+from localinfer.backends.llamacpp import native
+from localinfer.backends.llamacpp.batch import BatchBuffer
+from localinfer.errors import BackendUnavailableError
+
+EMBED_N_BATCH = 128  # tokens per llama_decode call of the embedding context
+
+
+class EmbeddingContext:
+    """The embedding context; at most one pass uses it at a time."""
+
+    def __init__(
+        self,
+        llama: ModuleType,
+        model_ptr: object,
+        max_ctx: int,
+        threads: int,
+        flash_attn: bool | None,
+    ) -> None:
+        params = llama.llama_context_default_params()
+        params.n_ctx = max_ctx
+        params.n_seq_max = EMBED_PASS_MAX_INPUTS
+        params.kv_unified = True  # a pass's sequences share the cells: their total <= max_ctx
+        params.n_batch = EMBED_N_BATCH
+        params.n_ubatch = EMBED_N_BATCH
+        params.n_threads = threads
+        params.n_threads_batch = threads
+        params.embeddings = True
+        params.pooling_type = llama.LLAMA_POOLING_TYPE_NONE
+        params.no_perf = True
+        if flash_attn is not None:
+            params.flash_attn_type = (
+                llama.LLAMA_FLASH_ATTN_TYPE_ENABLED
+                if flash_attn
+                else llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            )
+        capture = native.LogCapture()
+        with native.listen(capture):
+            ctx = llama.llama_init_from_model(model_ptr, params)
+        if not ctx:
+            reasons = capture.errors()
+            raise BackendUnavailableError(
+                "llama.cpp could not create its embedding context: "
+                + (reasons[0] if reasons else "unknown error")
+            )
+        self.log_text = capture.text()  # the runner reads the buffer sizes out of it
+        self.cells = int(llama.llama_n_ctx(ctx))
+        self.hidden = int(llama.llama_model_n_embd(model_ptr))
+        self._llama = llama
+        self._ctx = ctx
+        self._memory = llama.llama_get_memory(ctx)
+        self._buffer = BatchBuffer(llama, EMBED_N_BATCH)
+        self.in_use = False
+        self.max_outputs = 0  # the most rows one decode has output so far
+
+    def output_bytes(self, vocab: int) -> int:
+        """The output buffer as it stands: llama.cpp grows it to the most rows one decode has
+        output, each holding logits and a hidden state (it computes both)."""
+        return self.max_outputs * (vocab + self.hidden) * 4
+
+    def clear(self) -> None:
+        self._llama.llama_memory_clear(self._memory, True)
+
+    def decode(
+        self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray
+    ) -> np.ndarray:
+        """One llama_decode of at most EMBED_N_BATCH rows; returns ``[outputs, hidden]`` float32,
+        the states of the rows flagged in ``want``, in order."""
+        buf, n = self._buffer, len(tokens)
+        buf.token[:n] = tokens
+        buf.pos[:n] = pos
+        buf.seq[:n, 0] = seq
+        buf.logits[:n] = want
+        buf.batch.n_tokens = n
+        rc = self._llama.llama_decode(self._ctx, buf.batch)
+        if rc != 0:
+            raise RuntimeError(f"llama_decode (embeddings) failed with code {rc} on {n} tokens")
+        rows = np.flatnonzero(want)
+        self.max_outputs = max(self.max_outputs, len(rows))
+        return self._copy_rows(rows)
+
+    def _copy_rows(self, rows: np.ndarray) -> np.ndarray:
+        llama, n = self._llama, len(rows)
+        if n == 0:
+            return np.empty((0, self.hidden), dtype=np.float32)
+        first = llama.llama_get_embeddings_ith(self._ctx, int(rows[0]))
+        if not first:
+            raise RuntimeError(f"llama.cpp has no embedding for batch row {rows[0]}")
+        if n > 1:
+            # Outputs follow batch order, so the rows are contiguous; checked, not trusted.
+            last = llama.llama_get_embeddings_ith(self._ctx, int(rows[-1]))
+            expect = ctypes.addressof(first.contents) + (n - 1) * self.hidden * 4
+            if not last or ctypes.addressof(last.contents) != expect:
+                return np.concatenate([self._copy_rows(rows[k : k + 1]) for k in range(n)])
+        return np.ctypeslib.as_array(first, shape=(n, self.hidden)).copy()  # [n, hidden]
+
+    def free(self) -> None:
+        if self._ctx:
+            self._llama.llama_free(self._ctx)
+            self._ctx = None
+
+
+class LlamaCppEmbeddingPass(PooledPass):
+    def __init__(
+        self,
+        context: EmbeddingContext,
+        inputs: Sequence[Sequence[int]],
+        pooling: Pooling,
+        *,
+        max_ctx: int,
+        vocab: int,
+    ) -> None:
+        super().__init__(inputs, pooling, context.hidden, max_ctx, vocab)
+        total = sum(len(t) for t in self.inputs)
+        if total > context.cells:
+            raise ValueError(
+                f"an embedding pass of {total} tokens; the embedding context holds "
+                f"{context.cells} (plan passes with plan_embedding_passes)"
+            )
+        if context.in_use:
+            raise RuntimeError("another embedding pass is still open on this runner")
+        context.clear()
+        context.in_use = True
+        self._context: EmbeddingContext | None = context
+
+    def close(self) -> None:
+        if self._context is not None:
+            self._context.clear()
+            self._context.in_use = False
+            self._context = None
+        super().close()
+
+    def _run(self, pieces: list[Piece]) -> list[np.ndarray | None]:
+        assert self._context is not None
+        tokens = np.concatenate([np.asarray(p.tokens, dtype=np.int32) for p in pieces])
+        pos = np.concatenate([np.arange(p.start, p.start + len(p.tokens)) for p in pieces])
+        seq = np.concatenate([np.full(len(p.tokens), p.seq, dtype=np.int32) for p in pieces])
+        want = np.zeros(len(tokens), dtype=np.int8)
+        row = 0
+        for p in pieces:
+            if p.pooled is not None:
+                want[row + p.pooled[0] : row + p.pooled[1]] = 1
+            row += len(p.tokens)
+        blocks = []
+        for start in range(0, len(tokens), EMBED_N_BATCH):
+            end = start + EMBED_N_BATCH
+            blocks.append(
+                self._context.decode(tokens[start:end], pos[start:end], seq[start:end],
+                                     want[start:end])
+            )  # fmt: skip
+        return split_pooled(pieces, np.concatenate(blocks))
