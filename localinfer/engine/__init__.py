@@ -1,6 +1,12 @@
 """The engine: continuous batching over a Runner, sampling, streaming and metrics."""
 
 from localinfer.engine.constraint import ConstraintSource, SequenceConstraint
+from localinfer.engine.embedding import (
+    EmbeddingError,
+    EmbeddingHandle,
+    EmbeddingRequest,
+    EmbeddingResult,
+)
 from localinfer.engine.engine import Engine, TokenizerLike
 from localinfer.engine.handle import GenerationResult, RequestHandle
 from localinfer.engine.scheduler import StepReport
@@ -16,6 +22,10 @@ from localinfer.engine.types import (
 
 __all__ = [
     "ConstraintSource",
+    "EmbeddingError",
+    "EmbeddingHandle",
+    "EmbeddingRequest",
+    "EmbeddingResult",
     "Engine",
     "EngineMetrics",
     "FinishReason",

@@ -22,8 +22,14 @@ import time
 from collections.abc import AsyncIterator, Iterable
 from typing import Protocol
 
-from localinfer.backends.base import Runner
+from localinfer.backends.base import EmbeddingRunner, Runner
 from localinfer.engine.detokenizer import Detokenizer
+from localinfer.engine.embedding import (
+    EmbeddingHandle,
+    EmbeddingJob,
+    EmbeddingRequest,
+    check_embedding_request,
+)
 from localinfer.engine.handle import GenerationResult, RequestHandle
 from localinfer.engine.metrics import Clock, MetricsRecorder, RequestTiming
 from localinfer.engine.sampler import TokenSampler
@@ -31,7 +37,12 @@ from localinfer.engine.scheduler import Scheduler, StepReport
 from localinfer.engine.sequence import EventSink, Sequence
 from localinfer.engine.speculative import Speculator
 from localinfer.engine.types import EngineMetrics, Request, StreamEvent
-from localinfer.errors import ContextOverflowError, InvalidParameterError, QueueFullError
+from localinfer.errors import (
+    ContextOverflowError,
+    InvalidParameterError,
+    QueueFullError,
+    UnsupportedModelError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -155,6 +166,38 @@ class Engine:
         finally:
             if not finished:
                 self.abort(seq.request_id)
+
+    def embed(self, request: EmbeddingRequest) -> EmbeddingHandle:
+        """Queue an embedding job (engine/embedding.py says how it shares the engine); raises
+        QueueFullError, ContextOverflowError, InvalidParameterError or UnsupportedModelError
+        before any compute. ``handle.result()`` waits for the vectors."""
+        if self._closed:
+            raise QueueFullError("engine is shutting down")
+        if not isinstance(self.runner, EmbeddingRunner):
+            raise UnsupportedModelError(
+                f"the {self.runner.info.backend} runner does not compute embeddings"
+            )
+        check_embedding_request(request, self.vocab_size, self.max_ctx)
+        request = dataclasses.replace(
+            request,
+            inputs=[[int(t) for t in ids] for ids in request.inputs],
+            request_id=request.request_id or f"emb-{next(self._ids)}",
+        )
+        job: EmbeddingJob | None = None
+
+        def abort() -> None:
+            if job is not None:
+                job.aborted = True
+                with self._wake:
+                    self._wake.notify()
+
+        pump = None if self._thread is not None else self._pump
+        handle = EmbeddingHandle(request.request_id, abort=abort, pump=pump)
+        job = self._scheduler.embeddings.new_job(request, handle)
+        self._scheduler.add_embedding(job)
+        with self._wake:
+            self._wake.notify()
+        return handle
 
     def abort(self, request_id: str) -> bool:
         """Ask for a request to stop; it finishes with "abort" at the next step. False if the

@@ -14,7 +14,9 @@ Each step:
    and never freezes them (``batch_plan``);
 4. one ``Runner.forward`` (slot by slot when it fails, so only the failing request errs:
    ``forward_fallback``); a slot whose whole pending input was fed samples its next token;
-5. finished requests (stop, length, error) emit their last event and free their slot.
+5. finished requests (stop, length, error) emit their last event and free their slot;
+6. when an embedding job waits, up to ``prefill_chunk`` of its tokens run in the runner's scratch
+   KV, never a slot's (``embedding``), so streams advance every step beside it.
 
 With a :class:`~localinfer.engine.speculative.Speculator`, a decoding slot may feed its last
 token plus k proposed tokens (``logits="all"``) in the same ragged forward; verification keeps a
@@ -37,6 +39,7 @@ import numpy as np
 
 from localinfer.backends.base import Runner
 from localinfer.engine.batch_plan import PlannedWork, plan_batch, speculation_candidates
+from localinfer.engine.embedding import EmbeddingJob, EmbeddingQueue
 from localinfer.engine.forward_fallback import forward_each_isolated
 from localinfer.engine.metrics import MetricsRecorder
 from localinfer.engine.sampler import SampledToken
@@ -62,6 +65,7 @@ class StepReport:
     reused: dict[str, int] = field(default_factory=dict)  # request -> prompt tokens from cache
     sampled: list[str] = field(default_factory=list)  # requests that got a new token
     finished: dict[str, str] = field(default_factory=dict)  # request -> finish reason
+    embedded: int = 0  # tokens of embedding jobs run after the forward
 
     @property
     def batch_tokens(self) -> int:
@@ -98,6 +102,8 @@ class Scheduler:
         self._lock = threading.Lock()  # guards `waiting` and the metrics counters
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: prefill budget goes first-come
+        # Embedding jobs: prefill-only, in the runner's scratch KV, never in a slot (embedding.py)
+        self.embeddings = EmbeddingQueue(max_cells=self.max_ctx)
         self._step_no = 0
 
     # -- any thread ------------------------------------------------------------------------
@@ -111,7 +117,7 @@ class Scheduler:
         whatever the engine thread is doing."""
         with self._lock:
             free = len(self.slots) - len(self.slots.busy())
-            if len(self.waiting) + len(seqs) > free + self.max_queue:
+            if self._queued() + len(seqs) > free + self.max_queue:
                 raise QueueFullError(
                     f"engine is busy: all {len(self.slots)} slots taken and "
                     f"{len(self.waiting)} requests already waiting "
@@ -119,15 +125,32 @@ class Scheduler:
                 )
             self.waiting.extend(seqs)
 
+    def add_embedding(self, job: EmbeddingJob) -> None:
+        """Queue an embedding job (QueueFullError when the queue is full). The job running
+        takes no queue place, as a request in a slot takes none."""
+        with self._lock:
+            if self.embeddings.depth() and self._queued() >= self.max_queue:
+                raise QueueFullError(
+                    f"engine is busy: {self._queued()} requests already waiting "
+                    f"(queue limit {self.max_queue}); retry later"
+                )
+            self.embeddings.add(job)
+
+    def _queued(self) -> int:
+        """Requests holding a queue place: generation waiting for a slot, embedding jobs
+        waiting behind the running one."""
+        return len(self.waiting) + max(0, self.embeddings.depth() - 1)
+
     def has_work(self) -> bool:
-        return bool(self.waiting) or bool(self.running)
+        return bool(self.waiting) or bool(self.running) or self.embeddings.has_work()
 
     def snapshot(self) -> EngineMetrics:
         with self._lock:
             return self._metrics.snapshot(
                 slots_total=len(self.slots),
                 slots_busy=len(self.running),
-                queue_depth=len(self.waiting),
+                # Embedding jobs hold no slot: running or waiting, they show here.
+                queue_depth=len(self.waiting) + self.embeddings.depth(),
                 kv_cells_used=self.slots.cells_used(),
                 kv_cells_total=len(self.slots) * self.max_ctx,
             )
@@ -147,6 +170,8 @@ class Scheduler:
                 self.speculator.observe_forward(time.perf_counter() - started, plain)
             for item, out in zip(planned, outputs, strict=True):
                 self._after_forward(item, out, report)
+        if self.embeddings.has_work():
+            report.embedded = self.embeddings.step(self.runner, self.prefill_chunk)
         self._step_no += 1
         with self._lock:
             self._metrics.steps = self._step_no
@@ -158,6 +183,7 @@ class Scheduler:
             waiting, self.waiting = list(self.waiting), deque()
         for seq in waiting + list(self.running):
             self._finish(seq, reason, error=error)
+        self.embeddings.fail_all(error or reason)
 
     def _drop_aborted(self, report: StepReport) -> None:
         with self._lock:
