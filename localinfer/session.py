@@ -36,6 +36,8 @@ from localinfer.speculation import NGRAM, check_draft_model, default_spec_config
 if TYPE_CHECKING:
     from localinfer.catalog import CatalogEntry
     from localinfer.constraints import CompiledConstraint, ConstraintCompiler, ConstraintSpec
+    from localinfer.engine import EmbeddingResult
+    from localinfer.loading.embedding_spec import EmbeddingSpec
 
 __all__ = [
     "DEFAULT_CTX",
@@ -66,6 +68,7 @@ class Session:
     _closed: bool = field(default=False, repr=False)
     _compiler: ConstraintCompiler | None = field(default=None, repr=False)
     _compiler_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _embedding_spec: EmbeddingSpec | None = field(default=None, repr=False)
 
     @property
     def tokenizer(self) -> Any:
@@ -110,6 +113,33 @@ class Session:
                 self._compiler = ConstraintCompiler(vocabulary)
             compiler = self._compiler
         return compiler.compile(spec)
+
+    @property
+    def embedding_spec(self) -> EmbeddingSpec:
+        """How this model's embeddings are pooled and may be shortened (read once)."""
+        if self._embedding_spec is None:
+            from localinfer.loading.embedding_spec import embedding_spec
+
+            self._embedding_spec = embedding_spec(self.model)
+        return self._embedding_spec
+
+    def embed(
+        self, inputs: Sequence[str | Sequence[int]], *, dimensions: int | None = None
+    ) -> EmbeddingResult:
+        """Unit vectors of ``inputs``, in order, through the engine's queue: a text is tokenized
+        as raw text (with BOS when the model wants one), a list of ids is used as given. Pooled
+        as the model declares (``embedding_spec``); ``dimensions`` shortens them where the model
+        is Matryoshka (InvalidParameterError naming ``dimensions`` elsewhere)."""
+        from localinfer.engine import EmbeddingRequest
+        from localinfer.loading.embedding_spec import shortened
+
+        spec = self.embedding_spec
+        cut = spec.check_dimensions(dimensions)
+        ids = [self.raw_prompt_ids(x) if isinstance(x, str) else list(x) for x in inputs]
+        result = self.engine.embed(EmbeddingRequest(ids, spec.pooling)).result()
+        if cut is None:
+            return result
+        return dataclasses.replace(result, vectors=shortened(result.vectors, cut))
 
     def close(self) -> None:
         if self._closed:

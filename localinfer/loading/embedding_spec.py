@@ -1,0 +1,151 @@
+"""What a model declares about its embeddings: how to pool, and which shorter lengths are valid.
+
+Pooling, read where a model states it:
+
+* GGUF: ``{arch}.pooling_type`` (llama.cpp's enum: 1 mean, 2 cls, 3 last; 0 none);
+* a Hugging Face directory with sentence-transformers modules: the Pooling module's
+  ``config.json`` (``pooling_mode_mean_tokens``, ``pooling_mode_cls_token``,
+  ``pooling_mode_lasttoken``), found through ``modules.json``.
+
+A model that declares none (a chat model such as the embedded SmolLM2) is mean-pooled: over a
+causal LM's final states the mean carries the whole text, where the last token's state is shaped
+for predicting the next token. Matryoshka (shorter vectors by truncation, then renormalised) is
+allowed only where ``config.json`` declares it, as vLLM and SGLang read it: ``is_matryoshka``
+(any length) or ``matryoshka_dimensions`` (those lengths). GGUF has no such key.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from localinfer.backends.base import Pooling
+from localinfer.errors import InvalidParameterError, UnsupportedModelError
+from localinfer.loading.model import LoadedModel
+
+DEFAULT_POOLING: Pooling = "mean"
+_GGUF_POOLING: dict[int, Pooling | None] = {0: None, 1: "mean", 2: "cls", 3: "last"}
+_ST_POOLING: dict[str, Pooling] = {
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_lasttoken": "last",
+}
+_ST_UNSUPPORTED = (
+    "pooling_mode_max_tokens",
+    "pooling_mode_mean_sqrt_len_tokens",
+    "pooling_mode_weightedmean_tokens",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddingSpec:
+    pooling: Pooling
+    dimensions: int  # a full vector's length (the hidden size)
+    pooling_source: str  # where the pooling was read, or why it is the default
+    # Valid shorter lengths: None = not Matryoshka; () = any length up to ``dimensions``.
+    matryoshka: tuple[int, ...] | None = None
+
+    def check_dimensions(self, asked: int | None, field: str = "dimensions") -> int | None:
+        """The length to cut vectors to (None: keep them whole); InvalidParameterError naming
+        ``field`` when the model does not allow ``asked``."""
+        if asked is None or asked == self.dimensions:
+            return None
+        if asked < 1:
+            raise InvalidParameterError(f"{field}: must be at least 1, got {asked}")
+        if asked > self.dimensions:
+            raise InvalidParameterError(
+                f"{field}: {asked} is more than the model's {self.dimensions} dimensions"
+            )
+        if self.matryoshka is None:
+            raise InvalidParameterError(
+                f"{field}: this model does not declare Matryoshka embeddings, so its vectors "
+                f"cannot be shortened; leave {field} out (full length {self.dimensions})"
+            )
+        if self.matryoshka and asked not in self.matryoshka:
+            allowed = ", ".join(str(d) for d in self.matryoshka)
+            raise InvalidParameterError(f"{field}: {asked} is not one of the model's ({allowed})")
+        return asked
+
+
+def shortened(vectors: np.ndarray, dimensions: int | None) -> np.ndarray:
+    """Matryoshka truncation: the first ``dimensions`` components, renormalised to unit length."""
+    if dimensions is None or dimensions == vectors.shape[1]:
+        return vectors
+    cut = vectors[:, :dimensions]
+    norms = np.linalg.norm(cut, axis=1, keepdims=True)
+    return (cut / np.maximum(norms, 1e-12)).astype(np.float32)
+
+
+def embedding_spec(model: LoadedModel) -> EmbeddingSpec:
+    """The model's declared pooling and Matryoshka lengths (see the module docstring);
+    UnsupportedModelError for a pooling localinfer does not compute."""
+    hidden = model.config.hidden_size
+    declared = _gguf_pooling(model) if model.format == "gguf" else _st_pooling(Path(model.path))
+    matryoshka = _matryoshka(Path(model.path)) if model.format != "gguf" else None
+    if declared is None:
+        reason = "the default: the model declares none"
+        return EmbeddingSpec(DEFAULT_POOLING, hidden, reason, matryoshka)
+    pooling, source = declared
+    return EmbeddingSpec(pooling, hidden, source, matryoshka)
+
+
+def _gguf_pooling(model: LoadedModel) -> tuple[Pooling, str] | None:
+    gguf = getattr(model.weights, "gguf", None)
+    metadata: dict[str, Any] = getattr(gguf, "metadata", None) or {}
+    arch = metadata.get("general.architecture")
+    key = f"{arch}.pooling_type"
+    value = metadata.get(key)
+    if value is None:
+        return None
+    if int(value) not in _GGUF_POOLING:
+        raise UnsupportedModelError(
+            f"{model.name}: {key} = {value} (rank pooling, a reranker) is not an embedding "
+            "localinfer computes; it pools by mean, last or cls token"
+        )
+    pooling = _GGUF_POOLING[int(value)]
+    return None if pooling is None else (pooling, key)
+
+
+def _st_pooling(path: Path) -> tuple[Pooling, str] | None:
+    """The sentence-transformers Pooling module's mode, when the directory has one."""
+    modules = _json(path / "modules.json")
+    if not isinstance(modules, list):
+        return None
+    for module in modules:
+        if not isinstance(module, dict) or not str(module.get("type", "")).endswith("Pooling"):
+            continue
+        where = Path(str(module.get("path", ""))) / "config.json"
+        config = _json(path / where)
+        if not isinstance(config, dict):
+            return None
+        for key, pooling in _ST_POOLING.items():
+            if config.get(key):
+                return pooling, f"{where}: {key}"
+        used = [k for k in _ST_UNSUPPORTED if config.get(k)]
+        if used:
+            raise UnsupportedModelError(
+                f"{path / where}: {used[0]} is a pooling localinfer does not compute "
+                "(it pools by mean, last or cls token)"
+            )
+    return None
+
+
+def _matryoshka(path: Path) -> tuple[int, ...] | None:
+    config = _json(path / "config.json")
+    if not isinstance(config, dict):
+        return None
+    dims = config.get("matryoshka_dimensions")
+    if isinstance(dims, list) and dims:
+        return tuple(sorted({int(d) for d in dims}))
+    return () if config.get("is_matryoshka") else None
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
