@@ -1,11 +1,125 @@
-"""Embeddings: /v1/embeddings (issue #21)."""
+"""Embeddings: ``POST /v1/embeddings`` in OpenAI's shape (issue #21).
+
+    {"input": "text" | ["text", ...] | [ids...] | [[ids...], ...], "model": "...",
+     "encoding_format": "float" | "base64", "dimensions": N}
+    -> {"object": "list", "data": [{"object": "embedding", "index": 0, "embedding": [...]}],
+        "model": "...", "usage": {"prompt_tokens": N, "total_tokens": N}}
+
+Texts are tokenized as raw text (BOS where the model wants one; no chat template); token ids are
+used as given. The job runs through the engine's queue (localinfer/engine/embedding.py), pooled
+as the model declares (localinfer/loading/embedding_spec.py). ``base64`` is the vector's
+little-endian float32 bytes, as OpenAI sends them (its SDK decodes them itself). An input
+longer than the context is refused, never truncated.
+"""
 
 from __future__ import annotations
 
-from fastapi import FastAPI
+import asyncio
+import base64
+from typing import Any, Literal
 
-from localinfer.server.state import ServerState
+import numpy as np
+from fastapi import FastAPI
+from fastapi.responses import JSONResponse
+from pydantic import BaseModel, ConfigDict, StrictInt
+from starlette.concurrency import run_in_threadpool
+
+from localinfer.engine import EmbeddingRequest
+from localinfer.errors import InvalidParameterError
+from localinfer.loading.embedding_spec import embedding_spec, shortened
+from localinfer.server.errors import APIError, from_localinfer_error
+from localinfer.server.state import ServedSession, ServerState
+
+# OpenAI's limit on inputs per request.
+MAX_INPUTS = 2048
+
+
+class EmbeddingsBody(BaseModel):
+    """OpenAI's embeddings request; unknown fields (``user``) are ignored."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    input: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    model: str | None = None
+    encoding_format: Literal["float", "base64"] = "float"
+    dimensions: StrictInt | None = None
 
 
 def add_embedding_routes(app: FastAPI, state: ServerState) -> None:
-    """Register the routes on ``app`` (being built in this session)."""
+    """``POST /v1/embeddings`` on ``app``."""
+
+    @app.post("/v1/embeddings", response_model=None)
+    async def embeddings(body: EmbeddingsBody) -> JSONResponse:
+        current = state.ready()
+        state.check_model(body.model)
+        spec = embedding_spec(current.model)
+        cut = spec.check_dimensions(body.dimensions)
+        ids = await run_in_threadpool(input_ids, current, body.input)
+        check_lengths(ids, current.engine.max_ctx)
+        try:
+            handle = current.engine.embed(EmbeddingRequest(ids, spec.pooling))
+        except InvalidParameterError as exc:  # "input[2]: token id ...": OpenAI's param is input
+            raise from_localinfer_error(exc, param="input") from None
+        try:
+            result = await run_in_threadpool(handle.result)
+        except asyncio.CancelledError:  # the client went away: stop the job
+            handle.abort()
+            raise
+        vectors = shortened(result.vectors, cut)
+        name, tokens = state.served_name, result.prompt_tokens
+        return JSONResponse(embeddings_response(vectors, body.encoding_format, name, tokens))
+
+
+def input_ids(session: ServedSession, given: Any) -> list[list[int]]:
+    """Every input as token ids; 400s naming ``input`` for an empty or oversized list."""
+    if isinstance(given, str):
+        given = [given]
+    elif given and isinstance(given[0], int):
+        given = [given]  # one input given as token ids
+    if not given:
+        raise bad_input("input: empty; give a string, strings or token ids")
+    if len(given) > MAX_INPUTS:
+        raise bad_input(f"input: {len(given)} inputs; at most {MAX_INPUTS} per request")
+    out = []
+    for i, item in enumerate(given):
+        ids = session.raw_prompt_ids(item) if isinstance(item, str) else list(item)
+        if not item or not ids:
+            raise bad_input(f"input[{i}]: empty; every input needs at least one token")
+        out.append(ids)
+    return out
+
+
+def bad_input(message: str) -> APIError:
+    """A 400 about ``input``, coded as InvalidParameterError's are."""
+    return APIError(400, message, code=InvalidParameterError.code, param="input")
+
+
+def check_lengths(ids: list[list[int]], max_ctx: int) -> None:
+    for i, tokens in enumerate(ids):
+        if len(tokens) > max_ctx:
+            raise APIError(
+                400,
+                f"input[{i}]: {len(tokens)} tokens, more than the context holds ({max_ctx}); "
+                "shorten it or serve with a larger --ctx (nothing was truncated)",
+                code="context_length_exceeded",
+                param="input",
+            )
+
+
+def embeddings_response(
+    vectors: np.ndarray, encoding: str, model: str, tokens: int
+) -> dict[str, Any]:
+    """OpenAI's response body for ``vectors`` ([n, dims] float32)."""
+    data = []
+    for i, vector in enumerate(vectors):
+        if encoding == "base64":
+            value: Any = base64.b64encode(vector.astype("<f4").tobytes()).decode("ascii")
+        else:
+            value = vector.tolist()
+        data.append({"object": "embedding", "index": i, "embedding": value})
+    return {
+        "object": "list",
+        "data": data,
+        "model": model,
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
