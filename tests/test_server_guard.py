@@ -132,11 +132,21 @@ def test_an_empty_api_key_is_refused(session: Session, key: str) -> None:
 # -- unknown routes say what is served ---------------------------------------------------------
 
 
-def test_embeddings_is_a_404_that_says_it_is_not_served_yet(server: ServerThread) -> None:
-    r = httpx.post(server.url + "/v1/embeddings", json={"input": "hi", "model": "m"})
+def test_a_404_names_every_api_served(server: ServerThread) -> None:
+    r = httpx.post(server.url + "/v1/rerank", json={"query": "hi", "model": "m"})
     message = assert_error(r, 404, "not_found")
-    assert "/v1/embeddings" in message and "not served yet" in message
-    assert "POST /v1/chat/completions" in message and "GET /health" in message
+    assert "POST /v1/rerank" in message
+    for route in (
+        "POST /v1/chat/completions",
+        "POST /v1/completions",
+        "POST /v1/fim/completions",
+        "POST /v1/embeddings",
+        "POST /v1/messages",
+        "POST /v1/messages/count_tokens",
+        "POST /v1/responses",
+        "GET /health",
+    ):
+        assert route in message
 
 
 def test_an_unknown_route_lists_the_routes(server: ServerThread) -> None:

@@ -136,14 +136,6 @@ def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": message}}
 
 
-# OpenAI-style routes this server does not answer yet, named so that a client learns that
-# rather than a bare "Not Found".
-NOT_SERVED_YET = {
-    "/v1/embeddings": "embeddings",
-    "/v1/responses": "the Responses API",
-}
-
-
 def unknown_route(request: Request) -> str:
     """A 404's message: what was asked, and every route this app serves."""
     served = [
@@ -154,9 +146,7 @@ def unknown_route(request: Request) -> str:
     ]
     path = request.url.path
     asked = f"{request.method} {path}"
-    what = NOT_SERVED_YET.get(path.rstrip("/"))
-    head = f"{asked} ({what}) is not served yet" if what else f"no route for {asked}"
-    return f"{head}; this server serves {', '.join(served)}"
+    return f"no route for {asked}; this server serves {', '.join(served)}"
 
 
 def from_localinfer_error(exc: LocalinferError, param: str | None = None) -> APIError:
