@@ -4,15 +4,19 @@ tokens, and `localinfer generate --suffix` through cli.main on a tiny random FIM
 
 from __future__ import annotations
 
+import itertools
 import json
 import string
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pytest
 from tokenizers import AddedToken, decoders, models, normalizers
 from tokenizers import Tokenizer as HFTokenizer
 
+from localinfer.bench.autocomplete import typing_workload
+from localinfer.bench.fim_model import write_fim_model as write_bench_fim_model
 from localinfer.catalog import HFSource, load_catalog
 from localinfer.cli import main
 from localinfer.engine import Request, SamplingParams
@@ -25,6 +29,7 @@ from localinfer.fim import (
     unmatched_ids,
 )
 from localinfer.loading.embedded import embedded_model_path
+from localinfer.loading.gguf_file import GGUFFile
 from localinfer.loading.loader import load_model
 from localinfer.loading.tokenizer import Tokenizer
 from localinfer.session import open_session
@@ -234,3 +239,39 @@ def test_generate_suffix_refuses_a_model_without_fim_tokens(capsys) -> None:
     assert FIM_EXAMPLE_MODEL in err and "\n" not in err
     assert main(["generate", "def f(", "--suffix", ")", "--system", "be brief", *CLI]) == 1
     assert "--suffix: fill-in-the-middle takes no --system" in capsys.readouterr().err
+
+
+# -- the autocomplete benchmark's workload and model (scripts/bench-server) -------------------
+
+
+def test_the_typing_workload_grows_the_prefix_a_line_at_a_time(tmp_path: Path) -> None:
+    tok = byte_level(QWEN_FIM)
+    lines = [f"value_{i} = {i} * 2  # line {i}\n" for i in range(80)]
+    path = tmp_path / "f.py"
+    path.write_text("".join(lines))
+    work = typing_workload(path, tok, max_tokens=400, lines=5, cursor=0.5)
+    whole = work.prefixes[-1] + work.suffix
+    n = whole.count("\n")
+    assert whole == "".join(lines[:n]) and 4 < n < 80  # cut at a line end...
+    assert len(tok.encode(whole)) == work.tokens <= 400 < len(tok.encode(whole + lines[n]))
+    assert len(work.prefixes) == 6 and work.first_line == round((n - 5) * 0.5) + 1
+    for i, (before, after) in enumerate(itertools.pairwise(work.prefixes)):
+        assert after == before + lines[work.first_line - 1 + i]  # one typed line each
+    assert work.suffix_tokens == len(tok.encode(work.suffix))
+    assert typing_workload(path, tok, 400, 5, cursor=1.0).suffix == ""
+
+
+def test_the_benchmark_model_is_the_embedded_one_with_fim_markers(tmp_path: Path) -> None:
+    path = write_bench_fim_model(tmp_path, "starcoder")
+    tok, embedded = load_model(path).tokenizer, load_model(embedded_model_path()).tokenizer
+    fmt = find_fim_format(tok)
+    assert fmt is not None and fmt.family.name == "starcoder"
+    assert tok.vocab_size == embedded.vocab_size and tok.encode(PREFIX) == embedded.encode(PREFIX)
+    # the markers are SmolLM2's unused specials, renamed in place (<jupyter_start> -> ...)
+    assert fmt.prefix_id == embedded.token_to_id("<jupyter_start>")
+    assert fmt.prefix_id in tok.special_ids and fmt.middle_id in tok.special_ids
+    ours, theirs = GGUFFile(path), GGUFFile(embedded_model_path())
+    assert list(ours.tensors) == list(theirs.tensors)
+    assert all(np.array_equal(ours.raw(name), theirs.raw(name)) for name in theirs.tensors)
+    ours.close()
+    theirs.close()
