@@ -78,6 +78,18 @@ def test_job_interleaves_with_a_decoding_stream_and_leaves_its_tokens(runner) ->
     assert job.result().prompt_tokens == 147
 
 
+def test_prompt_prefill_goes_first_within_the_step_budget(runner) -> None:
+    engine = manual_engine(runner)
+    prompt = engine.submit(Request(random_tokens(40, seed=9), SamplingParams(max_tokens=2)))
+    job = engine.embed(EmbeddingRequest(JOB))
+    reports = []
+    while engine.has_work():
+        reports.append(engine.step())
+    assert [r.embedded for r in reports[:3]] == [1, 1, CHUNK - 8]  # the prompt took 16, 16, 8
+    assert all(r.embedded <= max(1, CHUNK - sum(r.prefilled.values())) for r in reports)
+    assert prompt.result().finish_reason == "length" and job.result().prompt_tokens == 147
+
+
 def test_job_takes_no_slot_and_keeps_cached_prefixes(runner) -> None:
     engine = manual_engine(runner, prefix_reuse=True)
     prompt = random_tokens(30, seed=8)

@@ -11,9 +11,10 @@ the final hidden state after the output norm, what its pooled modes pool too). T
 pooled context pools each ubatch alone, so an input would have to fit one ubatch, and a
 ``max_ctx``-token ubatch would reserve a compute buffer of ``max_ctx x vocab`` logits. Per-token
 states let a long input run in pieces (the causal KV carries it), like a chunked prefill.
-Memory (llama.cpp's own log, SmolLM2-135M at 512 cells): 11.25 MiB KV, 24.6 MiB compute, an
-output buffer of logits and states for up to 128 rows (12.1 MiB at creation, 24.3 MiB once a
-decode outputs 128 rows); the runner's ``memory()`` reports them.
+Memory (llama.cpp's own log, SmolLM2-135M at the default 2048 cells): 45.0 MiB KV, 25.6 MiB
+compute, an output buffer of logits and states (llama.cpp computes both) of 12.1 MiB at creation
+that grows to 24.3 MiB once a decode outputs 128 rows; the process's RSS grew by 102 MiB. The
+runner's ``memory()`` reports them as overhead.
 """
 
 from __future__ import annotations

@@ -4,13 +4,14 @@
     result = handle.result()        # result.vectors: [2, hidden] float32, unit rows
 
 Design: jobs wait in the engine's queue (they count against ``max_queue`` with the generation
-requests) and run on the engine thread, at most ``prefill_chunk`` tokens per scheduler step,
-after that step's decode/prefill forward. So a running stream advances every step while a large
-job is embedded, as it does beside a long prompt's chunked prefill, and its tokens are the same
-as without the job: the job runs in the runner's scratch KV (an ``EmbeddingPass``), never in a
-slot, so no slot is taken and no cached prefix is evicted. A job's inputs are grouped into passes
-by length (``plan_embedding_passes``: a pass holds at most one slot's worth of cells), which run
-one after another; the vectors come back in input order.
+requests) and run on the engine thread after each scheduler step's decode/prefill forward, with
+what that step's ``prefill_chunk`` budget left after prompt prefills (at least one token). So a
+running stream advances every step while a large job is embedded, as it does beside a long
+prompt's chunked prefill, and its tokens are the same as without the job: the job runs in the
+runner's scratch KV (an ``EmbeddingPass``), never in a slot, so no slot is taken and no cached
+prefix is evicted. A job's inputs are grouped into passes by length (``plan_embedding_passes``:
+a pass holds at most one slot's worth of cells), which run one after another; the vectors come
+back in input order.
 """
 
 from __future__ import annotations

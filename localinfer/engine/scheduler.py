@@ -15,8 +15,9 @@ Each step:
 4. one ``Runner.forward`` (slot by slot when it fails, so only the failing request errs:
    ``forward_fallback``); a slot whose whole pending input was fed samples its next token;
 5. finished requests (stop, length, error) emit their last event and free their slot;
-6. when an embedding job waits, up to ``prefill_chunk`` of its tokens run in the runner's scratch
-   KV, never a slot's (``embedding``), so streams advance every step beside it.
+6. when an embedding job waits, what the step's prefill budget left (at least one token) of its
+   tokens run in the runner's scratch KV, never a slot's (``embedding``), so streams advance
+   every step beside it.
 
 With a :class:`~localinfer.engine.speculative.Speculator`, a decoding slot may feed its last
 token plus k proposed tokens (``logits="all"``) in the same ragged forward; verification keeps a
@@ -171,7 +172,10 @@ class Scheduler:
             for item, out in zip(planned, outputs, strict=True):
                 self._after_forward(item, out, report)
         if self.embeddings.has_work():
-            report.embedded = self.embeddings.step(self.runner, self.prefill_chunk)
+            # Prompts first: a job takes what this step's prefill budget left (one token at
+            # least, so it always advances).
+            left = self.prefill_chunk - sum(report.prefilled.values())
+            report.embedded = self.embeddings.step(self.runner, max(1, left))
         self._step_no += 1
         with self._lock:
             self._metrics.steps = self._step_no
