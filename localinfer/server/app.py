@@ -1,15 +1,20 @@
-"""The OpenAI-compatible HTTP app: ``create_app(session)`` -> FastAPI.
+"""The HTTP app: ``create_app(session)`` -> FastAPI.
 
-    GET  /health                 {"status": "ok" | "loading" | "error"}
-    GET  /metrics                Prometheus text
-    GET  /v1/models              the one model served
-    POST /v1/chat/completions    chat, streaming (SSE) or not
-    POST /v1/completions         raw text completion, streaming or not
+    GET  /health                     {"status": "ok" | "loading" | "error"}
+    GET  /metrics                    Prometheus text
+    GET  /openapi.json               every route's schema
+    GET  /v1/models                  the one model served
+    POST /v1/chat/completions        chat (tools, response_format), streaming (SSE) or not
+    POST /v1/completions             raw text completion (suffix: fill-in-the-middle)
+    POST /v1/fim/completions         Mistral's FIM body (fim_routes)
+    POST /v1/embeddings              embeddings (embedding_routes)
+    POST /v1/messages                Anthropic's Messages API, + /count_tokens (anthropic_routes)
+    POST /v1/responses               OpenAI's Responses API (responses_routes)
 
 HTTP handlers parse, template and tokenize; only the engine's thread touches the model (the
-llama.cpp server's split). Every response carries ``timings``; every error is OpenAI's JSON,
-an unknown route's too (it lists the routes above). The routes live in ``ops_routes`` and
-``openai_routes``; running a completion in ``generation``.
+llama.cpp server's split). Every API translates into the same engine request; ``generation``
+runs it and an API's renderer writes the answer (``answer_render``). Errors are OpenAI's JSON
+(Anthropic's on /v1/messages), an unknown route's too (it lists the routes above).
 """
 
 from __future__ import annotations
