@@ -159,3 +159,18 @@ def test_engine_streams_real_tokens_with_emoji_cjk_and_a_split_stop(smol) -> Non
     res = engine.generate(Request([1, 2, 3], SamplingParams(max_tokens=64)))
     assert (res.text, res.finish_reason) == (answer, "stop")
     assert res.token_ids == (*script, smol.eos_ids[0])
+
+
+def test_the_stop_string_that_ended_the_text_is_named_as_given() -> None:
+    from localinfer.engine.detokenizer import Detokenizer
+
+    d = Detokenizer(lambda t: bytes([t]), stop=["zz", "b\udcff", "c"])
+    assert d.matched_stop is None
+    for byte in b"aab":
+        d.add(byte)
+    step = d.add(ord("c"))
+    assert step.stopped and d.text == "aab" and d.matched_stop == "c"
+    d = Detokenizer(lambda t: bytes([t]), stop=["zz"])
+    d.add(ord("a"))
+    d.finish()
+    assert d.matched_stop is None

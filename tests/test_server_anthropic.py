@@ -152,13 +152,13 @@ def test_max_tokens_top_k_and_stop_sequences(
         extra_body=GREEDY,
     )
     assert text_of(reply) == cut
-    # "stop_sequence" would be right; the engine's events do not tell a stop string from the end
-    # of the turn, so the server says end_turn (reported on issue #21).
-    assert reply.stop_reason in ("end_turn", "stop_sequence")
+    assert (reply.stop_reason, reply.stop_sequence) == ("stop_sequence", stop)
     with claude.messages.stream(
         model=model_name, messages=QUESTION, max_tokens=16, stop_sequences=[stop], extra_body=GREEDY
     ) as stream:
         assert "".join(stream.text_stream) == cut
+        final = stream.get_final_message()
+    assert (final.stop_reason, final.stop_sequence) == ("stop_sequence", stop)
 
 
 @pytest.mark.parametrize("choice", [{"type": "any"}, {"type": "tool", "name": "get_time"}])

@@ -33,6 +33,8 @@ class Detokenizer:
         # Decoded text never holds a lone surrogate (invalid bytes become U+FFFD), so a stop
         # string is compared in the same form: "\udcff" stops where the model wrote U+FFFD.
         self._stop = tuple(scrub_surrogates(s) for s in stop)
+        self._stop_given = tuple(stop)
+        self.matched_stop: str | None = None  # the stop string (as given) that ended the text
         # errors="replace": genuinely invalid bytes become U+FFFD instead of stalling the stream;
         # only an incomplete sequence at the end is held.
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")
@@ -67,8 +69,10 @@ class Detokenizer:
             self._held = ""
             return DetokenizerStep(pending)
         # Any stop string lies inside `pending`: emitted text never ends in a stop-string prefix.
-        cut = self._earliest_stop(pending)
-        if cut is not None:
+        found = self._earliest_stop(pending)
+        if found is not None:
+            cut, which = found
+            self.matched_stop = self._stop_given[which]
             out = pending[:cut]
             self._held = ""
             self._stopped = True
@@ -80,12 +84,13 @@ class Detokenizer:
         self.text += out
         return DetokenizerStep(out)
 
-    def _earliest_stop(self, text: str) -> int | None:
-        best: int | None = None
-        for s in self._stop:
+    def _earliest_stop(self, text: str) -> tuple[int, int] | None:
+        """Where the first stop string in ``text`` starts, and which one it is."""
+        best: tuple[int, int] | None = None
+        for which, s in enumerate(self._stop):
             i = text.find(s)
-            if i >= 0 and (best is None or i < best):
-                best = i
+            if i >= 0 and (best is None or i < best[0]):
+                best = (i, which)
         return best
 
     def _longest_stop_prefix_suffix(self, text: str) -> int:

@@ -20,6 +20,7 @@ class GenerationResult:
     error: str | None
     logprobs: tuple[TokenLogprob, ...]
     metrics: RequestMetrics | None
+    stop_sequence: str | None = None  # the stop string that ended it, when one did
 
     @classmethod
     def from_events(cls, events: Iterable[StreamEvent]) -> GenerationResult:
@@ -42,6 +43,7 @@ class GenerationResult:
             error=last.error,
             logprobs=tuple(lps),
             metrics=last.metrics,
+            stop_sequence=last.stop_sequence,
         )
 
 

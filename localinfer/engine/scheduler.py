@@ -362,6 +362,7 @@ class Scheduler:
             error=error,
             logprobs=logprobs,
             metrics=metrics,
+            stop_sequence=seq.detokenizer.matched_stop if reason == "stop" else None,
         )
         self._emit(seq, event)
         if self._on_finish is not None:

@@ -100,6 +100,7 @@ class StreamEvent:
     error: str | None = None
     logprobs: tuple[TokenLogprob, ...] = ()
     metrics: RequestMetrics | None = None
+    stop_sequence: str | None = None  # the stop string that ended the answer ("stop" only)
 
 
 @dataclass(slots=True, frozen=True)

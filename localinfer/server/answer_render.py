@@ -30,6 +30,7 @@ class FinishedAnswer:
     metrics: RequestMetrics | None
     prompt_tokens: int
     completion_tokens: int
+    stop_sequence: str | None = None  # the stop string that ended the answer, when one did
 
 
 class AnswerRenderer(Protocol):

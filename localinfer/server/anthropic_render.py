@@ -28,10 +28,16 @@ from localinfer.server.answer_render import FinishedAnswer
 from localinfer.server.errors import APIError
 from localinfer.tools import ContentDelta, StreamDelta, ToolCall, ToolCallStart
 
-# The engine's finish reasons (after the answer shape) as Anthropic's stop reasons. The engine
-# reports "stop" for an end-of-turn token and for a stop string alike (its events do not say
-# which), so an answer cut by one of ``stop_sequences`` also reads "end_turn", stop_sequence null.
+# The engine's finish reasons (after the answer shape) as Anthropic's stop reasons; "stop" by one
+# of ``stop_sequences`` is "stop_sequence" (stop_reason below).
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def stop_reason(answer: FinishedAnswer) -> tuple[str, str | None]:
+    """Anthropic's ``stop_reason`` and ``stop_sequence`` for an answer."""
+    if answer.finish_reason == "stop" and answer.stop_sequence is not None:
+        return "stop_sequence", answer.stop_sequence
+    return STOP_REASONS.get(answer.finish_reason, "end_turn"), None
 
 
 def new_message_id() -> str:
@@ -79,9 +85,11 @@ class AnthropicRenderer:
         text = answer.content.rstrip() if answer.calls else answer.content
         content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
         content.extend(tool_use_block(call) for call in answer.calls)
+        reason, sequence = stop_reason(answer)
         return {
             **self._message(content),
-            "stop_reason": STOP_REASONS.get(answer.finish_reason, "end_turn"),
+            "stop_reason": reason,
+            "stop_sequence": sequence,
             "usage": {"input_tokens": self.input_tokens, "output_tokens": _output(answer)},
         }
 
@@ -124,8 +132,8 @@ class AnthropicRenderer:
     def closing(self, answer: FinishedAnswer) -> list[bytes]:
         out = self._text_now(self._held) if not answer.calls else []
         out += self._stop()
-        reason = STOP_REASONS.get(answer.finish_reason, "end_turn")
-        delta = {"stop_reason": reason, "stop_sequence": None}
+        reason, sequence = stop_reason(answer)
+        delta = {"stop_reason": reason, "stop_sequence": sequence}
         usage = {"input_tokens": self.input_tokens, "output_tokens": _output(answer)}
         data = {"type": "message_delta", "delta": delta, "usage": usage}
         out.append(event("message_delta", data))

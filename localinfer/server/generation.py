@@ -8,6 +8,7 @@ A client that leaves frees its slot at once (see ``streaming``).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -111,6 +112,7 @@ class _Exchange:
         tail, reason = self.shape.finish(done.finish_reason)
         content = "".join(d.text for d in [*deltas, *tail] if isinstance(d, ContentDelta))
         answer = self._answer(content, reason, done.logprobs, done.metrics, done.token_count)
+        answer = dataclasses.replace(answer, stop_sequence=done.stop_sequence)
         return JSONResponse(self.renderer.whole(answer))
 
     async def _sse_chunks(self, first: StreamEvent) -> AsyncIterator[bytes]:
@@ -134,6 +136,7 @@ class _Exchange:
                     yield message
                 self.state.metrics.observe_request(ev.metrics)
                 answer = self._answer("", reason, (), ev.metrics, count)
+                answer = dataclasses.replace(answer, stop_sequence=ev.stop_sequence)
                 for message in renderer.closing(answer):
                     yield message
         finally:

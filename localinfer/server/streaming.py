@@ -81,6 +81,7 @@ class Collected:
     error: str | None
     logprobs: list[TokenLogprob] = field(default_factory=list)
     metrics: RequestMetrics | None = None
+    stop_sequence: str | None = None
 
 
 async def collect(first: StreamEvent, rest: AsyncIterator[StreamEvent]) -> Collected:
@@ -98,6 +99,7 @@ async def collect(first: StreamEvent, rest: AsyncIterator[StreamEvent]) -> Colle
         error=last.error,
         logprobs=lps,
         metrics=last.metrics,
+        stop_sequence=last.stop_sequence,
     )
 
 
