@@ -23,10 +23,11 @@ from localinfer.tui.settings import ChatSettings
 SIZE = (130, 40)
 MiB = 2**20
 FIXED_MEMORY = MemoryFigures(
-    predicted=MemoryParts(weights=92 * MiB, kv_cache=45 * MiB, overhead=170 * MiB),
-    measured=MemoryParts(weights=92 * MiB, kv_cache=45 * MiB, overhead=103 * MiB),
+    predicted=MemoryParts(weights=92 * MiB, kv_cache=45 * MiB, overhead=65 * MiB),
+    measured=MemoryParts(weights=92 * MiB, kv_cache=45 * MiB, overhead=62 * MiB),
     available=16 * 1024 * MiB,
     device="cpu",
+    reserved=103 * MiB,  # llama.cpp's compute buffers: held, mostly unwritten
 )
 FIXED_MODELS = [
     ModelChoice("smollm2-135m", "bundled", 307 * MiB, True, current=True),

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from localinfer.engine.types import EngineMetrics, RequestMetrics, StreamEvent
@@ -146,7 +148,30 @@ def test_memory_render_shows_both_figures_and_the_free_share():
     assert lines[0].count("█") == 20 and lines[1].count("█") == 15
     assert "15%" in text and "850.0 MiB" in text  # share of the machine, and what is left
     assert "unavailable" in render_memory(MemoryFigures()).plain
+    assert "reserved" not in text  # nothing said about it: no line
     assert human_bytes(3 * 2**30) == "3.0 GiB"
+
+
+def test_memory_render_keeps_reserved_memory_out_of_the_used():
+    from localinfer.tui.host import MemoryFigures, MemoryParts
+    from localinfer.tui.memory_bar import render_memory
+
+    mib = 2**20
+    figures = MemoryFigures(
+        predicted=MemoryParts(92 * mib, 45 * mib, 65 * mib),
+        measured=MemoryParts(92 * mib, 45 * mib, 62 * mib),
+        available=1000 * mib,
+        device="cpu",
+        reserved=103 * mib,
+    )
+    lines = render_memory(figures, width=20).plain.splitlines()
+    measured = next(line for line in lines if line.startswith("measured"))
+    assert measured.endswith("199.0 MiB")  # 92 + 45 + 62: the reserved 103 MiB are not in it
+    reserved = next(line for line in lines if "reserved" in line)
+    assert reserved.split()[-2:] == ["103.0", "MiB"]
+    assert any("not all written" in line for line in lines)
+    unmeasured = render_memory(dataclasses.replace(figures, measured=None)).plain
+    assert "unavailable" in unmeasured and "103.0 MiB" in unmeasured
 
 
 def test_stats_text_and_speculation_line():

@@ -80,6 +80,8 @@ class ChatApp(AnswerActions, ModelActions):
 
     def on_mount(self) -> None:
         self.prompt.focus()
+        # A model preloading for this window waits for its first paint (host.load_in_background).
+        self.call_after_refresh(self.host.ui_started.set)
         if self.conversation.messages:
             self.view.show_conversation(self.conversation)
         if self.host.loaded:

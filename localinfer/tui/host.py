@@ -21,6 +21,7 @@ from localinfer.tui.settings import ChatSettings
 __all__ = ["ChatHost", "MemoryFigures", "MemoryParts", "ModelChoice", "open_with_settings"]
 
 if TYPE_CHECKING:  # the engine package is heavy; `localinfer chat` imports it in the preload
+    from localinfer.budget.measured import LoadGrowth
     from localinfer.engine.types import EngineMetrics, Request, SamplingParams
 
 
@@ -57,15 +58,32 @@ class MemoryParts:
 
 @dataclass(slots=True, frozen=True)
 class MemoryFigures:
-    """Predicted (budget) next to measured (runner) memory, in bytes; None where unknown."""
+    """Predicted (budget) next to measured memory, in bytes; None where unknown.
+
+    ``measured`` is the quantity the budget predicts and `budget --verify` checks: the process's
+    growth from loading the model (localinfer/budget/measured.py), split into the same parts;
+    ``reserved`` is what the backend holds beyond weights + KV, written or not (llama.cpp's
+    compute buffers), shown apart and never added to what is used.
+    """
 
     predicted: MemoryParts | None = None
     measured: MemoryParts | None = None
     available: int | None = None  # what the budget says this machine can give
     device: str = ""
+    reserved: int | None = None
+    library_preloaded: bool = False  # the growth lacks the backend's library (loaded before)
 
 
 Opener = Callable[[ChatSettings], SessionLike]
+
+# How long a preload waits for the window to come up before loading anyway (load_in_background).
+UI_START_WAIT_S = 10.0
+
+
+@dataclass(slots=True, frozen=True)
+class _Opened:
+    session: SessionLike
+    growth: LoadGrowth | None  # the process's RSS growth over the load
 
 
 def open_with_settings(settings: ChatSettings, *, force: bool = False) -> SessionLike:
@@ -91,7 +109,10 @@ class ChatHost:
         self._session = session
         self._opener = opener
         self._lock = threading.Lock()
-        self._pending: tuple[ChatSettings, Future[SessionLike]] | None = None
+        self._pending: tuple[ChatSettings, Future[_Opened]] | None = None
+        self._growth: LoadGrowth | None = None  # of the current session's load
+        # Set by the app once its window is up: a preload measures its memory growth after it.
+        self.ui_started = threading.Event()
 
     # -- model lifetime ---------------------------------------------------------------------
 
@@ -108,19 +129,35 @@ class ChatHost:
     def load_in_background(self, settings: ChatSettings) -> None:
         """Start opening ``settings`` in a thread now; the next :meth:`load` collects it.
 
-        `localinfer chat` calls this before importing Textual, so the model loads while the UI
-        starts up instead of after.
+        `localinfer chat` calls this before importing Textual. The thread opens the model once
+        the app's window is up (:attr:`ui_started`, or after ``UI_START_WAIT_S``): the memory
+        panel shows the process's growth from loading the model, and the window's own memory
+        (Textual's import and first layout, ~60 MiB) growing in the same span would be counted
+        as the model's.
         """
-        future: Future[SessionLike] = Future()
+        future: Future[_Opened] = Future()
 
         def open_now() -> None:
+            self.ui_started.wait(UI_START_WAIT_S)
             try:
-                future.set_result(self._opener(settings))
+                future.set_result(self._open(settings))
             except BaseException as exc:  # noqa: BLE001 - handed to whoever calls load()
                 future.set_exception(exc)
 
         self._pending = (settings, future)
         threading.Thread(target=open_now, name="localinfer-preload", daemon=True).start()
+
+    def _open(self, settings: ChatSettings) -> _Opened:
+        """Open ``settings``, reading the process's RSS around it."""
+        from localinfer.budget.measured import GrowthProbe
+
+        probe = GrowthProbe(settings.backend)
+        session = self._opener(settings)
+        return _Opened(session, probe.finish())
+
+    def _adopt(self, opened: _Opened, settings: ChatSettings) -> None:
+        self._session, self._growth = opened.session, opened.growth
+        self.settings = settings
 
     def _collect_pending(self, settings: ChatSettings) -> bool:
         """Adopt a background load of ``settings`` (True), or discard a different one."""
@@ -130,10 +167,9 @@ class ChatHost:
         wanted, future = pending
         if wanted != settings:
             with contextlib.suppress(Exception):
-                future.result().close()
+                future.result().session.close()
             return False
-        self._session = future.result()  # raises the load's error
-        self.settings = settings
+        self._adopt(future.result(), settings)  # raises the load's error
         return True
 
     def load(self, settings: ChatSettings) -> None:
@@ -147,15 +183,14 @@ class ChatHost:
                 return
             previous, old = self.settings, self._session
             if old is not None:
-                self._session = None
+                self._session, self._growth = None, None
                 old.close()
             try:
-                self._session = self._opener(settings)
-                self.settings = settings
+                self._adopt(self._open(settings), settings)
             except Exception:
                 if old is not None:
                     try:
-                        self._session = self._opener(previous)
+                        self._adopt(self._open(previous), previous)
                     except Exception:  # noqa: BLE001 - the first error is the one to report
                         self._session = None
                 raise
@@ -207,16 +242,21 @@ class ChatHost:
         session = self._session
         if session is None:
             return MemoryFigures()
-        measured = device = None
-        report = _measured_memory(session)
+        measured = reserved = None
+        device, preloaded = "", False
+        report = _runner_memory(session)
         if report is not None:
-            measured = MemoryParts(report.weights, report.kv_cache, report.overhead)
-            device = report.device
+            from localinfer.budget.measured import measured_memory
+
+            held = measured_memory(report, self._growth)
+            if held.rest is not None:
+                measured = MemoryParts(held.weights, held.kv_cache, held.rest)
+            reserved, device, preloaded = held.reserved, held.device, held.library_preloaded
         try:
             predicted, available = _predicted_memory(session)
         except Exception:  # noqa: BLE001 - a budget bug must not hide the measured figures
             predicted, available = None, None
-        return MemoryFigures(predicted, measured, available, device or "")
+        return MemoryFigures(predicted, measured, available, device, reserved, preloaded)
 
     def model_choices(self, ctx: int | None = None) -> list[ModelChoice]:
         from localinfer.session import DEFAULT_MODEL
@@ -225,12 +265,12 @@ class ChatHost:
         return list_model_choices(ctx or self.settings.ctx, self.settings, current)
 
 
-def _close_result(future: Future[SessionLike]) -> None:
+def _close_result(future: Future[_Opened]) -> None:
     if future.exception() is None:
-        future.result().close()
+        future.result().session.close()
 
 
-def _measured_memory(session: SessionLike) -> Any:
+def _runner_memory(session: SessionLike) -> Any:
     memory = getattr(session, "memory", None)
     if callable(memory):
         return memory()

@@ -1,4 +1,10 @@
-"""Memory: the budget's prediction and the runner's measurement side by side, as stacked bars."""
+"""Memory: the budget's prediction and the measurement side by side, as stacked bars.
+
+Both are the same quantity, the process's growth from loading the model, in the same parts:
+weights, KV cache, and the overhead (compute buffers as written + the backend's runtime). What the
+backend reserved beyond weights + KV (written or not: llama.cpp sizes its compute buffers for its
+worst graph) is a line of its own, outside the bars and the total.
+"""
 
 from __future__ import annotations
 
@@ -52,6 +58,14 @@ def render_memory(figures: MemoryFigures, width: int = BAR_WIDTH) -> Text:
         meas = getattr(figures.measured, name) if figures.measured else None
         out.append("■ ", style=style)
         out.append(f"{name.replace('_', ' '):<9}{human_bytes(pred):>10} {human_bytes(meas):>10}\n")
+    if figures.reserved is not None:
+        out.append("□ ", style="dim")
+        out.append(f"{'reserved':<9}{'':>10} {human_bytes(figures.reserved):>10}\n")
+        out.append("  held by the backend, not all written\n", style="dim")
+    if figures.library_preloaded:
+        out.append(
+            "  the backend's library loaded earlier:\n  not in the measured growth\n", style="dim"
+        )
     # The machine: what the model takes out of the memory the budget says is available.
     reference = figures.measured or figures.predicted
     out.append(f"{'machine':<9}")
