@@ -32,15 +32,16 @@ def store(tmp_path):
 
 
 class RecordingApp(ChatApp):
-    """The real app, also keeping every partial answer it rendered."""
+    """The real app, also keeping the answer as it stood after each streamed piece."""
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.partials: list[str] = []
 
-    def on_answer_progressed(self, message) -> None:
-        self.partials.append(message.progress.text)
-        super().on_answer_progressed(message)
+    # Textual calls this beside the app's own handler of AnswerDelta (every class's handler of a
+    # message runs): it records, the app's handler renders.
+    def on_answer_delta(self, message) -> None:
+        self.partials.append((self.partials[-1] if self.partials else "") + message.text)
 
 
 def make_app(session, store, **settings) -> RecordingApp:

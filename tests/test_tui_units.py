@@ -66,30 +66,61 @@ def _events(texts, finish="stop"):
     return out
 
 
-def test_pump_throttles_but_never_loses_text():
+class RecordingSink:
+    def __init__(self) -> None:
+        self.texts: list[str] = []
+        self.snapshots: list[object] = []
+
+    def text(self, delta: str) -> None:
+        self.texts.append(delta)
+
+    def stats(self, snapshot, engine) -> None:
+        self.snapshots.append((snapshot, engine))
+
+
+def test_pump_sends_the_text_since_the_last_update_and_loses_none():
     clock = FakeClock()
-    emitted = []
+    sink = RecordingSink()
+    pieces = [f"w{i} " for i in range(200)]
 
     def events():
-        for ev in _events(["Hel", "lo", ", ", "world"]):
-            clock.advance(0.01)  # 100 events/s, far above the 25/s repaint rate
+        for ev in _events(pieces):
+            clock.advance(0.01)  # 100 tokens/s: five per text update at 20 a second
             yield ev
 
     metrics = EngineMetrics(1, 1, 0, 10, 100, 0, 0, 0)
-    final = pump_answer(
-        "r1", events(), LiveStats(clock=clock), emitted.append, lambda: metrics, clock
+    start = clock.now
+    end = pump_answer(
+        "r1", events(), LiveStats(clock=clock), sink, lambda: metrics, clock, 0.05, 0.25
     )
-    assert final.text == "Hello, world" and final.finish_reason == "stop"
-    assert final.engine == metrics
-    assert emitted[0].text == "Hel"  # the first token shows at once
-    assert len(emitted) < 4  # later ones were merged
-    assert all(final.text.startswith(p.text) for p in emitted)
+    elapsed = clock.now - start
+    whole = "".join(pieces)
+    assert end.text == whole and end.finish_reason == "stop" and end.engine == metrics
+    # Every piece exactly once: the updates, then the tail the end carries.
+    assert "".join(sink.texts) + end.tail == whole
+    assert sink.texts[0] == "w0 "  # the first token shows at once
+    # Coalesced: at most one text update per interval (+ the first), stats far fewer.
+    assert len(sink.texts) <= elapsed / 0.05 + 1 and len(sink.texts) < len(pieces) / 4
+    assert 1 <= len(sink.snapshots) <= elapsed / 0.25 + 1
+
+
+def test_pump_sends_each_slow_token_at_once():
+    clock = FakeClock()
+    sink = RecordingSink()
+
+    def events():
+        for ev in _events(["a", "b", "c"]):
+            clock.advance(0.2)  # slower than the update rate: nothing to merge
+            yield ev
+
+    end = pump_answer("r1", events(), LiveStats(clock=clock), sink, clock=clock)
+    assert sink.texts == ["a", "b", "c"] and end.tail == ""
 
 
 def test_pump_reports_a_stream_that_ends_without_finish():
     stream = [StreamEvent("r1", "partial", (1,))]
-    final = pump_answer("r1", stream, LiveStats(), lambda p: None)
-    assert final.finish_reason == "error" and final.text == "partial" and final.error
+    end = pump_answer("r1", stream, LiveStats(), RecordingSink())
+    assert end.finish_reason == "error" and end.text == "partial" and end.error
 
 
 def test_prompt_history_walks_and_restores_the_draft():

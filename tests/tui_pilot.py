@@ -33,3 +33,43 @@ async def wait_until(pilot: Any, condition: Callable[[], bool], timeout: float =
         if time.monotonic() > deadline:
             raise AssertionError("condition not met before the deadline")
         await pilot.pause(0.05)
+
+
+class StepClock:
+    """A clock that moves ``step`` seconds each time it is read: the app's notion of time made
+    a function of how often it looks (throttling becomes deterministic, no wall clock)."""
+
+    def __init__(self, step: float = 0.001) -> None:
+        self.step, self.now, self.reads = step, 1000.0, 0
+
+    def __call__(self) -> float:
+        self.reads += 1
+        self.now += self.step
+        return self.now
+
+
+class ScriptedChatSession:
+    """What the chat needs from a session: the embedded model's tokenizer and chat template over
+    a ScriptRunner, so the real engine streams exactly ``script`` (then stops) to any prompt."""
+
+    runner_notice = "backend: scripted"
+
+    def __init__(self, script: str) -> None:
+        from localinfer.engine import Engine
+        from localinfer.loading.embedded import embedded_model_path
+        from localinfer.loading.loader import load_model
+        from localinfer.session import Session
+        from tests.test_engine_model import ScriptRunner
+
+        self.chat_prompt_ids = Session.chat_prompt_ids.__get__(self)
+        self.model = load_model(embedded_model_path())
+        tok = self.model.tokenizer
+        self.tokens = tok.encode(script, add_special_tokens=False)
+        eos = next(iter(tok.eos_ids))
+        self.runner = ScriptRunner(
+            self.tokens, end=eos, vocab_size=tok.vocab_size, slots=1, max_ctx=4096
+        )
+        self.engine = Engine(self.runner, tok, prefill_chunk=4096)
+
+    def close(self) -> None:
+        self.engine.close()

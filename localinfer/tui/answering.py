@@ -8,13 +8,18 @@ import uuid
 from textual import on, work
 
 from localinfer.conversations import Conversation
-from localinfer.engine.types import Request
+from localinfer.engine.types import EngineMetrics, Request
 from localinfer.tui.conversation_actions import ConversationActions
 from localinfer.tui.failure_text import error_text
 from localinfer.tui.live_stats import LiveStats, StatsSnapshot
-from localinfer.tui.messages import AnswerFinished, AnswerProgressed, AnswerRejected
+from localinfer.tui.messages import (
+    AnswerDelta,
+    AnswerFinished,
+    AnswerRejected,
+    AnswerStatsUpdated,
+)
 from localinfer.tui.prompt_input import PromptInput
-from localinfer.tui.stream_pump import AnswerProgress, pump_answer
+from localinfer.tui.stream_pump import AnswerEnd, pump_answer
 
 
 class AnswerActions(ConversationActions):
@@ -56,51 +61,49 @@ class AnswerActions(ConversationActions):
             return
         if self._stop.is_set():
             self.host.abort(request.request_id)
+        sink = _MessageSink(self, request.request_id)
         try:
-            final = pump_answer(
-                request.request_id,
-                handle,
-                stats,
-                lambda progress: self.post_message(AnswerProgressed(progress)),
-                self.host.engine_metrics,
-                self.clock,
+            end = pump_answer(
+                request.request_id, handle, stats, sink, self.host.engine_metrics, self.clock
             )
         except Exception as exc:  # noqa: BLE001
             self.host.abort(request.request_id)
             self.post_message(AnswerRejected(error_text(exc)))
             return
-        self.post_message(AnswerFinished(final))
+        self.post_message(AnswerFinished(end))
 
-    @on(AnswerProgressed)
-    def on_answer_progressed(self, message: AnswerProgressed) -> None:
-        progress = message.progress
-        if progress.request_id != self._request_id or self._answer is None:
-            return
-        self._answer.show(progress.text)
-        self.stats.show_answer(progress.stats)
-        self.stats.show_engine(progress.engine)
-        self.view.follow()
+    @on(AnswerDelta)
+    async def on_answer_delta(self, message: AnswerDelta) -> None:
+        if message.request_id == self._request_id and self._answer is not None:
+            await self._answer.write(message.text)
+
+    @on(AnswerStatsUpdated)
+    def on_answer_stats_updated(self, message: AnswerStatsUpdated) -> None:
+        if message.request_id == self._request_id and self._answer is not None:
+            self.stats.show_answer(message.stats)
+            self.stats.show_engine(message.engine)
 
     @on(AnswerFinished)
-    def on_answer_finished(self, message: AnswerFinished) -> None:
-        progress = message.progress
-        if progress.request_id != self._request_id or self._answer is None:
+    async def on_answer_finished(self, message: AnswerFinished) -> None:
+        end = message.end
+        if end.request_id != self._request_id or self._answer is None:
             return
-        answer, reason = self._answer, progress.finish_reason
-        answer.show(progress.text)
-        self.stats.show_answer(progress.stats)
-        self.stats.show_engine(progress.engine)
-        if reason == "error" or (reason == "abort" and not progress.text):
+        answer, reason = self._answer, end.finish_reason
+        if end.tail:
+            await answer.write(end.tail)
+        await answer.end_stream()
+        self.stats.show_answer(end.stats)
+        self.stats.show_engine(end.engine)
+        if reason == "error" or (reason == "abort" and not end.text):
             # Nothing worth keeping: take the question back so it can be edited and resent.
             answer.remove()
             self._restore_prompt(self._drop_unanswered_turn())
-            self._notice_unanswered(progress)
+            self._notice_unanswered(end)
         else:
-            self._keep_answer(progress)
+            self._keep_answer(end)
         self._finish_answer()
-        self.view.follow()
 
-    def _notice_unanswered(self, progress: AnswerProgress) -> None:
+    def _notice_unanswered(self, progress: AnswerEnd) -> None:
         if progress.finish_reason == "error":
             error = (progress.error or "unknown error").rstrip(". ")
             self.view.add_notice(
@@ -110,7 +113,7 @@ class AnswerActions(ConversationActions):
         else:
             self.view.add_notice("Stopped before the first token.")
 
-    def _keep_answer(self, progress: AnswerProgress) -> None:
+    def _keep_answer(self, progress: AnswerEnd) -> None:
         assert self._answer is not None
         if progress.finish_reason == "abort":
             self.view.end_answer(self._answer, "⏹ stopped")
@@ -122,8 +125,9 @@ class AnswerActions(ConversationActions):
         self.save_conversation(Conversation.from_json(self.conversation.to_json()))
 
     @on(AnswerRejected)
-    def on_answer_rejected(self, message: AnswerRejected) -> None:
+    async def on_answer_rejected(self, message: AnswerRejected) -> None:
         if self._answer is not None:
+            await self._answer.end_stream()
             self._answer.remove()
         text = self._drop_unanswered_turn()
         self.view.add_notice(
@@ -156,3 +160,16 @@ class AnswerActions(ConversationActions):
             self._stop.set()
             self.host.abort(self._request_id)
             self._set_status("Stopping…")
+
+
+class _MessageSink:
+    """The pump's updates as messages to the app (posting is safe from the worker thread)."""
+
+    def __init__(self, app: AnswerActions, request_id: str) -> None:
+        self._app, self._request_id = app, request_id
+
+    def text(self, delta: str) -> None:
+        self._app.post_message(AnswerDelta(self._request_id, delta))
+
+    def stats(self, snapshot: StatsSnapshot, engine: EngineMetrics | None) -> None:
+        self._app.post_message(AnswerStatsUpdated(self._request_id, snapshot, engine))

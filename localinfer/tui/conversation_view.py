@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from markdown_it import MarkdownIt
+from textual import events
+from textual.await_complete import AwaitComplete
 from textual.containers import VerticalScroll
+from textual.content import Content
 from textual.widgets import Markdown, Static
+from textual.widgets.markdown import MarkdownStream
 
 from localinfer.conversations import Conversation
 
@@ -15,31 +20,78 @@ class UserTurn(Static):
         super().__init__(text, markup=False, classes="turn user-turn")
 
 
-class AnswerTurn(Markdown):
-    """One assistant answer; :meth:`show` takes the whole text so far and appends only the new part.
+# Textual's paragraph block, reached through the public BLOCKS table (its module is private).
+_Paragraph = Markdown.BLOCKS["paragraph_open"]
 
-    Textual's ``Markdown.append`` re-parses just the last block, so a long streamed answer costs
-    about the same per update as a short one; fenced code is syntax-highlighted by the widget.
+
+class StreamParagraph(_Paragraph):  # type: ignore[misc,valid-type]
+    """A paragraph that asks for a layout only when its height changes.
+
+    While an answer streams, its last paragraph gets a few more words many times a second.
+    Textual's paragraph asks for a layout on every update, and a layout places every widget on
+    the screen again (the whole conversation, a cost that grows with it); most updates only fill
+    the paragraph's last line, and repainting the paragraph is enough for them.
     """
 
+    def set_content(self, content: Content) -> None:
+        self._content = content
+        width, height = self.content_size
+        fits = bool(width) and content.get_height(self.styles, width) == height
+        self.update(content, layout=not fits)
+
+
+class AnswerTurn(Markdown):
+    """One assistant answer. While it streams, :meth:`write` takes the text that arrived since
+    the last write; a :class:`MarkdownStream` merges writes that come faster than the widget can
+    append them. ``Markdown.append`` re-parses only from the last block's start, so an update
+    costs about the same on a long answer as on a short one; fenced code is highlighted by the
+    widget. While streaming the answer holds ``RESERVE_LINES`` blank lines below its text to
+    grow into (see :meth:`on_resize`). ``renders`` counts the appends (tests bound it: renders
+    are coalesced, not per token).
+    """
+
+    BLOCKS = {**Markdown.BLOCKS, "paragraph_open": StreamParagraph}
+    RESERVE_LINES = 4
+
     def __init__(self, text: str = "") -> None:
-        super().__init__(text, classes="turn answer-turn")
-        self._shown = len(text)
+        # One parser per answer: Markdown builds a new one per append otherwise (~1 ms each).
+        # Per answer, not shared: a widget's parses are serialised by its lock, not across widgets.
+        parser = MarkdownIt("gfm-like")
+        super().__init__(text, classes="turn answer-turn", parser_factory=lambda: parser)
+        self.renders = 0
+        self._stream: MarkdownStream | None = None
+        self._reserved = 0  # lines held for the answer to grow into while it streams
 
     @property
-    def shown_text(self) -> str:
-        return self.source
+    def streaming(self) -> bool:
+        return self._stream is not None
 
-    def show(self, full_text: str) -> None:
-        if len(full_text) < self._shown or not full_text.startswith(self.source[: self._shown]):
-            # Should not happen with an append-only stream, but a rewrite must still render right.
-            self._shown = len(full_text)
-            self.update(full_text)
-            return
-        delta = full_text[self._shown :]
-        if delta:
-            self._shown = len(full_text)
-            self.append(delta)
+    def append(self, markdown: str) -> AwaitComplete:
+        self.renders += 1
+        return super().append(markdown)
+
+    async def write(self, delta: str) -> None:
+        """Append ``delta`` (never empty) soon; merged with other writes while one renders."""
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self)
+        await self._stream.write(delta)
+
+    async def end_stream(self) -> None:
+        """Render whatever writes are still pending and stop streaming."""
+        stream, self._stream = self._stream, None
+        if stream is not None:
+            await stream.stop()
+        if self._reserved:
+            self._reserved = 0
+            self.styles.min_height = None
+
+    def on_resize(self, event: events.Resize) -> None:
+        # The answer outgrew its reserve: take RESERVE_LINES more. Growth inside the reserve
+        # moves nothing above the last block, so only that block repaints; the view (anchored
+        # to its end) scrolls once per RESERVE_LINES lines instead of once per line.
+        if self.streaming and event.size.height > self._reserved:
+            self._reserved = event.size.height + self.RESERVE_LINES
+            self.styles.min_height = self._reserved
 
     note: str = ""  # why the answer ended early ("stopped", the token limit), shown under it
 
@@ -52,11 +104,19 @@ class Notice(Static):
 
 
 class ConversationView(VerticalScroll):
-    """Holds the turns; keeps the newest in view while an answer streams."""
+    """Holds the turns; keeps the newest in view while an answer streams.
+
+    The view is anchored: while it is scrolled to the end, growing content keeps the end in view
+    at layout time (no scroll call per update); scrolling up releases the anchor so the user can
+    read, and scrolling back to the end takes it again.
+    """
 
     DEFAULT_CSS = """
     ConversationView { height: 1fr; }
     """
+
+    def on_mount(self) -> None:
+        self.anchor()
 
     def add_user(self, text: str) -> UserTurn:
         turn = UserTurn(text)
@@ -80,11 +140,6 @@ class ConversationView(VerticalScroll):
         """Say under an answer why it ended early."""
         answer.note = note
         self.mount(Static(note, markup=False, classes="answer-note"), after=answer)
-
-    def follow(self) -> None:
-        """Scroll to the end unless the user scrolled up to read something."""
-        if self.max_scroll_y - self.scroll_y <= 3:
-            self.scroll_end(animate=False)
 
     def clear(self) -> None:
         self.remove_children()

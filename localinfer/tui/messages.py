@@ -10,28 +10,37 @@ from dataclasses import dataclass
 from textual.message import Message
 
 from localinfer.conversations import ConversationSummary
+from localinfer.engine.types import EngineMetrics
 from localinfer.tui.host import MemoryFigures, ModelChoice
-from localinfer.tui.stream_pump import AnswerProgress
+from localinfer.tui.live_stats import StatsSnapshot
+from localinfer.tui.stream_pump import AnswerEnd
 
 
 @dataclass
-class AnswerProgressed(Message):
-    """More of the answer arrived. Carries the whole text so far, so a queued one may be dropped."""
+class AnswerDelta(Message):
+    """The text that arrived since the previous delta (a few tokens); appended as it is."""
 
-    progress: AnswerProgress
+    request_id: str
+    text: str
+
+
+@dataclass
+class AnswerStatsUpdated(Message):
+    """The answer's live figures; a queued one is stale once a newer one comes."""
+
+    request_id: str
+    stats: StatsSnapshot
+    engine: EngineMetrics | None
 
     def can_replace(self, message: Message) -> bool:
-        return (
-            isinstance(message, AnswerProgressed)
-            and message.progress.request_id == self.progress.request_id
-        )
+        return isinstance(message, AnswerStatsUpdated) and message.request_id == self.request_id
 
 
 @dataclass
 class AnswerFinished(Message):
     """The answer ended (stop, length, abort or an engine-side error)."""
 
-    progress: AnswerProgress
+    end: AnswerEnd
 
 
 @dataclass

@@ -51,10 +51,20 @@ def format_engine_stats(m: EngineMetrics | None) -> str:
 
 
 class StatsPanel(Vertical):
+    """Updated a few times a second while an answer streams (the stream pump's stats rate).
+
+    The figures keep their number of lines, so an update repaints the panel alone: a layout pass
+    would place every widget on the screen again, the whole conversation included.
+    """
+
     DEFAULT_CSS = """
     StatsPanel { height: auto; }
     StatsPanel Sparkline { height: 2; margin: 0 0 1 0; }
     """
+
+    def __init__(self, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.renders = 0  # updates of the figures (tests and scripts/bench-chat read it)
 
     def compose(self) -> ComposeResult:
         yield Static(format_answer_stats(StatsSnapshot()), id="answer-stats", markup=False)
@@ -62,12 +72,21 @@ class StatsPanel(Vertical):
         yield Static(format_engine_stats(None), id="engine-stats", markup=False)
 
     def show_answer(self, snap: StatsSnapshot) -> None:
-        self.query_one("#answer-stats", Static).update(format_answer_stats(snap))
+        self.renders += 1
+        _update_lines(self.query_one("#answer-stats", Static), format_answer_stats(snap))
         self.query_one("#tps-sparkline", Sparkline).data = list(snap.history)
 
     def show_engine(self, metrics: EngineMetrics | None) -> None:
-        self.query_one("#engine-stats", Static).update(format_engine_stats(metrics))
+        _update_lines(self.query_one("#engine-stats", Static), format_engine_stats(metrics))
 
     @property
     def answer_text(self) -> str:
         return str(self.query_one("#answer-stats", Static).content)
+
+
+def _update_lines(widget: Static, text: str) -> None:
+    """Show ``text``; lay out again only when its number of lines changed."""
+    before = str(widget.content)
+    if text == before:
+        return
+    widget.update(text, layout=text.count("\n") != before.count("\n"))

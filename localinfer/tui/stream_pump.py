@@ -1,10 +1,12 @@
-"""Turns an engine's StreamEvents into a few UI updates a second (runs in a worker thread).
+"""Turns an engine's StreamEvents into a few small UI updates a second (runs in a worker thread).
 
-The engine can emit hundreds of events a second; repainting Markdown that often would starve the
-UI. The pump records every event's arrival in :class:`LiveStats`, accumulates the text, and emits
-an :class:`AnswerProgress` at most once per ``min_interval`` (the first token is emitted at once so
-the time to first token shows immediately). Each progress carries the *whole* answer so far, so the
-UI may drop any stale progress message in favour of a newer one without losing text.
+The engine can emit a hundred tokens a second or more; the UI must not pay per token. The pump
+records every event's arrival in :class:`LiveStats` and hands the UI two kinds of update, each
+throttled on its own: the text that arrived since the last text update (at most
+``text_interval`` apart: ~20 a second, appended to the answer as it is), and a stats snapshot
+(at most ``stats_interval`` apart: a few a second). The first token goes out at once so the
+time to first token shows immediately. Nothing here walks the whole answer per token: pieces
+are joined once per update, and the whole text once at the end.
 """
 
 from __future__ import annotations
@@ -12,65 +14,84 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Protocol
 
 from localinfer.engine.types import EngineMetrics, FinishReason, StreamEvent
 from localinfer.tui.live_stats import LiveStats, StatsSnapshot
 
-UPDATES_PER_SECOND = 25
+TEXT_UPDATES_PER_SECOND = 20
+STATS_UPDATES_PER_SECOND = 4
 
 
 @dataclass(slots=True, frozen=True)
-class AnswerProgress:
+class AnswerEnd:
+    """The last word on an answer: its whole text, and the part no text update carried yet."""
+
     request_id: str
-    text: str  # the whole answer so far
+    text: str  # the whole answer
+    tail: str  # the end of ``text`` not yet handed to ``StreamSink.text``
     stats: StatsSnapshot
     engine: EngineMetrics | None = None
-    finish_reason: FinishReason | None = None  # set on the last progress of an answer
+    finish_reason: FinishReason = "stop"
     error: str | None = None
+
+
+class StreamSink(Protocol):
+    """Where the pump sends its updates (the app posts them as messages to the UI thread)."""
+
+    def text(self, delta: str) -> None: ...
+
+    def stats(self, snapshot: StatsSnapshot, engine: EngineMetrics | None) -> None: ...
+
+
+@dataclass(slots=True)
+class _Throttle:
+    interval: float
+    last: float = float("-inf")
+
+    def due(self, now: float) -> bool:
+        if now - self.last < self.interval:
+            return False
+        self.last = now
+        return True
 
 
 def pump_answer(
     request_id: str,
     events: Iterable[StreamEvent],
     stats: LiveStats,
-    emit: Callable[[AnswerProgress], None],
+    sink: StreamSink,
     engine_metrics: Callable[[], EngineMetrics] | None = None,
     clock: Callable[[], float] = time.monotonic,
-    min_interval: float = 1.0 / UPDATES_PER_SECOND,
-) -> AnswerProgress:
-    """Drain ``events``; emit throttled progress; return (without emitting) the final progress."""
-    parts: list[str] = []
-    last_emit = float("-inf")
+    text_interval: float = 1.0 / TEXT_UPDATES_PER_SECOND,
+    stats_interval: float = 1.0 / STATS_UPDATES_PER_SECOND,
+) -> AnswerEnd:
+    """Drain ``events`` into throttled updates; return (without sending) the answer's end."""
+    parts: list[str] = []  # the whole answer, joined once at the end
+    pending: list[str] = []  # since the last text update
+    text_due, stats_due = _Throttle(text_interval), _Throttle(stats_interval)
     finish: FinishReason | None = None
     error: str | None = None
     for event in events:
-        parts.append(event.text)
+        if event.text:
+            parts.append(event.text)
+            pending.append(event.text)
         stats.add(len(event.token_ids))
         if event.finish_reason is not None:
             finish, error = event.finish_reason, event.error
             stats.finish(event.metrics)
             break
         now = clock()
-        if now - last_emit >= min_interval and parts:
-            last_emit = now
-            emit(_progress(request_id, parts, stats, engine_metrics))
+        if pending and text_due.due(now):
+            sink.text("".join(pending))
+            pending.clear()
+        if stats_due.due(now):
+            sink.stats(stats.snapshot(), engine_metrics() if engine_metrics else None)
     if finish is None:
         # The iterator ended without a final event: the engine went away mid-answer.
         finish, error = "error", error or "the engine stopped before the answer finished"
         stats.finish(None)
-    return _progress(request_id, parts, stats, engine_metrics, finish, error)
-
-
-def _progress(
-    request_id: str,
-    parts: list[str],
-    stats: LiveStats,
-    engine_metrics: Callable[[], EngineMetrics] | None,
-    finish: FinishReason | None = None,
-    error: str | None = None,
-) -> AnswerProgress:
-    text = "".join(parts)
-    # Keep the list short so joining stays cheap on long answers.
-    parts[:] = [text]
     engine = engine_metrics() if engine_metrics is not None else None
-    return AnswerProgress(request_id, text, stats.snapshot(), engine, finish, error)
+    return AnswerEnd(
+        request_id, "".join(parts), "".join(pending), stats.snapshot(), engine, finish, error
+    )
