@@ -1,0 +1,85 @@
+"""scripts/bench-chat's parts: the headless chat run and its measurements, the `localinfer
+generate` reference on the same request, and the verdict against the issue's targets."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from localinfer.bench.chat import BenchHost, ChatBenchConfig, ChatRun, run_chat
+from localinfer.bench.chat_report import GenerateRun, report_lines, run_generate, verdicts
+from localinfer.conversations import ConversationStore
+from tests.tui_pilot import ScriptedChatSession, module_session
+
+session = module_session(512)
+SCRIPT = "A short story, told slowly. " * 40
+
+
+class Paced:
+    """Events of ``handle`` no faster than one per ``gap`` seconds, as a slow engine gives them."""
+
+    def __init__(self, handle: Any, gap: float) -> None:
+        self._handle, self._gap = handle, gap
+
+    def __iter__(self):
+        for event in self._handle:
+            time.sleep(self._gap)
+            yield event
+
+
+def test_chat_run_measures_the_answer_and_the_keys_typed_meanwhile(tmp_path, monkeypatch):
+    scripted = ScriptedChatSession(SCRIPT)
+    submit = BenchHost.submit
+    monkeypatch.setattr(BenchHost, "submit", lambda self, r: Paced(submit(self, r), 0.005))
+    config = ChatBenchConfig(max_tokens=1000, window=40, keys=3, key_interval_s=0.05)
+    try:
+        run = asyncio.run(run_chat(scripted, config, ConversationStore(tmp_path)))
+    finally:
+        scripted.close()
+    assert run.text == SCRIPT and run.finish_reason == "stop"
+    tokens = len(scripted.tokens)
+    assert run.completion_tokens == tokens + 1  # the script, then the end token
+    assert len(run.arrivals) >= tokens and run.arrivals == sorted(run.arrivals)
+    assert run.window_rate(True, 40) > 0 and run.window_rate(False, 40) > 0
+    assert run.window_rate(True, len(run.arrivals)) is None  # not enough tokens for the window
+    assert run.decode_tps and run.decode_tps > 0  # the engine's own timing
+    assert 0 < run.ui_cpu_s <= run.process_cpu_s
+    assert len(run.key_latencies_s) == 3 and all(t > 0 for t in run.key_latencies_s)
+    assert 1 <= run.renders < tokens / 2 and run.stats_renders >= 1
+
+
+def test_generate_answers_the_chats_request(session, tmp_path):
+    config = ChatBenchConfig(max_tokens=12, keys=0)
+    chat = asyncio.run(run_chat(session, config, ConversationStore(tmp_path)))
+    generate = run_generate(config)
+    assert generate.completion_tokens == chat.completion_tokens == 12
+    assert generate.text == chat.text  # the same request: prompt, template, greedy, budget
+    assert generate.decode_tps and generate.decode_tps > 0
+
+
+def test_verdicts_against_the_targets():
+    run = ChatRun(
+        text="x",
+        finish_reason="length",
+        decode_tps=57.0,
+        completion_tokens=1000,
+        ui_cpu_s=1.5,
+        arrivals=[i / 60 for i in range(1000)],
+        key_latencies_s=[0.004, 0.02],
+    )
+    generate = GenerateRun("x", 60.0, 1000, "torch")
+    config = ChatBenchConfig()
+    got = {v.name: v for v in verdicts(config, run, generate)}
+    assert got["chat / generate decode"].ok and "0.95x" in got["chat / generate decode"].figure
+    assert got["last 200 / first 200"].ok and "1.00x" in got["last 200 / first 200"].figure
+    assert got["UI thread CPU per 100 tokens"].ok  # 0.15 s
+    assert got["keys while streaming"].ok is False  # 20 ms is more than a frame
+    slow = ChatRun(decode_tps=30.0, completion_tokens=1000, ui_cpu_s=6.5, arrivals=[0.0])
+    missed = {v.name: v.ok for v in verdicts(config, slow, generate)}
+    assert missed["chat / generate decode"] is False
+    assert missed["UI thread CPU per 100 tokens"] is False
+    assert missed["last 200 / first 200"] is None and missed["keys while streaming"] is None
+    lines = report_lines(config, run, generate, "header")
+    assert lines[0] == "header" and any("MISSED" in line for line in lines)
+    assert "same answer: yes" in lines[-1]
