@@ -43,6 +43,10 @@ class ArchSpec(BaseModel):
     n_experts_per_token: int = Field(default=0, ge=0)
     moe_ffn_size: int | None = Field(default=None, gt=0)
     n_shared_experts: int = Field(default=0, ge=0)
+    # Qwen2-MoE: one shared expert of its own width (shared_expert_intermediate_size) behind a
+    # sigmoid gate (hidden -> 1), instead of n_shared_experts of the routed experts' width.
+    shared_expert_ffn_size: int | None = Field(default=None, gt=0)
+    shared_expert_gate: bool = False
     first_dense_layers: int = Field(default=0, ge=0)  # DeepSeek first_k_dense_replace
     # Multi-head latent attention (DeepSeek-V2/V3): the cache holds one compressed latent of
     # kv_lora_rank plus the shared RoPE key of qk_rope_head_dim per token per layer.
@@ -109,9 +113,10 @@ def validation_summary(exc: ValidationError) -> str:
 def count_params(spec: ArchSpec) -> int:
     """Exact parameter count of the text model (tied embeddings counted once).
 
-    Follows the Hugging Face module layout of llama, mistral, qwen2/3, qwen3_moe, mixtral, phi3,
-    gemma3 and deepseek_v2/v3 (MLA); checked against published counts in tests/test_catalog.py.
-    Files on disk never need it: their headers give the exact count.
+    Follows the Hugging Face module layout of llama, mistral, qwen2/3, qwen2_moe, qwen3_moe,
+    mixtral, phi3, gemma3 and deepseek_v2/v3 (MLA); checked against published counts in
+    tests/test_catalog.py and published safetensors totals in tests/test_budget_config.py. Files
+    with weights never need it: their headers give the exact count.
     """
     h = spec.hidden_size
     embed = spec.vocab_size * h
@@ -159,14 +164,21 @@ def _mlp_params(spec: ArchSpec, layer: int) -> int:
     assert spec.moe_ffn_size is not None
     router = h * spec.n_experts
     experts = spec.n_experts * 3 * h * spec.moe_ffn_size
-    shared = 3 * h * spec.moe_ffn_size * spec.n_shared_experts
-    return router + experts + shared
+    return router + experts + 3 * h * _shared_width(spec) + (h if spec.shared_expert_gate else 0)
+
+
+def _shared_width(spec: ArchSpec) -> int:
+    """Total MLP width of the experts every token runs through."""
+    if spec.shared_expert_ffn_size is not None:
+        return spec.shared_expert_ffn_size
+    assert spec.moe_ffn_size is not None
+    return spec.moe_ffn_size * spec.n_shared_experts
 
 
 def active_ffn_width(spec: ArchSpec) -> int:
     """Width of the MLP activations one token produces (for compute-buffer sizing)."""
     if spec.is_moe:
         assert spec.moe_ffn_size is not None
-        per_token = spec.n_experts_per_token + spec.n_shared_experts
-        return max(spec.ffn_size if spec.first_dense_layers else 0, per_token * spec.moe_ffn_size)
+        routed = spec.n_experts_per_token * spec.moe_ffn_size + _shared_width(spec)
+        return max(spec.ffn_size if spec.first_dense_layers else 0, routed)
     return spec.ffn_size

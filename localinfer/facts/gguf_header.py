@@ -72,6 +72,11 @@ def arch_fields_from_gguf(
             n_shared_experts=get("expert_shared_count", 0),
             first_dense_layers=get("leading_dense_block_count", 0),
         )
+        if get("expert_shared_feed_forward_length"):  # qwen2moe: one gated shared expert
+            fields.update(
+                shared_expert_ffn_size=get("expert_shared_feed_forward_length"),
+                shared_expert_gate="blk.0.ffn_gate_inp_shexp.weight" in tensors,
+            )
     if get("attention.kv_lora_rank"):
         fields.update(
             kv_lora_rank=get("attention.kv_lora_rank"),

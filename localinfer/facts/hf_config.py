@@ -95,7 +95,8 @@ def arch_fields(text: dict[str, Any], source: str | Path) -> ArchFields:
         "vocab_size": text["vocab_size"],
         "max_ctx": text["max_position_embeddings"],
         "tied_embeddings": bool(text.get("tie_word_embeddings", False)),
-        "attention_bias": bool(text.get("attention_bias", model_type == "qwen2")),
+        # Qwen2 and Qwen2-MoE put a bias on q/k/v without saying so in config.json.
+        "attention_bias": bool(text.get("attention_bias", model_type in ("qwen2", "qwen2_moe"))),
         "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3"),
     }
     fields.update(_sliding(text, model_type))
@@ -137,13 +138,17 @@ def _experts(text: dict[str, Any]) -> ArchFields:
         return {}
     # Mixtral's experts are intermediate_size wide; Qwen3-MoE/DeepSeek name moe_intermediate_size.
     width = text.get("moe_intermediate_size") or text.get("intermediate_size")
-    return {
+    out = {
         "n_experts": n,
         "n_experts_per_token": text.get("num_experts_per_tok", 0),
         "moe_ffn_size": width,
         "n_shared_experts": text.get("n_shared_experts") or 0,
         "first_dense_layers": text.get("first_k_dense_replace") or 0,
     }
+    shared = text.get("shared_expert_intermediate_size")
+    if shared:  # Qwen2-MoE: one gated shared expert of its own width
+        out.update(shared_expert_ffn_size=shared, shared_expert_gate=True)
+    return out
 
 
 def _mla(text: dict[str, Any]) -> ArchFields:
