@@ -44,15 +44,23 @@ def hf_cache_dir() -> Path:
 
 
 def cached_snapshot(repo_id: str) -> Path | None:
-    """The snapshot folder of `repo_id`'s cached revision of 'main', if there is one."""
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.utils import LocalEntryNotFoundError
+    """The snapshot folder of `repo_id`'s cached revision of 'main', if there is one.
 
+    Read from the cache's layout (refs/main names the commit) rather than with
+    snapshot_download(local_files_only=True): huggingface_hub 2.4 refuses a snapshot holding only
+    some of the repo's files (IncompleteSnapshotError), and one quantization of a GGUF repo is
+    exactly that."""
+    from huggingface_hub.file_download import repo_folder_name
+
+    folder = hf_cache_dir() / repo_folder_name(repo_id=repo_id, repo_type="model")
     try:
-        path = snapshot_download(repo_id, local_files_only=True, cache_dir=hf_cache_dir())
-    except (LocalEntryNotFoundError, OSError, ValueError):
+        commit = (folder / "refs" / "main").read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError):
         return None
-    return Path(path)
+    snapshot = folder / "snapshots" / commit
+    if not commit or not snapshot.is_dir() or not any(snapshot.iterdir()):
+        return None
+    return snapshot
 
 
 def _scan_cache() -> Any:

@@ -13,6 +13,7 @@ A `pull` first removes what killed downloads of the repository left behind
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import fnmatch
 import shutil
 from collections.abc import Iterator
@@ -33,6 +34,7 @@ from localinfer.facts.quant import normalize_quant
 from localinfer.hf_cache import hf_cache_dir
 from localinfer.hf_cache import remove_cached as remove_cached  # re-exported: commands/rm.py
 from localinfer.hf_cache import remove_partial_downloads as remove_partial_downloads  # pull.py
+from localinfer.resolve import split_quant_tag
 
 # What a safetensors checkpoint needs to load and chat: weights, configs, tokenizer, template.
 SAFETENSORS_PATTERNS = (
@@ -58,6 +60,11 @@ class HubError(LocalinferError):
 
     http_status = 502
     code = "hub_error"
+
+
+class HubUnreachableError(HubError):
+    """No answer from the Hub at all (no network, a dead endpoint): what was fetched before and
+    cached may still serve."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,9 +104,11 @@ class RemoteListing:
 
 
 def plan_download(spec: str, quant: str | None = None) -> DownloadPlan:
-    """What `localinfer pull spec --quant quant` fetches. Raises for models with nothing to fetch
-    (bundled, local) and for a quantization the model does not offer."""
-    spec = spec.strip()
+    """What `localinfer pull spec --quant quant` fetches (spec may be MODEL:QUANT). Raises for
+    models with nothing to fetch (bundled, local) and for a quantization the model does not
+    offer. A repo outside the catalog gets patterns here; `pull` narrows them to the files its
+    budget read (:func:`exact_files`)."""
+    spec, quant = split_quant_tag(spec.strip(), quant)
     entry = catalog_entry_for(spec)
     if entry is None:
         return _plan_for_repo(spec, quant)
@@ -153,7 +162,16 @@ def _plan_for_repo(spec: str, quant: str | None) -> DownloadPlan:
     q = quant.strip()
     # fnmatch is case-sensitive on POSIX and repos spell quantizations both ways.
     patterns = tuple(dict.fromkeys((f"*{q}*.gguf", f"*{q.upper()}*.gguf", f"*{q.lower()}*.gguf")))
-    return DownloadPlan(spec, spec, normalize_quant(q), patterns, None)
+    return DownloadPlan(spec, spec, q, patterns, None)
+
+
+def exact_files(plan: DownloadPlan, files: tuple[str, ...], model_format: str) -> DownloadPlan:
+    """The plan narrowed to the files the budget read of the repo (a GGUF's parts, a projector),
+    so the model after download is the one that was budgeted; a safetensors model keeps its
+    patterns (weights, config and tokenizer files)."""
+    if model_format != "gguf":
+        return plan
+    return dataclasses.replace(plan, patterns=files)
 
 
 # -- talking to the Hub ---------------------------------------------------------------------
@@ -168,6 +186,14 @@ def hub_endpoint() -> str:
 @contextlib.contextmanager
 def hub_errors(plan: DownloadPlan) -> Iterator[None]:
     """Turn huggingface_hub / network exceptions into one-line HubErrors."""
+    with repo_errors(plan.name, plan.repo_id, f"no file matching {', '.join(plan.patterns)}"):
+        yield
+
+
+@contextlib.contextmanager
+def repo_errors(name: str, repo_id: str, missing: str = "no such file") -> Iterator[None]:
+    """Turn huggingface_hub / network exceptions met while asking about ``repo_id`` into
+    one-line HubErrors; ``missing`` says what a 404 on a file means."""
     from huggingface_hub import errors
 
     transport = _hub_http()
@@ -176,29 +202,34 @@ def hub_errors(plan: DownloadPlan) -> Iterator[None]:
         yield
     except errors.OfflineModeIsEnabled:
         raise HubError(
-            f"cannot download {plan.name}: HF_HUB_OFFLINE is set, so the Hub is off limits "
+            f"cannot download {name}: HF_HUB_OFFLINE is set, so the Hub is off limits "
             "(models already on disk still work; unset HF_HUB_OFFLINE to pull)"
         ) from None
-    except (errors.GatedRepoError, errors.RepositoryNotFoundError):
+    except errors.GatedRepoError:
         raise HubError(
-            f"{plan.repo_id} is not on the Hub at {hub_endpoint()} (or is private or gated: "
+            f"{repo_id} is gated: accept its terms at {hub_endpoint()}/{repo_id}, then log in "
+            "with `hf auth login` or set HF_TOKEN"
+        ) from None
+    except errors.RepositoryNotFoundError:
+        raise HubError(
+            f"{repo_id} is not on the Hub at {hub_endpoint()} (or is private or gated: "
             "log in with `hf auth login`)"
         ) from None
     except errors.RevisionNotFoundError:
-        raise HubError(f"{plan.repo_id} has no 'main' revision on the Hub") from None
+        raise HubError(f"{repo_id} has no 'main' revision on the Hub") from None
     except errors.RemoteEntryNotFoundError:
-        raise HubError(f"{plan.repo_id} has no file matching {', '.join(plan.patterns)}") from None
+        raise HubError(f"{repo_id} has {missing}") from None
     except (*network_errors, errors.LocalEntryNotFoundError) as exc:
         # LocalEntryNotFoundError: huggingface_hub fell back to the cache after a network error.
-        raise HubError(
+        raise HubUnreachableError(
             f"cannot reach the Hugging Face Hub at {hub_endpoint()} ({_first_line(exc)}); "
             "models already on disk still work offline"
         ) from None
     except errors.HfHubHTTPError as exc:
-        raise HubError(f"the Hub refused {plan.repo_id}: {_first_line(exc)}") from None
+        raise HubError(f"the Hub refused {repo_id}: {_first_line(exc)}") from None
     except OSError as exc:  # a size check failed after retries, a full disk
         raise HubError(
-            f"downloading {plan.name} failed: {_first_line(exc)}; run the same pull again "
+            f"downloading {name} failed: {_first_line(exc)}; run the same pull again "
             "(completed files are kept)"
         ) from None
 
@@ -229,18 +260,20 @@ def cached_file(plan: DownloadPlan) -> Path | None:
     return Path(hit) if isinstance(hit, str) and Path(hit).is_file() else None
 
 
+def short_timeout() -> Any:
+    """The timeouts of a first request to the Hub: fail in seconds on a dead network."""
+    transport = _hub_http()
+    if transport is None:
+        return LISTING_TIMEOUT_S
+    return transport.Timeout(LISTING_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+
+
 def list_remote(plan: DownloadPlan) -> RemoteListing:
     """The files of `plan` on the Hub with their sizes, and whether each is already cached."""
     from huggingface_hub import HfApi, try_to_load_from_cache
 
-    transport = _hub_http()
-    timeout = (
-        transport.Timeout(LISTING_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
-        if transport
-        else LISTING_TIMEOUT_S
-    )
     with hub_errors(plan):
-        info = HfApi().model_info(plan.repo_id, files_metadata=True, timeout=timeout)
+        info = HfApi().model_info(plan.repo_id, files_metadata=True, timeout=short_timeout())
     if not info.sha:
         raise HubError(f"the Hub sent no commit for {plan.repo_id}")
     files = []

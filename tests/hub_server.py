@@ -11,9 +11,14 @@ Served (the shapes huggingface_hub parses, checked against its 2.4 source):
 * ``GET /api/models/{repo}/tree/{rev}`` - list_repo_tree (snapshot_download): files with
   ``oid``, ``size`` and ``lfs``; one page (no ``Link`` header).
 * ``HEAD|GET /{repo}/resolve/{rev}/{path}`` - ``X-Repo-Commit``, ``ETag`` (the sha256, as for
-  LFS files), ``Content-Length``, ``Accept-Ranges``; GET honours ``Range: bytes=N-`` with 206.
-* Errors carry ``X-Error-Code`` (RepoNotFound, RevisionNotFound, EntryNotFound) so
+  LFS files), ``Content-Length``, ``Accept-Ranges``; GET honours ``Range: bytes=N-`` and
+  ``bytes=N-M`` with 206 (what a resumed download and a header read over HTTP send:
+  parse_safetensors_file_metadata asks for ``bytes=0-100000``, the GGUF reader for the header).
+* Errors carry ``X-Error-Code`` (RepoNotFound, RevisionNotFound, EntryNotFound, GatedRepo) so
   huggingface_hub raises its typed errors.
+
+``gate(repo)`` makes a repo gated, as the Hub does: its info says ``gated`` and its files answer
+401 GatedRepo unless the request carries ``Authorization: Bearer {GATE_TOKEN}``.
 
 ``drop_once(repo, path, after)`` makes the next GET of that file send its full Content-Length,
 then only ``after`` bytes, then close the connection: an interrupted download.
@@ -37,12 +42,14 @@ _INFO = re.compile(rf"^/api/models/{_REPO}(?:/revision/(?P<rev>[^/]+))?$")
 _TREE = re.compile(rf"^/api/models/{_REPO}/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?$")
 _RESOLVE = re.compile(rf"^/{_REPO}/resolve/(?P<rev>[^/]+)/(?P<path>.+)$")
 _RANGE = re.compile(r"^bytes=(\d+)-(\d*)$")
+GATE_TOKEN = "hf_fake_token_for_gated_repos"
 
 
 @dataclass
 class FakeRepo:
     commit: str
     files: dict[str, bytes] = field(default_factory=dict)
+    gated: bool = False
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,9 @@ class FakeHub:
         repo = self.repos.setdefault(repo_id, FakeRepo(hashlib.sha1(repo_id.encode()).hexdigest()))
         repo.files[path] = data
 
+    def gate(self, repo_id: str) -> None:
+        self.repos[repo_id].gated = True
+
     def drop_once(self, repo_id: str, path: str, after: int) -> None:
         self._drops[(repo_id, path)] = after
 
@@ -96,6 +106,15 @@ class FakeHub:
     def file_gets(self, path: str) -> list[Logged]:
         return [r for r in self.requests if r.method == "GET" and r.path.endswith("/" + path)]
 
+    def bytes_sent(self, path: str) -> int:
+        """Bytes of ``path`` the GETs so far asked for (a whole-file GET counts the file)."""
+        total = 0
+        for request in self.file_gets(path):
+            data = next((r.files[path] for r in self.repos.values() if path in r.files), b"")
+            start, end = _span(request.range, len(data))
+            total += max(0, end - start)
+        return total
+
     def start(self) -> FakeHub:
         self._thread.start()
         return self
@@ -109,6 +128,15 @@ class FakeHub:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _span(wanted: str | None, size: int) -> tuple[int, int]:
+    """[start, end) of a Range header over a file of ``size`` bytes (the whole file if none)."""
+    found = _RANGE.match(wanted.strip()) if wanted else None
+    if found is None:
+        return 0, size
+    end = int(found[2]) + 1 if found[2] else size
+    return int(found[1]), min(end, size)
 
 
 def _sha256(data: bytes) -> str:
@@ -171,7 +199,13 @@ def _make_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                     }
                 siblings.append(sibling)
             self._json(
-                {"id": repo_id, "modelId": repo_id, "sha": repo.commit, "siblings": siblings}
+                {
+                    "id": repo_id,
+                    "modelId": repo_id,
+                    "sha": repo.commit,
+                    "gated": "manual" if repo.gated else False,
+                    "siblings": siblings,
+                }
             )
 
         def _tree(self, repo_id: str, rev: str) -> None:
@@ -194,11 +228,15 @@ def _make_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             repo = self._repo(repo_id, rev)
             if repo is None:
                 return
+            if repo.gated and self.headers.get("Authorization") != f"Bearer {GATE_TOKEN}":
+                message = f"Access to model {repo_id} is restricted. You must have access to it"
+                self._error(401, "GatedRepo", message, commit=repo.commit)
+                return
             data = repo.files.get(path)
             if data is None:
                 self._error(404, "EntryNotFound", f"{path} does not exist", commit=repo.commit)
                 return
-            start = 0
+            start, end = 0, len(data)
             status = 200
             wanted = self.headers.get("Range")
             if wanted and not head:
@@ -206,8 +244,9 @@ def _make_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 if found is None or int(found[1]) >= len(data):
                     self._error(416, None, "bad range")
                     return
-                start, status = int(found[1]), 206
-            body = data[start:]
+                start, end = _span(wanted, len(data))
+                status = 206
+            body = data[start:end]
             self.send_response(status)
             self.send_header("X-Repo-Commit", repo.commit)
             self.send_header("ETag", f'"{_sha256(data)}"')
@@ -215,7 +254,7 @@ def _make_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Type", "application/octet-stream")
             self.send_header("Content-Length", str(len(body)))
             if status == 206:
-                self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
+                self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
             self.end_headers()
             if head:
                 return

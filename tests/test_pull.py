@@ -150,12 +150,14 @@ def test_pull_by_repo_id(hub: FakeHub, tmp_path: Path) -> None:
     assert Path(done.stdout.strip()).name == FILE_Q4
     assert not hub.file_gets(FILE_Q8)
 
-    # A repo outside the catalog: no budget is possible before download; the quant picks files.
+    # A repo outside the catalog is budgeted from its GGUF header before download; one whose
+    # header is not a GGUF's still comes, with a warning. The quant picks the file.
     hub.add_file("someone/tiny-GGUF", "tiny-Q4_0.gguf", b"q4" * 100)
     hub.add_file("someone/tiny-GGUF", "tiny-Q8_0.gguf", b"q8" * 100)
     other = cli(env, "pull", "someone/tiny-GGUF", "--quant", "Q8_0", "--quiet")
     assert other.returncode == 0, other.stderr
-    assert "not in the catalog" in other.stderr
+    assert "warning: no memory budget for someone/tiny-GGUF" in other.stderr
+    assert "not a GGUF file" in other.stderr
     assert Path(other.stdout.strip()).read_bytes() == b"q8" * 100
     assert not hub.file_gets("tiny-Q4_0.gguf")
     removed = cli(env, "rm", "someone/tiny-GGUF")

@@ -137,12 +137,16 @@ def test_local_gguf_file_and_folder(tmp_path: Path) -> None:
     assert resolve_model(str(folder), quant="Q8_0").path == folder / "m-Q8_0.gguf"
 
 
-def test_local_hf_folder_needs_config_and_safetensors(tmp_path: Path) -> None:
+def test_local_hf_folder_with_config_alone_is_for_the_budget_only(tmp_path: Path) -> None:
     folder = tmp_path / "model"
     folder.mkdir()
     shutil.copy(CONFIGS / "qwen3-0.6b.json", folder / "config.json")
-    with pytest.raises(ModelFileError, match="no \\*.safetensors"):
-        resolve_model(str(folder))
+    config_only = resolve_model(str(folder))
+    assert config_only.kind == "hf_config" and config_only.path == folder / "config.json"
+    assert not config_only.on_disk
+    with pytest.raises(ModelFileError, match="holds only a config.json"):
+        config_only.require_path()
+    assert resolve_model(str(folder / "config.json")).kind == "hf_config"
     write_safetensors(folder / "model.safetensors", {"w": ("BF16", [4, 4])})
     model = resolve_model(str(folder))
     assert model.kind == "hf_dir" and model.path == folder
@@ -177,9 +181,34 @@ def test_cached_repo_id_resolves_to_its_snapshot(hf_cache: Path) -> None:
     assert [r.repo_id for r in list_cached_repos()] == ["someone/tiny-llama"]
 
 
-def test_repo_id_not_in_cache_is_unknown(hf_cache: Path) -> None:
-    with pytest.raises(UnknownModelError):
-        resolve_model("someone/not-downloaded")
+def test_repo_id_not_in_cache_is_a_hub_model(hf_cache: Path) -> None:
+    model = resolve_model("someone/not-downloaded:Q4_K_M")
+    assert (model.kind, model.path, model.repo_id) == ("hub_remote", None, "someone/not-downloaded")
+    assert model.picked_by == "Q4_K_M" and not model.on_disk
+    with pytest.raises(ModelFileError, match="localinfer pull someone/not-downloaded:Q4_K_M"):
+        model.require_path()
+    # Not a repo id the Hub accepts: a path that is not there.
+    with pytest.raises(ModelFileError, match="no such file"):
+        resolve_model("some--one/x")
+    # A catalog repo id that is not cached is that catalog model.
+    assert resolve_model("Qwen/Qwen3-8B").entry is resolve_model("qwen3-8b").entry
+
+
+def test_model_colon_quant_is_the_quantization(hf_cache: Path) -> None:
+    from localinfer.errors import InvalidParameterError
+
+    path = add_cached_file(hf_cache, "someone/x-GGUF", "x-Q8_0.gguf", b"GGUF" + bytes(60))
+    add_cached_file(hf_cache, "someone/x-GGUF", "x-Q4_K_M.gguf", b"GGUF" + bytes(60))
+    add_cached_file(hf_cache, "someone/x-GGUF", "mmproj-x-f16.gguf", b"GGUF" + bytes(60))
+    picked = resolve_model("someone/x-GGUF:q8_0")
+    assert picked.path == path and picked.picked_by == "q8_0"
+    # No tag: Q4_K_M, as llama.cpp's -hf and Ollama pick; a projector is never the model.
+    assert resolve_model("someone/x-GGUF").path.name == "x-Q4_K_M.gguf"
+    with pytest.raises(InvalidParameterError, match="has no IQ2_XS GGUF; it has Q4_K_M, Q8_0"):
+        resolve_model("someone/x-GGUF:IQ2_XS")
+    with pytest.raises(InvalidParameterError, match="--quant says Q4_K_M"):
+        resolve_model("someone/x-GGUF:Q8_0", "Q4_K_M")
+    assert resolve_model("smollm2-135m:Q4_1").path == embedded_model_path()
 
 
 def test_catalog_gguf_found_in_the_cache(hf_cache: Path) -> None:

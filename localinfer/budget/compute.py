@@ -20,7 +20,7 @@ from localinfer.budget.report import (
 )
 from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
 from localinfer.facts.quant import normalize_quant
-from localinfer.resolve import resolve_model
+from localinfer.resolve import resolve_model, split_quant_tag
 
 __all__ = [
     "DEFAULT_CTX",
@@ -40,7 +40,7 @@ def choose_backend(memory: DeviceMemory, asked: str | None, facts: ModelFacts | 
     file's own quantization is asked) let this CPU pick the native kernels for the file's blocks."""
     if facts is None:
         return planned_backend(memory.kind, asked)
-    model_format = "gguf" if facts.resolved.kind == "gguf" else "safetensors"
+    model_format = facts.format or "gguf"  # a catalog entry's default is a GGUF file
     return planned_backend(memory.kind, asked, model_format, facts.native_quant, facts.arch.arch)
 
 
@@ -49,17 +49,26 @@ _LLAMACPP_FRIENDLY = {"int8": "Q8_0", "int4": "Q4_K_M"}
 
 
 def resolve_quant(facts: ModelFacts, asked: str | None, backend: str | None = None) -> str:
-    if asked is None:
+    if asked is None or _picked_the_file(facts, asked):
         return facts.native_quant
     if asked.strip().lower() == "none":  # unquantized: the safetensors dtype, else 16-bit
-        header = facts.header
-        if header is not None and facts.resolved.kind == "hf_dir":
-            return header.quant
-        return "bf16"
+        return facts.native_quant if facts.format == "safetensors" else "bf16"
     quant = normalize_quant(asked)
-    if backend == "llamacpp" and facts.resolved.kind != "hf_dir":  # GGUF models only
+    if backend == "llamacpp" and facts.format != "safetensors":  # GGUF models only
         return _LLAMACPP_FRIENDLY.get(quant, quant)
     return quant
+
+
+def _picked_the_file(facts: ModelFacts, asked: str) -> bool:
+    """Whether ``asked`` is the tag that chose the GGUF file among a repo's or folder's files
+    ('UD-Q4_K_XL' too): the file is then budgeted as it is."""
+    picked = facts.resolved.picked_by
+    return facts.format == "gguf" and picked is not None and picked.lower() == asked.lower()
+
+
+def _request_quant(request: BudgetRequest) -> str | None:
+    """The quantization a request asks for, whether by --quant or by MODEL:QUANT."""
+    return split_quant_tag(request.model.strip(), request.quant)[1]
 
 
 def compute_budget(
@@ -73,9 +82,10 @@ def compute_budget(
     """
     from localinfer.budget.plan import suggestions_for, vllm_plan_for
 
+    asked_quant = _request_quant(request)
     if facts is None:
         resolved = resolve_model(request.model, request.quant, assemble=False)
-        facts = model_facts(resolved, online=request.online)
+        facts = model_facts(resolved, online=request.online, mmproj=request.mmproj)
     resolved = facts.resolved
     arch = facts.arch
     ctx = request.ctx if request.ctx is not None else min(DEFAULT_CTX, arch.max_ctx)
@@ -84,8 +94,9 @@ def compute_budget(
             f"--ctx {ctx} is beyond {facts.name}'s maximum context of {arch.max_ctx} tokens"
         )
     memory = memory or device_memory(request.device)
-    backend = choose_backend(memory, request.backend, facts if request.quant is None else None)
-    quant = resolve_quant(facts, request.quant, backend)
+    own_file = asked_quant is None or _picked_the_file(facts, asked_quant)
+    backend = choose_backend(memory, request.backend, facts if own_file else None)
+    quant = resolve_quant(facts, asked_quant, backend)
     profile = backend_profile(backend)
     chunk = request.prefill_chunk or profile.memory.prefill_chunk
     planner = Planner(facts, profile, chunk, memory.kind, request.dtype)
@@ -95,7 +106,7 @@ def compute_budget(
     fits = parts.total <= budget
     report = BudgetReport(
         model=facts.name,
-        model_path=str(resolved.path) if resolved.path else None,
+        model_path=str(resolved.path) if resolved.on_disk else None,
         model_kind=resolved.kind,
         arch=arch.arch,
         params=facts.params,
@@ -113,6 +124,9 @@ def compute_budget(
         max_context=planner.max_context(budget, quant, request.concurrency, kv),
         max_concurrency=planner.max_sequences(budget, quant, ctx, kv),
         model_max_ctx=arch.max_ctx,
+        mmproj=facts.projector.name if facts.projector else None,
+        mmproj_files=list(facts.projectors),
+        download_bytes=facts.download_bytes,
     )
     if not fits:
         report.suggestions = suggestions_for(planner, budget, quant, ctx, request.concurrency, kv)

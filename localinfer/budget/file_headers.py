@@ -1,22 +1,31 @@
-"""Exact weight bytes of a model on disk from its file headers, without reading tensor data.
+"""Exact weight bytes of a model from its file headers, without reading tensor data.
 
 The headers are parsed by the loaders' own readers (GGUFFile, SafetensorsFile: every kind of
 broken file becomes a one-line ModelFileError, and the data stays memory-mapped and unread), and a
 GGUF's architecture numbers are read by localinfer/facts/gguf_header.py, as loading reads them.
 GGUFFile is ~30x faster than gguf.GGUFReader on the embedded model's 49k-token vocabulary.
+
+The same summaries serve headers read from the Hub (localinfer/budget/remote_facts.py): a GGUF
+header read over HTTP is a GGUFFile too, and safetensors headers come as SafetensorsTensor lists,
+so a model budgeted before download and after it is counted by the same code.
 """
 
 from __future__ import annotations
 
 import math
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from localinfer.budget.gguf_prefix import file_reader, merge_split_parts, read_header
+from localinfer.errors import ModelFileError
 from localinfer.facts.arch import ArchSpec
 from localinfer.facts.gguf_header import arch_from_gguf
+from localinfer.facts.gguf_names import split_part_names
 from localinfer.loading.gguf_file import GGUFFile
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
+from localinfer.loading.safetensors_dir import _hf_name as loaded_tensor_name
 from localinfer.loading.safetensors_dir import weight_files
 from localinfer.loading.safetensors_file import DTYPE_SIZES, SafetensorsFile
 
@@ -36,9 +45,20 @@ class WeightsHeader:
 
 
 def read_gguf_header(path: str | Path) -> WeightsHeader:
-    """Exact tensor bytes and architecture numbers of a GGUF file (header only)."""
+    """Exact tensor bytes and architecture numbers of a GGUF file (header only); the first part
+    of a split GGUF counts every part (found beside it)."""
+    path = Path(path)
     with GGUFFile(path) as gguf:
+        names = split_part_names(path.name)
+        if names and gguf.metadata.get("split.count", 1) > 1:
+            merge_split_parts(gguf, [_later_part(path.parent / name) for name in names[1:]])
         return gguf_weights_header(gguf)
+
+
+def _later_part(path: Path) -> GGUFFile:
+    if not path.is_file():
+        raise ModelFileError(path, "missing part of a split GGUF")
+    return read_header(str(path), path.stat().st_size, file_reader(path), first_part=False)
 
 
 def gguf_weights_header(gguf: GGUFFile) -> WeightsHeader:
@@ -64,16 +84,67 @@ def gguf_weights_header(gguf: GGUFFile) -> WeightsHeader:
     )
 
 
-def read_safetensors_headers(directory: str | Path) -> WeightsHeader:
-    """Sum the tensors of a model directory's .safetensors files (sharded or not)."""
-    weight_bytes = params = 0
-    by_dtype: Counter[str] = Counter()
+@dataclass(frozen=True, slots=True)
+class SafetensorsTensor:
+    """One tensor of a safetensors header, as stored."""
+
+    name: str
+    dtype: str  # "BF16", "F32", ...
+    shape: tuple[int, ...]
+    nbytes: int
+
+
+@dataclass(frozen=True, slots=True)
+class Projector:
+    """A vision projector (mmproj*.gguf) as llama.cpp's multimodal code loads it: every tensor."""
+
+    name: str
+    weight_bytes: int
+    params: int
+
+
+def projector_header(name: str, gguf: GGUFFile) -> Projector:
+    """The tensor bytes of a projector's GGUF (its directory only: a CLIP header has no LM
+    architecture to read)."""
+    tensors = gguf.tensors.values()
+    return Projector(name, sum(t.nbytes for t in tensors), sum(t.n_elements for t in tensors))
+
+
+def read_projector(path: Path, name: str) -> Projector:
+    """projector_header of a file on disk."""
+    size = path.stat().st_size
+    return projector_header(name, read_header(str(path), size, file_reader(path), first_part=False))
+
+
+def read_safetensors_headers(directory: str | Path, tied_embeddings: bool = False) -> WeightsHeader:
+    """Sum the tensors of a model directory's .safetensors files (sharded or not) that loading
+    keeps (see safetensors_weights_header)."""
+    tensors: list[SafetensorsTensor] = []
     for file in weight_files(Path(directory)):
         with SafetensorsFile(file) as weights:
-            for info in weights.tensors.values():
-                weight_bytes += info.nbytes
-                params += math.prod(info.shape)
-                by_dtype[info.dtype] += info.nbytes
+            tensors += [
+                SafetensorsTensor(info.name, info.dtype, info.shape, info.nbytes)
+                for info in weights.tensors.values()
+            ]
+    return safetensors_weights_header(tensors, tied_embeddings)
+
+
+def safetensors_weights_header(
+    tensors: Iterable[SafetensorsTensor], tied_embeddings: bool
+) -> WeightsHeader:
+    """The weights loading keeps of these tensors (files in weight_files order): a multimodal
+    checkpoint's vision tower and projector are left out, and so is a stored lm_head.weight
+    when config.json ties the embeddings (Qwen3-0.6B's model.safetensors holds both copies:
+    751,632,384 parameters stored, 596,049,920 loaded)."""
+    weight_bytes = params = 0
+    by_dtype: Counter[str] = Counter()
+    for tensor in tensors:
+        name = loaded_tensor_name(tensor.name)
+        if name is None or (tied_embeddings and name == "lm_head.weight"):
+            continue
+        weight_bytes += tensor.nbytes
+        params += math.prod(tensor.shape)
+        by_dtype[tensor.dtype] += tensor.nbytes
     quant = by_dtype.most_common(1)[0][0].lower() if by_dtype else "unknown"
     return WeightsHeader(weight_bytes=weight_bytes, params=params, quant=quant, arch=None)
 

@@ -1,65 +1,67 @@
-"""What the budget knows about a model before loading it: architecture, parameter count and, where
-a file is on disk, the exact weight bytes from its header."""
+"""What the budget knows about a model before loading it: architecture, parameter count and,
+where headers can be read (a file on disk, or the Hub's metadata: remote_facts.py), the exact
+weight bytes."""
 
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from localinfer.budget.facts_record import ModelFacts
 from localinfer.budget.file_headers import (
     WeightsHeader,
     gguf_weights_header,
     read_gguf_header,
+    read_projector,
     read_safetensors_headers,
-    safetensors_dtype_bytes,
 )
-from localinfer.facts.arch import ArchSpec
+from localinfer.errors import LocalinferError
+from localinfer.facts.gguf_names import pick_projector, projector_ggufs
 from localinfer.facts.hf_config import arch_from_hf_config, read_json_object
-from localinfer.facts.quant import bytes_for_params, weight_bits
 from localinfer.resolve import ResolvedModel
 
 if TYPE_CHECKING:
     from localinfer.loading.model import LoadedModel
 
 
-@dataclass(frozen=True, slots=True)
-class ModelFacts:
-    name: str
-    arch: ArchSpec
-    params: int
-    native_quant: str  # the quantization the weights come in when none is asked for
-    header: WeightsHeader | None  # exact figures from the file on disk
-    resolved: ResolvedModel
-    remote_bytes: int | None = None  # safetensors bytes reported by the Hub (--online)
-
-    def weights(self, quant: str) -> tuple[int, str]:
-        """(bytes, how they were found) for the weights stored as `quant`."""
-        if self.header is not None and quant == self.header.quant:
-            kind = "GGUF header" if self.resolved.kind == "gguf" else "safetensors headers"
-            return self.header.weight_bytes, kind
-        if self.remote_bytes is not None and quant == "bf16":
-            return self.remote_bytes, "Hub safetensors metadata"
-        bits = float(weight_bits(quant))
-        return bytes_for_params(self.params, quant), f"{self.params:,} params x {bits:g} bits"
-
-
-def model_facts(resolved: ResolvedModel, online: bool = False) -> ModelFacts:
+def model_facts(
+    resolved: ResolvedModel, online: bool = False, mmproj: str | None = None
+) -> ModelFacts:
+    """The facts of a resolved model. ``online``: a catalog model not on disk is read from the
+    Hub's metadata instead of the catalog's numbers (hub_remote models always are);
+    ``mmproj``: count a vision projector ("" the model's own, or a file name)."""
     if resolved.kind == "gguf":
         assert resolved.path is not None
-        return _gguf_facts(_gguf_header(str(resolved.path), *_stamp(resolved.path)), resolved)
+        header = _gguf_header(str(resolved.path), *_stamp(resolved.path))
+        facts = _gguf_facts(header, resolved)
+        return _with_local_projector(facts, resolved.path.parent, mmproj)
     if resolved.kind == "hf_dir":
         assert resolved.path is not None
         config_path = resolved.path / "config.json"
         arch = arch_from_hf_config(read_json_object(config_path), config_path)
-        header = read_safetensors_headers(resolved.path)
-        return ModelFacts(resolved.name, arch, header.params, header.quant, header, resolved)
+        header = read_safetensors_headers(resolved.path, arch.tied_embeddings)
+        return ModelFacts(
+            resolved.name, arch, header.params, header.quant, header, resolved, "safetensors"
+        )
+    from localinfer.budget.remote_facts import catalog_hub_facts, config_facts, hub_facts
+
+    if resolved.kind == "hf_config":
+        assert resolved.path is not None
+        return config_facts(read_json_object(resolved.path), resolved, "config.json")
+    if resolved.kind == "hub_remote":
+        return hub_facts(resolved, mmproj)
     entry = resolved.entry
     assert entry is not None, "a catalog_remote model always has its catalog entry"
+    if online or mmproj is not None:
+        try:
+            return catalog_hub_facts(resolved, mmproj)
+        except LocalinferError:
+            if mmproj is not None:
+                raise
+            # offline, gated, rate limited: the catalog's numbers still answer
     quant = resolved.quant or entry.default_quant
-    remote = _hub_safetensors_bytes(entry.source) if online else None
-    return ModelFacts(entry.name, entry.arch, entry.params, quant, None, resolved, remote)
+    return ModelFacts(entry.name, entry.arch, entry.params, quant, None, resolved)
 
 
 def facts_of_loaded(model: LoadedModel) -> ModelFacts:
@@ -75,7 +77,28 @@ def facts_of_loaded(model: LoadedModel) -> ModelFacts:
 
 def _gguf_facts(header: WeightsHeader, resolved: ResolvedModel) -> ModelFacts:
     assert header.arch is not None  # a GGUF header always names its architecture
-    return ModelFacts(resolved.name, header.arch, header.params, header.quant, header, resolved)
+    return ModelFacts(
+        resolved.name, header.arch, header.params, header.quant, header, resolved, "gguf"
+    )
+
+
+def _with_local_projector(facts: ModelFacts, folder: Path, mmproj: str | None) -> ModelFacts:
+    """A GGUF's facts with the projectors beside it listed, and the one asked for counted."""
+    names = [str(p.relative_to(folder)) for p in folder.glob("*.gguf")]
+    found = tuple(projector_ggufs(names))
+    if not found and mmproj is None:
+        return facts
+    projector = None
+    if mmproj is not None:
+        name = pick_projector(names, mmproj, str(folder))
+        projector = read_projector(folder / name, name)
+    return _replace(facts, projector=projector, projectors=found)
+
+
+def _replace(facts: ModelFacts, **changes: object) -> ModelFacts:
+    import dataclasses
+
+    return dataclasses.replace(facts, **changes)  # type: ignore[arg-type]
 
 
 def _stamp(path: Path) -> tuple[int, int]:
@@ -87,19 +110,3 @@ def _stamp(path: Path) -> tuple[int, int]:
 def _gguf_header(path: str, size: int, mtime_ns: int) -> WeightsHeader:
     # Keyed on size and mtime too, so a file replaced in place is read again.
     return read_gguf_header(path)
-
-
-def _hub_safetensors_bytes(source: object) -> int | None:
-    """Exact original-weight bytes from the Hub's safetensors metadata, or None when offline."""
-    repo = getattr(source, "repo", None)
-    if not repo:
-        return None
-    try:
-        from huggingface_hub import get_safetensors_metadata
-
-        meta = get_safetensors_metadata(repo)
-    except Exception:  # offline, gated repo, rate limit: the catalog numbers still answer
-        return None
-    return sum(
-        safetensors_dtype_bytes(dtype) * count for dtype, count in meta.parameter_count.items()
-    )

@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from localinfer.backends.profile import BackendProfile
+from localinfer.budget.memory import human_bytes
 from localinfer.budget.model_facts import ModelFacts
 from localinfer.budget.quant import KVDtype
 from localinfer.facts.arch import ArchSpec, active_ffn_width
@@ -170,6 +171,10 @@ class Planner:
         kept_blocks: bool = False,
     ) -> Breakdown:
         arch = self.facts.arch
+        projector = self.facts.projector
+        if projector is not None:  # loaded beside the model, as stored (llama.cpp's mtmd)
+            weights += projector.weight_bytes
+            source += f" + {projector.name} ({human_bytes(projector.weight_bytes)})"
         return Breakdown(
             weights=weights,
             weights_source=source,

@@ -15,9 +15,7 @@ _COLORS = {"weights": "blue", "kv": "magenta", "overhead": "yellow", "free": "gr
 
 
 def breakdown_table(report: BudgetReport) -> Table:
-    table = Table(
-        title=f"{report.model} on {report.device} ({report.backend})", title_justify="left"
-    )
+    table = Table(title=_title(report), title_justify="left")
     table.add_column("part")
     table.add_column("bytes", justify="right")
     table.add_column("how")
@@ -35,6 +33,13 @@ def breakdown_table(report: BudgetReport) -> Table:
     table.add_row("total", human_bytes(report.total_bytes), f"{share:.0f}% of available")
     table.add_row("available", human_bytes(report.available_bytes), report.device)
     return table
+
+
+def _title(report: BudgetReport) -> str:
+    title = f"{report.model} on {report.device} ({report.backend})"
+    if report.download_bytes is not None and report.model_path is None:
+        title += f"; {human_bytes(report.download_bytes)} to download"
+    return title
 
 
 def _weights_how(report: BudgetReport) -> str:
@@ -103,9 +108,19 @@ def verdict(report: BudgetReport) -> Text:
     return lines
 
 
+def projector_note(report: BudgetReport) -> str | None:
+    """Vision projectors beside the model that the weights do not count yet."""
+    if report.mmproj is not None or not report.mmproj_files:
+        return None
+    return f"vision projector(s) not counted: {', '.join(report.mmproj_files)} (add --mmproj)"
+
+
 def print_report(report: BudgetReport, console: Console | None = None) -> None:
     console = console or Console()
     console.print(Group(breakdown_table(report), stacked_bar(report), verdict(report)))
+    note = projector_note(report)
+    if note is not None:
+        console.print("  " + note, highlight=False, markup=False)
     if report.vllm is not None:  # unwrapped, so it pastes as one command
         console.print("  " + report.vllm.command, soft_wrap=True, highlight=False, markup=False)
 

@@ -18,7 +18,7 @@ DEFAULT_CTX = 2048
 
 @dataclass(frozen=True, slots=True)
 class BudgetRequest:
-    model: str  # catalog name, GGUF file, HF folder or cached HF repo id
+    model: str  # catalog name, GGUF file, HF folder, config.json, HF repo id (ORG/REPO[:QUANT])
     ctx: int | None = None  # tokens per sequence; None: min(DEFAULT_CTX, model max)
     concurrency: int = 1  # sequences held at once (runner slots)
     quant: str | None = None  # None: the file's own / catalog default; "none": 16-bit weights
@@ -26,7 +26,8 @@ class BudgetRequest:
     device: str = "auto"  # auto | cpu | cuda | cuda:N | metal | a size like 24GiB
     backend: str | None = None  # None: chosen from the device
     prefill_chunk: int | None = None  # tokens per forward pass; None: the backend's
-    online: bool = False  # allow asking the Hub for safetensors sizes of remote models
+    online: bool = False  # catalog models not on disk: the Hub's metadata, not catalog numbers
+    mmproj: str | None = None  # count a vision projector: "" the model's own, or a file name
     dtype: str | None = None  # float32 | bfloat16 | float16: what torch dequantizes GGUF to
 
     def __post_init__(self) -> None:
@@ -101,6 +102,9 @@ class BudgetReport(BaseModel):
     model_max_ctx: int
     suggestions: list[Suggestion] = []
     vllm: VllmPlan | None = None
+    mmproj: str | None = None  # the vision projector counted with the weights
+    mmproj_files: list[str] = []  # vision projectors beside the model (counted with --mmproj)
+    download_bytes: int | None = None  # size of the model's files on the Hub (not on disk yet)
 
     @property
     def free_bytes(self) -> int:

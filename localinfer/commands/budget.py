@@ -25,7 +25,11 @@ def parse_count(text: str, flag: str) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = command_parser(subparsers, "budget", run)
-    parser.add_argument("model", help="catalog name, GGUF file, model folder or cached HF repo")
+    parser.add_argument(
+        "model",
+        help="catalog name, GGUF file, model folder, config.json, or a Hugging Face repo "
+        "ORG/REPO[:QUANT] (read from the Hub's metadata when not on disk: no weights downloaded)",
+    )
     parser.add_argument(
         "--ctx",
         default=None,
@@ -36,7 +40,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--quant",
         default=None,
-        help="none (16-bit), int8, int4, a GGUF type (Q4_K_M, Q8_0, ...), mlx-4bit; "
+        help="none (16-bit), int8, int4, a GGUF type (Q4_K_M, Q8_0, ...), mlx-4bit; for a repo "
+        "of GGUF files, the file of that quantization (as ORG/REPO:QUANT); "
         "default: the file's own or the catalog's default",
     )
     parser.add_argument(
@@ -57,7 +62,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--online",
         action="store_true",
-        help="ask the Hugging Face Hub for exact safetensors sizes of models not on disk",
+        help="catalog models not on disk: read the Hub's metadata (exact weights) instead of the "
+        "catalog's numbers (other Hub repos always are; HF_HUB_OFFLINE=1 uses what was cached)",
+    )
+    parser.add_argument(
+        "--mmproj",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="count the vision projector (mmproj*.gguf) beside the model: the F16 one, or FILE",
     )
     parser.add_argument(
         "--verify",
@@ -81,6 +95,7 @@ def run(args: argparse.Namespace) -> int:
         backend=args.backend,
         online=args.online,
         dtype=args.dtype,
+        mmproj=args.mmproj,
     )
     report = compute_budget(request)
     check = None

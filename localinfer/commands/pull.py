@@ -1,5 +1,9 @@
 """`localinfer pull MODEL [--quant Q]`: download one model's files into the Hugging Face cache,
-after the budget says it fits (or `--force`)."""
+after the budget says it fits (or `--force`).
+
+A catalog model is budgeted from the catalog; any other Hub repo from its metadata (the GGUF
+header over range requests, or config.json + safetensors headers), and then exactly the files
+that budget read are fetched, so the model on disk is the one that was budgeted."""
 
 from __future__ import annotations
 
@@ -16,11 +20,22 @@ if TYPE_CHECKING:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = command_parser(subparsers, "pull", run)
-    parser.add_argument("model", help="catalog name (see `localinfer models`) or an HF repo id")
+    parser.add_argument(
+        "model", help="catalog name (see `localinfer models`) or an HF repo id, ORG/REPO[:QUANT]"
+    )
     parser.add_argument(
         "--quant",
         default=None,
-        help="Q4_K_M, Q8_0, ... or none (original safetensors); default: the catalog's default",
+        help="Q4_K_M, Q8_0, ... or none (original safetensors); default: the catalog's default, "
+        "or a GGUF repo's Q4_K_M file",
+    )
+    parser.add_argument(
+        "--mmproj",
+        nargs="?",
+        const="",
+        default=None,
+        metavar="FILE",
+        help="also fetch the repo's vision projector (mmproj*.gguf: the F16 one, or FILE)",
     )
     parser.add_argument("--ctx", default=None, help="context the budget plans for (default 2048)")
     parser.add_argument("--concurrency", default="1", help="sequences the budget plans for")
@@ -50,25 +65,13 @@ def run(args: argparse.Namespace) -> int:
         return 0
     plan = plan_download(args.model, args.quant)
     if plan.entry is not None:
-        report = _budget(plan, args)
-        if not report.fits:
-            hints = "; ".join(f"try {s.change}" for s in report.suggestions[:3])
-            message = (
-                f"{plan.name} {plan.quant} does not fit: it needs {human_bytes(report.total_bytes)}"
-                f" at {report.ctx} ctx x {report.concurrency} seq, {report.device} has "
-                f"{human_bytes(report.available_bytes)}" + (f" ({hints})" if hints else "")
-            )
-            if not args.force:
-                say(f"localinfer: {message}; --force downloads it anyway")
-                return 3
-            say(f"localinfer: warning: {message}; downloading anyway (--force)")
-        else:
-            say(
-                f"budget: {plan.name} {plan.quant} needs {human_bytes(report.total_bytes)} of "
-                f"{human_bytes(report.available_bytes)} on {report.device}: fits"
-            )
+        report: BudgetReport | None = _budget(plan, args)
     else:
-        say(f"localinfer: {plan.name} is not in the catalog; no memory budget before download")
+        plan, report = _hub_budget(plan, args)
+    if report is not None:
+        refused = _refuse_unless_fits(plan, report, args)
+        if refused is not None:
+            return refused
 
     cleanup = remove_partial_downloads(plan.repo_id)
     if cleanup.files:
@@ -109,6 +112,69 @@ def run(args: argparse.Namespace) -> int:
     print(where[0] if len(where) == 1 else folder)
     say(f"{plan.name}: {human_bytes(listing.total_bytes)} in the cache; ready offline")
     return 0
+
+
+def _refuse_unless_fits(
+    plan: DownloadPlan, report: BudgetReport, args: argparse.Namespace
+) -> int | None:
+    """3 when the model does not fit and --force is not given; None to go on."""
+    from localinfer.budget.memory import human_bytes
+
+    what = f"{plan.name} {report.quant}"
+    if not report.fits:
+        hints = "; ".join(f"try {s.change}" for s in report.suggestions[:3])
+        message = (
+            f"{what} does not fit: it needs {human_bytes(report.total_bytes)}"
+            f" at {report.ctx} ctx x {report.concurrency} seq, {report.device} has "
+            f"{human_bytes(report.available_bytes)}" + (f" ({hints})" if hints else "")
+        )
+        if not args.force:
+            _stderr(f"localinfer: {message}; --force downloads it anyway")
+            return 3
+        _stderr(f"localinfer: warning: {message}; downloading anyway (--force)")
+    else:
+        _stderr(
+            f"budget: {what} needs {human_bytes(report.total_bytes)} of "
+            f"{human_bytes(report.available_bytes)} on {report.device}: fits"
+        )
+    return None
+
+
+def _hub_budget(
+    plan: DownloadPlan, args: argparse.Namespace
+) -> tuple[DownloadPlan, BudgetReport | None]:
+    """A repo outside the catalog: its budget from the Hub's metadata, and the plan narrowed to
+    the files that budget read. A model the budget cannot read (a malformed header, an
+    architecture it does not count) is still pulled, with a warning."""
+    from localinfer.budget import BudgetRequest, compute_budget
+    from localinfer.budget.model_facts import model_facts
+    from localinfer.commands.budget import parse_count
+    from localinfer.errors import LocalinferError
+    from localinfer.hub import HubError, exact_files
+    from localinfer.resolve import ResolvedModel
+
+    tag = plan.quant
+    resolved = ResolvedModel(
+        plan.repo_id, None, "hub_remote", None, tag, plan.repo_id, picked_by=tag
+    )
+    try:
+        facts = model_facts(resolved, mmproj=args.mmproj)
+        request = BudgetRequest(
+            model=plan.repo_id,
+            ctx=parse_count(args.ctx, "--ctx") if args.ctx is not None else None,
+            concurrency=parse_count(args.concurrency, "--concurrency"),
+            quant=tag,
+            device=args.device,
+            backend=args.backend,
+            mmproj=args.mmproj,
+        )
+        report = compute_budget(request, facts=facts)
+    except HubError:
+        raise
+    except LocalinferError as exc:
+        _stderr(f"localinfer: warning: no memory budget for {plan.name} before download: {exc}")
+        return plan, None
+    return exact_files(plan, facts.hub_files, facts.format or ""), report
 
 
 def _budget(plan: DownloadPlan, args: argparse.Namespace) -> BudgetReport:
