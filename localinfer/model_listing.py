@@ -1,6 +1,7 @@
-"""The models there are to run: the catalog's, and model repos in the Hugging Face cache that the
-catalog does not name, each with its budget on one device. `localinfer models` prints them; the
-chat's model picker offers them."""
+"""The models there are to run: the catalog's, model repos in the Hugging Face cache that the
+catalog does not name, and Hub models budgeted before (their metadata cached, the weights not
+downloaded yet), each with its budget on one device. `localinfer models` prints them; the chat's
+model picker offers them. Listing never asks the Hub."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ class BudgetAsk:
 @dataclass(frozen=True, slots=True)
 class ListedModel:
     name: str  # what open_session accepts
-    source: str  # embedded | bundled | hf cache | catalog
+    source: str  # embedded | bundled | hf cache | catalog | hub (budgeted, not downloaded)
     path: Path | None  # None: not on this machine yet
     size_on_disk: int | None
     description: str
@@ -74,6 +75,34 @@ def list_models(ask: BudgetAsk, memory: DeviceMemory | None = None) -> list[List
             repo.repo_id, "hf cache", resolved.path, repo.size_on_disk, "cached Hugging Face repo"
         )
         listed.append(_with_budget(model, ask, memory))
+    listed += _hub_models(ask, memory)
+    return listed
+
+
+def _hub_models(ask: BudgetAsk, memory: DeviceMemory) -> list[ListedModel]:
+    """Hub models whose metadata a budget read, not on disk: budgeted from that metadata."""
+    from localinfer.budget.hub_metadata import cached_hub_models
+    from localinfer.budget.remote_facts import hub_facts
+
+    listed = []
+    for spec in cached_hub_models():
+        try:
+            resolved = resolve_model(spec, assemble=False)
+        except LocalinferError:
+            continue
+        if resolved.kind != "hub_remote":
+            continue  # on disk now (listed above), or a catalog model
+        model = ListedModel(spec, "hub", None, None, "on the Hub: localinfer pull to run")
+        try:
+            facts = hub_facts(resolved, None, cached_only=True)
+            request = BudgetRequest(
+                spec, ctx=ask.ctx, concurrency=ask.concurrency, backend=ask.backend
+            )
+            report = compute_budget(request, memory, facts)
+        except LocalinferError as exc:
+            listed.append(dataclasses.replace(model, error=str(exc)))
+            continue
+        listed.append(dataclasses.replace(model, report=report))
     return listed
 
 

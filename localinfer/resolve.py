@@ -211,7 +211,10 @@ def _resolve_entry(entry: CatalogEntry, asked: str | None, assemble: bool) -> Re
     for candidate in _quant_preference(entry, quant):
         found = _cached_catalog_file(source, candidate)
         if found is not None:
-            return ResolvedModel(entry.name, found[0], found[1], entry, candidate, source.repo)
+            picked = candidate if found[1] == "gguf" else None
+            return ResolvedModel(
+                entry.name, found[0], found[1], entry, candidate, source.repo, picked_by=picked
+            )
     return ResolvedModel(entry.name, None, "catalog_remote", entry, quant, source.repo)
 
 

@@ -20,10 +20,12 @@ Served (the shapes huggingface_hub parses, checked against its 2.4 source):
 ``gate(repo)`` makes a repo gated, as the Hub does: its info says ``gated`` and its files answer
 401 GatedRepo unless the request carries ``Authorization: Bearer {GATE_TOKEN}``.
 
-``drop_once(repo, path, after)`` makes the next GET of that file send its full Content-Length,
-then only ``after`` bytes, then close the connection: an interrupted download.
-``stall_once(repo, path, after)`` makes the next GET send ``after`` bytes and then wait until the
-returned event is set before sending the rest: a download in progress for as long as a test needs.
+``drop_once(repo, path, after)`` makes the next download of that file (a GET of the whole file or
+of ``bytes=N-``; header reads ask for ``bytes=N-M``) send its full Content-Length, then only
+``after`` bytes, then close the connection: an interrupted download.
+``stall_once(repo, path, after)`` makes the next download send ``after`` bytes and then wait until
+the returned event is set before sending the rest: a download in progress for as long as a test
+needs.
 Every request is logged in ``hub.requests`` (method, path, Range header).
 """
 
@@ -257,6 +259,10 @@ def _make_handler(hub: FakeHub) -> type[BaseHTTPRequestHandler]:
                 self.send_header("Content-Range", f"bytes {start}-{end - 1}/{len(data)}")
             self.end_headers()
             if head:
+                return
+            ranged = _RANGE.match(wanted.strip()) if wanted else None
+            if ranged is not None and ranged[2]:  # a header read (bytes=N-M), not a download
+                self.wfile.write(body)
                 return
             drop = hub.take_drop(repo_id, path)
             if drop is not None:

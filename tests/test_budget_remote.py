@@ -329,3 +329,52 @@ def test_pull_budgets_a_repo_outside_the_catalog_first(online: FakeHub) -> None:
     assert refused == 3
     assert not online.file_gets("Smol-135M-Q4_1.gguf")[1:]  # the header read only, no download
     assert online.bytes_sent(Q4_1) == 2 * 2**20
+
+
+# --- the same budget in pull, models, the picker and sessions ---------------------------------
+
+
+def test_models_lists_hub_models_budgeted_before_without_asking_the_hub(
+    online: FakeHub, capsys: pytest.CaptureFixture[str]
+) -> None:
+    before = budget(f"{GGUF_REPO}:Q4_1")
+    budget(ST_REPO)
+    asked = len(online.requests)
+    assert main(["models", "--device", "8GiB", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert len(online.requests) == asked
+    gguf = rows[f"{GGUF_REPO}:Q4_1"]
+    assert (gguf["source"], gguf["on_disk"], gguf["fits"]) == ("hub", False, True)
+    assert gguf["size_bytes"] == before.download_bytes and gguf["quant"] == "Q4_1"
+    assert rows[ST_REPO]["source"] == "hub" and rows[ST_REPO]["quant"] == "bf16"
+
+    pull(f"{GGUF_REPO}:Q4_1")
+    capsys.readouterr()  # the pulled file's path
+    assert main(["models", "--device", "8GiB", "--json"]) == 0
+    rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
+    assert f"{GGUF_REPO}:Q4_1" not in rows  # on disk now: the cached repo's row
+    assert rows[GGUF_REPO]["source"] == "hf cache" and rows[GGUF_REPO]["on_disk"]
+
+
+def test_catalog_model_online_reads_the_catalogs_file(
+    online: FakeHub, files: dict[str, bytes]
+) -> None:
+    # The catalog's smollm2-360m Q8_0 file, served with the embedded model's bytes.
+    repo, name = "bartowski/SmolLM2-360M-Instruct-GGUF", "SmolLM2-360M-Instruct-Q8_0.gguf"
+    online.add_file(repo, name, files[f"{GGUF_REPO}/{Q4_1}"])
+    catalog = budget("smollm2-360m", quant="Q8_0")
+    assert "params x 8.5 bits" in catalog.weights_source and not online.requests
+    remote = budget("smollm2-360m", quant="Q8_0", online=True)
+    assert remote.weights_source.startswith(f"GGUF header (Hub: {repo}@")
+    assert remote.weights_bytes == budget("smollm2-135m").weights_bytes  # the file's own bytes
+    pull("smollm2-360m", "--quant", "Q8_0")
+    assert_same(remote, budget("smollm2-360m", quant="Q8_0"))
+
+
+def test_a_hub_model_not_on_disk_says_how_to_get_it(online: FakeHub) -> None:
+    from localinfer.errors import ModelFileError
+    from localinfer.session import open_model
+
+    with pytest.raises(ModelFileError, match=f"run `localinfer pull {GGUF_REPO}:Q4_1` first"):
+        open_model(f"{GGUF_REPO}:Q4_1")
+    assert not online.requests  # resolving never touches the network

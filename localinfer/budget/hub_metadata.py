@@ -36,7 +36,13 @@ from localinfer.budget.metadata_cache import (
     header_to_json,
 )
 from localinfer.errors import InvalidParameterError, ModelFileError
-from localinfer.facts.gguf_names import model_ggufs, pick_gguf, pick_projector, projector_ggufs
+from localinfer.facts.gguf_names import (
+    model_ggufs,
+    pick_gguf,
+    pick_projector,
+    projector_ggufs,
+    quant_tag,
+)
 from localinfer.facts.hf_config import arch_from_hf_config
 from localinfer.hub import HubError, HubUnreachableError, repo_errors
 from localinfer.hub_files import (
@@ -68,14 +74,18 @@ class RemoteWeights:
     from_cache_only: bool  # the Hub was not asked (offline)
 
 
-def remote_weights(repo_id: str, quant: str | None, mmproj: str | None = None) -> RemoteWeights:
+def remote_weights(
+    repo_id: str, quant: str | None, mmproj: str | None = None, *, cached_only: bool = False
+) -> RemoteWeights:
     """The weights of ``repo_id`` at ``quant`` (None: the repo's default), from the cache or the
-    Hub; ``mmproj``: "" for the repo's projector, a file name for that one, None for none."""
+    Hub; ``mmproj``: "" for the repo's projector, a file name for that one, None for none;
+    ``cached_only``: never ask the Hub (a listing of what was budgeted before)."""
     from huggingface_hub import constants
 
     cache = MetadataCache(repo_id)
-    if constants.is_offline_mode():
-        return _offline(cache, quant, mmproj, "HF_HUB_OFFLINE is set")
+    if cached_only or constants.is_offline_mode():
+        why = "listing cached metadata only" if cached_only else "HF_HUB_OFFLINE is set"
+        return _offline(cache, quant, mmproj, why)
     try:
         listing = fetch_listing(repo_id)
     except HubUnreachableError as exc:
@@ -256,3 +266,19 @@ def _projector(record: RepoRecord, asked: str, fetch: _Fetcher | None, why: str)
         summary = {"weight_bytes": projector.weight_bytes, "params": projector.params}
         record.projectors[name] = summary
     return Projector(name, int(summary["weight_bytes"]), int(summary["params"]))
+
+
+def cached_hub_models() -> list[str]:
+    """The models whose metadata is cached, as `budget` takes them: ``ORG/REPO:TAG`` for each GGUF
+    model read of a repo's latest revision, ``ORG/REPO`` for its safetensors weights or config."""
+    specs = []
+    for folder in sorted(MetadataCache.root().glob("models--*")):
+        repo_id = folder.name.removeprefix("models--").replace("--", "/", 1)
+        record = MetadataCache(repo_id).latest()
+        if record is None:
+            continue
+        for first in record.gguf:
+            specs.append(f"{repo_id}:{quant_tag(first) or first.rsplit('/', 1)[-1]}")
+        if record.safetensors is not None or record.config is not None:
+            specs.append(repo_id)
+    return specs

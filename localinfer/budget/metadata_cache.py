@@ -94,10 +94,13 @@ def header_from_json(data: dict[str, Any]) -> WeightsHeader:
 class MetadataCache:
     """The records of one repo."""
 
-    def __init__(self, repo_id: str, root: Path | None = None) -> None:
+    def __init__(self, repo_id: str) -> None:
         self.repo_id = repo_id
-        base = root or cache_dir() / "hub-metadata"
-        self.folder = base / ("models--" + repo_id.replace("/", "--"))
+        self.folder = self.root() / ("models--" + repo_id.replace("/", "--"))
+
+    @staticmethod
+    def root() -> Path:
+        return cache_dir() / "hub-metadata"
 
     def load(self, commit: str) -> RepoRecord | None:
         path = self.folder / f"{commit}.json"

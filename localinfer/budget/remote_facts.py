@@ -33,14 +33,17 @@ COUNTED_TYPES = (
 _DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 
 
-def hub_facts(resolved: ResolvedModel, mmproj: str | None) -> ModelFacts:
+def hub_facts(
+    resolved: ResolvedModel, mmproj: str | None, *, cached_only: bool = False
+) -> ModelFacts:
     """A Hub repo that is not on disk, read from its metadata (the quantization that named it
-    picks the GGUF file)."""
+    picks the GGUF file); ``cached_only``: from the metadata cache, never the Hub."""
     assert resolved.repo_id is not None
     quant = resolved.picked_by
     if quant is not None and quant.strip().lower() == "none":
         quant = None
-    return _facts(remote_weights(resolved.repo_id, quant, mmproj), resolved, resolved.name)
+    weights = remote_weights(resolved.repo_id, quant, mmproj, cached_only=cached_only)
+    return _facts(weights, resolved, resolved.name)
 
 
 def catalog_hub_facts(resolved: ResolvedModel, mmproj: str | None) -> ModelFacts:
@@ -57,7 +60,10 @@ def catalog_hub_facts(resolved: ResolvedModel, mmproj: str | None) -> ModelFacts
     else:
         repo, tag = source.gguf_repo, source.gguf_filename(quant) or quant
     weights = remote_weights(repo, tag, mmproj)
-    return _facts(weights, dataclasses.replace(resolved, repo_id=repo), entry.name)
+    # The catalog's file of that quantization, budgeted as it is (as once it is on disk).
+    picked = quant if weights.format == "gguf" else None
+    resolved = dataclasses.replace(resolved, repo_id=repo, picked_by=picked)
+    return _facts(weights, resolved, entry.name)
 
 
 def _facts(weights: RemoteWeights, resolved: ResolvedModel, name: str) -> ModelFacts:

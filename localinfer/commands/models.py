@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
 from localinfer.command_help import command_parser
+
+if TYPE_CHECKING:
+    from localinfer.budget.report import BudgetReport
 
 
 @dataclass(frozen=True, slots=True)
 class ModelRow:
     name: str
-    source: str  # embedded | bundled | hf cache | catalog | local
+    source: str  # embedded | bundled | hf cache | catalog | hub | local
     quant: str
     size_bytes: int
     on_disk: bool  # False: size_bytes is the download size
@@ -34,7 +38,7 @@ def collect_rows(device: str = "auto") -> list[ModelRow]:
     rows = []
     for model in list_models(BudgetAsk(), device_memory(device)):
         report = model.report  # None: a broken file shows as '?' in its row
-        size = model.size_on_disk if model.on_disk else report.weights_bytes if report else 0
+        size = model.size_on_disk if model.on_disk else _download_size(report)
         rows.append(
             ModelRow(
                 model.name,
@@ -50,6 +54,14 @@ def collect_rows(device: str = "auto") -> list[ModelRow]:
     return rows
 
 
+def _download_size(report: BudgetReport | None) -> int:
+    """What a model not on disk downloads: its files' size on the Hub where its metadata says,
+    else the budget's weights (catalog numbers)."""
+    if report is None:
+        return 0
+    return report.download_bytes or report.weights_bytes
+
+
 def run(args: argparse.Namespace) -> int:
     rows = collect_rows(args.device)
     if args.json:
@@ -63,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
 
     cells: list[tuple[str, ...]] = []
     for r in rows:
-        # "~" marks a download size worked out from the catalog, not a file on disk.
+        # "~" marks a download size (the Hub's or the catalog's), not a file on disk.
         size = human_bytes(r.size_bytes) if r.on_disk else f"~{human_bytes(r.size_bytes)}"
         fits = {True: "yes", False: "no", None: "?"}[r.fits]
         cells.append((r.name, r.source, r.quant, size, fits, f"{r.max_context:,}", r.description))
