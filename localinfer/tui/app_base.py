@@ -9,6 +9,7 @@ touches widgets.
 
 from __future__ import annotations
 
+import gc
 import threading
 import time
 from collections.abc import Callable
@@ -81,6 +82,10 @@ class ChatAppBase(App[None]):
         self.settings_summary.update(self.host.settings.describe())
         if notice:
             self.view.add_notice(notice)
+        # What is alive now (the model, its tokenizer, the window) lives as long as the model:
+        # out of the cyclic collector's sight, its passes, which stop every thread (the engine's
+        # too), scan only what answers allocate. A reload thaws it first (ModelActions).
+        gc.freeze()
 
     # -- memory bar ----------------------------------------------------------------------------
 

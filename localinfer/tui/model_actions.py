@@ -3,6 +3,8 @@ in a worker with what to do next when that fails."""
 
 from __future__ import annotations
 
+import gc
+
 from textual import on, work
 
 from localinfer.tui.app_base import LOADING_PLACEHOLDER, ChatAppBase
@@ -64,6 +66,7 @@ class ModelActions(ChatAppBase):
         self._start_load(self.host.settings.changed(model=name))
 
     def _start_load(self, settings: ChatSettings) -> None:
+        gc.unfreeze()  # the model being replaced must be collectable (app_base._set_ready)
         self.loading = True
         name = settings.model or "the embedded model"
         self._set_status(f"Loading {name}…", busy=True)
