@@ -120,6 +120,8 @@ def plan_download(spec: str, quant: str | None = None) -> DownloadPlan:
     if isinstance(source, LocalSource):
         raise InvalidParameterError(f"{entry.name} is a local model ({source.path}); not on a hub")
     assert isinstance(source, HFSource)
+    if quant is None and spec == source.repo and "bf16" in entry.quants:
+        quant = "bf16"  # the repo of the original weights means those weights
     wanted = entry.default_quant if quant is None else _quant_name(quant)
     if wanted not in entry.quants:
         raise InvalidParameterError(

