@@ -53,6 +53,7 @@ from localinfer.hub_files import (
     fetch_listing,
     read_range,
 )
+from localinfer.loading.gguf_file import GGUFFile
 
 Format = Literal["gguf", "safetensors", "config"]
 SHARD_READERS = 8  # safetensors headers read at once (a 70B model has ~30 shards)
@@ -128,7 +129,7 @@ class _Fetcher:
     def projector(self, name: str) -> Projector:
         return projector_header(name, self._gguf_part(name, first=False))
 
-    def _gguf_part(self, name: str, first: bool):  # noqa: ANN202 - a GGUFFile
+    def _gguf_part(self, name: str, first: bool) -> GGUFFile:
         size = self.listing.sizes[name]
 
         def read(start: int, end: int) -> bytes:
