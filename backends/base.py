@@ -143,6 +143,43 @@ class Runner(Protocol):
         ...
 
 
+@dataclass(slots=True, frozen=True)
+class MovedChunk:
+    """One piece of a spliced slot (:meth:`KVSplicer.splice`): the ``new`` tokens are prefilled,
+    then the slot's cached cells ``[start, end)`` are moved to follow them."""
+
+    new: tuple[int, ...]
+    start: int
+    end: int
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start < self.end:
+            raise ValueError(f"moved chunk: need 0 <= start < end, got [{self.start}, {self.end})")
+
+
+@runtime_checkable
+class KVSplicer(Protocol):
+    """Optional runner capability behind ``--cache-reuse``: move cached cells to new positions.
+
+    A runner without it serves cache reuse as plain prefix reuse."""
+
+    def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
+        """Rebuild ``slot`` as: its cells ``[0, keep)`` as they are, then for each chunk its
+        ``new`` tokens prefilled and its cells ``[start, end)`` moved after them, keys
+        re-rotated to their new positions. Every other cell is dropped; the slot then holds
+        ``keep + sum(len(new) + end - start)`` cells. Chunks come in ascending order, disjoint,
+        within ``[keep, slot_length)``; anything else raises before the slot changes.
+
+        An approximation: a moved chunk's keys and values were computed without the new text
+        before it. How the new tokens are computed is each runner's own: torch and MLX compute
+        them seeing only what precedes them; llama.cpp (whose cache cannot hold a gap to fill
+        later) computes them after every moved chunk, seeing those too, then moves them into
+        place. Whatever fails, cells ``[0, keep)`` stay intact (truncate there to recover); a
+        runner that cannot move this model's cells raises NotImplementedError before any change.
+        """
+        ...
+
+
 def check_batch(batch: Sequence[SlotWork], lengths: Sequence[int], max_ctx: int) -> None:
     """Validate a batch against the invariants in the module docstring (shared by all runners)."""
     from localinfer.errors import ContextOverflowError

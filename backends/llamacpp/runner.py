@@ -26,6 +26,7 @@ import numpy as np
 
 from localinfer.backends.base import (
     MemoryReport,
+    MovedChunk,
     Pooling,
     RunnerConfig,
     RunnerInfo,
@@ -37,6 +38,7 @@ from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.batch import BatchBuffer, flatten_batch
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
+from localinfer.backends.llamacpp.kv_splice import splice_slot
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
     BackendUnavailableError,
@@ -259,6 +261,11 @@ class LlamaCppRunner:
         if not self._llama.llama_memory_seq_rm(self._memory, slot, length, -1):
             raise RuntimeError(f"llama.cpp refused to truncate slot {slot} to {length}")
         self._lengths[slot] = length
+
+    def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
+        """Cache reuse (KVSplicer): cells moved by llama.cpp (kv_splice.py)."""
+        self._require_open()
+        splice_slot(self, slot, keep, chunks)
 
     def release(self, slot: int) -> None:
         self._require_open()

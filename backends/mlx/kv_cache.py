@@ -40,6 +40,23 @@ class SlotKVCache:
         self.keys[layer][slots, :, positions] = k
         self.values[layer][slots, :, positions] = v
 
+    def move(
+        self, slot: int, src: mx.array, dst: mx.array, cos: mx.array, signed_sin: mx.array
+    ) -> None:
+        """Entries at positions ``src`` of ``slot`` go to ``dst`` (both [M] int32), keys turned by
+        cos/signed_sin ([M, 1, head_dim] float32, rope.py's rotate-half form) in float32. Arrays
+        are values, so every read sees the cache as it was; the caller evaluates."""
+        half = self.keys[0].shape[-1] // 2
+        slots = mx.full(src.shape, slot, dtype=mx.int32)
+        for layer in range(len(self.keys)):
+            # As in write(): the indexed dim comes first, [M, kv_heads, head_dim].
+            k = self.keys[layer][slots, :, src].astype(mx.float32)
+            v = self.values[layer][slots, :, src]
+            swapped = mx.concatenate([k[..., half:], k[..., :half]], axis=-1)
+            turned = (k * cos + swapped * signed_sin).astype(self.keys[layer].dtype)
+            self.keys[layer][slots, :, dst] = turned
+            self.values[layer][slots, :, dst] = v
+
     def read(self, layer: int, slots: tuple[int, ...], kv_len: int) -> tuple[mx.array, mx.array]:
         """Keys and values of ``slots`` (ascending): [members, kv_heads, kv_len, head_dim]."""
         keys, values = self.keys[layer], self.values[layer]

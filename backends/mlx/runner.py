@@ -15,6 +15,7 @@ import numpy as np
 
 from localinfer.backends.base import (
     MemoryReport,
+    MovedChunk,
     Pooling,
     RunnerConfig,
     RunnerInfo,
@@ -25,6 +26,7 @@ from localinfer.backends.mlx.batch_layout import layout_batch
 from localinfer.backends.mlx.device import device_label, recommended_working_set, resolve_device
 from localinfer.backends.mlx.embedding import MLXEmbeddingPass
 from localinfer.backends.mlx.kv_cache import SlotKVCache
+from localinfer.backends.mlx.kv_move import splice_cache
 from localinfer.backends.mlx.model import MLX_ARCHS, LlamaModel
 from localinfer.backends.mlx.quant_spec import parse_quant
 from localinfer.backends.mlx.weights import load_weights
@@ -107,6 +109,11 @@ class MLXRunner(InPlaceSlots):
         out = np.asarray(logits)  # [R, vocab] float32
         self._advance(batch)
         return split_logits(out, layout.logit_rows)
+
+    def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
+        """Cache reuse (KVSplicer): cached entries moved, keys turned (kv_move.py)."""
+        self._check_open()
+        splice_cache(self, slot, keep, chunks)
 
     def start_embedding(
         self, inputs: Sequence[Sequence[int]], pooling: Pooling

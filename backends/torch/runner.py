@@ -10,6 +10,7 @@ import torch
 
 from localinfer.backends.base import (
     MemoryReport,
+    MovedChunk,
     Pooling,
     RunnerConfig,
     RunnerInfo,
@@ -23,6 +24,7 @@ from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.cpu_kernels import matrix_decoder
 from localinfer.backends.torch.embedding import TorchEmbeddingPass
 from localinfer.backends.torch.kv_cache import StaticKVCache
+from localinfer.backends.torch.kv_move import splice_cache
 from localinfer.backends.torch.model import LlamaModel
 from localinfer.backends.torch.native_forward import NativeForward
 from localinfer.backends.torch.quant_linear import QuantLinear
@@ -120,6 +122,11 @@ class TorchRunner(InPlaceSlots):
             out = logits.cpu().numpy()
         self._advance(batch)
         return split_logits(out, packed.logit_rows)
+
+    def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
+        """Cache reuse (KVSplicer): cached entries moved, keys turned (kv_move.py)."""
+        self._check_open()
+        splice_cache(self, slot, keep, chunks)
 
     def start_embedding(
         self, inputs: Sequence[Sequence[int]], pooling: Pooling
