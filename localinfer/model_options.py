@@ -51,6 +51,19 @@ def add_draft_options(parser: Parser) -> None:
     )
 
 
+CACHE_REUSE_HELP = (
+    "also reuse cached chunks of at least N tokens that reappear later in a new prompt (text "
+    "inserted mid-prompt, as when typing into a file for fill-in-the-middle), moving their KV "
+    "instead of prefilling them. An approximation: a moved chunk's KV was computed without the "
+    "new text before it. Default 0: off, only the exact shared prefix is reused"
+)
+
+
+def add_cache_reuse_option(parser: Parser) -> None:
+    """--cache-reuse N (llama.cpp server's flag): chunk reuse beyond the shared prefix."""
+    parser.add_argument("--cache-reuse", type=int, default=0, metavar="N", help=CACHE_REUSE_HELP)
+
+
 def model_settings(args: argparse.Namespace) -> dict[str, Any]:
     """open_session's keywords for what add_model_options parsed."""
     names = ("backend", "ctx", "quant", "threads", "force")

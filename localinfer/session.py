@@ -266,6 +266,7 @@ def open_session(
     max_queue: int = 64,
     prefill_chunk: int = 256,
     prefix_reuse: bool = True,
+    cache_reuse: int = 0,
     draft: str | None = None,
     draft_backend: str | None = None,
     spec_config: SpecConfig | None = None,
@@ -276,11 +277,17 @@ def open_session(
     ``ctx``, ``dtype``, ``quant``: see RunnerSettings (``dtype``: bfloat16 on a GPU, float32 on
     CPU; llama.cpp keeps the file's types). The budget refuses what does not fit before any
     weight loads; ``force`` loads anyway. ``prefix_reuse`` (on by default) lets a new request
-    reuse the KV of an idle slot that shares its prompt's beginning. ``draft`` turns on
+    reuse the KV of an idle slot that shares its prompt's beginning; ``cache_reuse`` N > 0 also
+    moves cached chunks of N+ tokens found later in the prompt instead of prefilling them (an
+    approximation: see localinfer/engine/chunk_reuse.py). ``draft`` turns on
     speculative decoding: ``"ngram"``, ``"auto"`` (the catalog's recommended draft model), a
     draft model spec, or None/``"off"``; a draft model runs on ``draft_backend`` (default: the
     target's); ``spec_config`` overrides the settings chosen for the backend.
     """
+    if cache_reuse < 0:
+        raise InvalidParameterError(f"--cache-reuse must be >= 0, got {cache_reuse}")
+    if cache_reuse and not prefix_reuse:
+        raise InvalidParameterError("--cache-reuse needs prefix reuse, which is off")
     # --quant none picks a catalog model's original weights (open_model), run as they are.
     runner_quant = quant if quant and quant.lower() != "none" else None
     settings = RunnerSettings(backend, ctx, slots, dtype, runner_quant, threads, force=force)
@@ -295,6 +302,7 @@ def open_session(
             max_queue=max_queue,
             prefill_chunk=prefill_chunk,
             prefix_reuse=prefix_reuse,
+            cache_reuse=cache_reuse,
             speculator=speculator,
         )
     except Exception:

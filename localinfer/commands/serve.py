@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from localinfer.command_help import command_parser
 from localinfer.errors import InvalidParameterError, LocalinferError
 from localinfer.model_options import (
+    add_cache_reuse_option,
     add_draft_options,
     add_model_options,
     draft_settings,
@@ -87,6 +88,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     add_model_options(p)
+    add_cache_reuse_option(p)
     add_draft_options(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
 
@@ -223,6 +225,8 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
     if args.max_queue < 0:
         raise InvalidParameterError(f"--max-queue must be >= 0, got {args.max_queue}")
+    if args.cache_reuse < 0:
+        raise InvalidParameterError(f"--cache-reuse must be >= 0, got {args.cache_reuse}")
     if not 0 <= args.port <= 65535:
         raise InvalidParameterError(f"--port must be 0..65535, got {args.port}")
 
@@ -237,6 +241,7 @@ def _load_session(args: argparse.Namespace, port: int, servers: list[Any]) -> An
             slots=args.slots,
             dtype=args.dtype,
             max_queue=args.max_queue,
+            cache_reuse=args.cache_reuse,
             **draft_settings(args),
             **model_settings(args),
         )

@@ -63,6 +63,9 @@ class Engine:
     ``prefill_chunk`` is the prompt-token budget of one step, shared by prefilling slots;
     ``prefix_reuse`` keeps finished slots' caches and starts a new request in the idle slot whose
     cache shares the longest prefix with its prompt;
+    ``cache_reuse`` N (needs ``prefix_reuse``; 0, the default, is off) also reuses cached chunks of
+    N+ tokens found later in the prompt, moving their KV instead of prefilling them: an
+    approximation (a moved chunk's KV was computed without the new text before it; chunk_reuse.py);
     ``speculator`` turns on speculative decoding (n-gram or draft-model proposals, per slot).
     The caller keeps ownership of the runner and of a draft model's runner.
     """
@@ -75,12 +78,17 @@ class Engine:
         max_queue: int = 64,
         prefill_chunk: int = 256,
         prefix_reuse: bool = False,
+        cache_reuse: int = 0,
         speculator: Speculator | None = None,
         background: bool = True,
         eos_ids: Iterable[int] | None = None,
         metrics_window: int = 256,
         clock: Clock | None = None,
     ) -> None:
+        if cache_reuse < 0:
+            raise ValueError(f"cache_reuse must be >= 0, got {cache_reuse}")
+        if cache_reuse and not prefix_reuse:
+            raise ValueError("cache_reuse needs prefix_reuse: idle slots keep no cache without it")
         self.runner = runner
         self.tokenizer = tokenizer
         # Sample only ids the tokenizer knows: some models pad the embedding past the vocab.
@@ -98,6 +106,7 @@ class Engine:
             max_queue=max_queue,
             prefill_chunk=prefill_chunk,
             prefix_reuse=prefix_reuse,
+            cache_reuse=cache_reuse,
             speculator=speculator,
             on_finish=self._forget,
         )

@@ -7,7 +7,9 @@ Each step:
    step is refilled now. With ``prefix_reuse`` a finished slot keeps its KV, and a request takes
    the idle slot whose cached tokens share the longest prefix with its prompt (ties and misses:
    least recently used); the slot is truncated to that prefix and only the rest is prefilled.
-   The last prompt token is always fed again, because its logits give the first new token;
+   The last prompt token is always fed again, because its logits give the first new token.
+   With ``cache_reuse`` N, cached chunks of N+ tokens found later in the prompt are moved into
+   place rather than prefilled (``chunk_reuse``: an approximation, off by default);
 3. one ragged batch is planned: every decoding slot feeds its one sampled token, and prefilling
    slots share a per-step prompt-token budget (``prefill_chunk``) in admission order, so a long
    prompt is prefilled over several steps *in the same forward* as the running streams' decodes
@@ -40,12 +42,13 @@ import numpy as np
 
 from localinfer.backends.base import Runner
 from localinfer.engine.batch_plan import PlannedWork, plan_batch, speculation_candidates
+from localinfer.engine.chunk_reuse import prepare_slot
 from localinfer.engine.embedding import EmbeddingJob, EmbeddingQueue
 from localinfer.engine.forward_fallback import forward_each_isolated
 from localinfer.engine.metrics import MetricsRecorder
 from localinfer.engine.sampler import SampledToken
 from localinfer.engine.sequence import Sequence
-from localinfer.engine.slots import Slot, SlotTable, cut_slot, empty_slot
+from localinfer.engine.slots import Slot, SlotTable, empty_slot
 from localinfer.engine.speculative import Proposal, Speculator
 from localinfer.engine.types import EngineMetrics, FinishReason, StreamEvent, TokenLogprob
 from localinfer.errors import QueueFullError
@@ -83,6 +86,7 @@ class Scheduler:
         max_queue: int = 64,
         prefill_chunk: int = 256,
         prefix_reuse: bool = False,
+        cache_reuse: int = 0,
         on_finish: Callable[[Sequence], None] | None = None,
         speculator: Speculator | None = None,
     ) -> None:
@@ -96,6 +100,7 @@ class Scheduler:
         self.max_queue = max_queue
         self.prefill_chunk = prefill_chunk
         self.prefix_reuse = prefix_reuse
+        self.cache_reuse = cache_reuse  # min chunk length (chunk_reuse); 0: prefix reuse only
         self._token_text = token_text
         self._metrics = metrics
         self._on_finish = on_finish
@@ -214,7 +219,9 @@ class Scheduler:
                 slot.seq = seq
                 seq.slot = slot.index
             try:
-                reuse = cut_slot(self.runner, slot, reuse)
+                reuse = prepare_slot(
+                    self.runner, slot, seq.prompt_ids, reuse, self.cache_reuse, self.prefill_chunk
+                )
             except Exception as exc:  # noqa: BLE001 - the runner cannot even empty the slot
                 log.exception("preparing slot %d for %s failed", slot.index, seq.request_id)
                 self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
