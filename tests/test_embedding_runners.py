@@ -175,6 +175,44 @@ def test_embedding_leaves_slot_caches_untouched(tmp_path: Path) -> None:
         np.testing.assert_array_equal(after, before)
 
 
+def test_torch_small_feeds_run_the_native_kernels_in_the_scratch_cache(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Feeds up to the runner's native limit (what an engine feeds beside decoding streams) run
+    cpu_kernels.c bound to the pass's own cache: they pool as the numpy reference, and a slot
+    mid-sequence decodes on exactly as without them."""
+    from localinfer.backends.torch.native_forward import NativeForward
+
+    model = identity_head_model("qwen3", seed=7)
+    runner = torch_runner(model)
+    if runner.native_max_tokens == 0:
+        pytest.skip("the native kernels are not in use on this machine")
+    native_calls: list[int] = []
+    original = NativeForward.hidden_states
+
+    def counted(self, tokens, slots, positions):
+        native_calls.append(int(tokens.shape[0]))
+        return original(self, tokens, slots, positions)
+
+    monkeypatch.setattr(NativeForward, "hidden_states", counted)
+    prompt = tuple(random_tokens(20, vocab=64, seed=6))
+    runner.forward([SlotWork(0, prompt, 0)])
+    before = runner.forward([SlotWork(0, (7,), 20)])[0]
+    runner.truncate(0, 20)
+    native_calls.clear()
+    piece = min(8, runner.native_max_tokens)
+    embedding = runner.start_embedding(inputs(), "mean")
+    feeds = 0
+    while not embedding.done:
+        embedding.feed(piece)
+        feeds += 1
+    assert len(native_calls) == feeds and max(native_calls) <= piece
+    for vector, ids in zip(embedding.vectors(), inputs(), strict=True):
+        np.testing.assert_allclose(vector, reference_vector(model, ids, "mean"), atol=1e-5)
+    embedding.close()
+    assert runner.forward([SlotWork(0, (7,), 20)])[0].tolist() == before.tolist()
+
+
 def test_pass_refuses_what_it_cannot_take(tmp_path: Path) -> None:
     model = identity_head_model("llama")
     for runner in _runners(model, tmp_path):

@@ -12,6 +12,7 @@ does not depend on the batch, so chunked equals one-shot).
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import math
 
@@ -69,8 +70,23 @@ class NativeForward:
         # model): every logits product comes here.
         self.block_head = isinstance(weights.lm_head, BlockMatrix)
         # The kernels hold raw addresses: keep every tensor they point into alive here.
-        self._weights, self._cache = weights, cache
+        self._weights = weights
         self._cos, self._sin = cos.contiguous(), signed_sin.contiguous()
+        self._bind(cache)
+        self._lm_head = mat(weights.lm_head)
+        self._scratch = torch.empty(0, dtype=torch.float32)
+
+    def bound_to(self, cache: StaticKVCache) -> NativeForward:
+        """The same kernels and weights over another cache of the same layout (an embedding
+        pass's scratch KV): forwards through it read and write only that cache."""
+        other = copy.copy(self)
+        other._bind(cache)
+        other._scratch = torch.empty(0, dtype=torch.float32)
+        return other
+
+    def _bind(self, cache: StaticKVCache) -> None:
+        config, weights = self.config, self._weights
+        self._cache = cache  # the kernels hold raw addresses into it: kept alive here
         self.dims = Dims(
             hidden=config.hidden_size, n_heads=config.n_heads, n_kv_heads=config.n_kv_heads,
             head_dim=config.head_dim, ffn=config.ffn_size, max_ctx=cache.max_ctx,
@@ -87,8 +103,6 @@ class NativeForward:
                 window=window if lw.sliding else 0,
             )  # fmt: skip
         self._layers = layers
-        self._lm_head = mat(weights.lm_head)
-        self._scratch = torch.empty(0, dtype=torch.float32)
 
     def handles(self, tokens: int) -> bool:
         return tokens <= self.max_tokens

@@ -136,6 +136,7 @@ class TorchRunner(InPlaceSlots):
         embedding = TorchEmbeddingPass(
             self._model, inputs, pooling,
             max_ctx=self.config.max_ctx, dtype=self.dtype, device=self.device,
+            native=self._native,
         )  # fmt: skip
         self._peak_scratch = max(self._peak_scratch, embedding.scratch_bytes())
         return embedding
