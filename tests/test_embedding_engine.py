@@ -8,6 +8,8 @@ model on llama.cpp with the engine's own thread (a real stream beside a real job
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +23,7 @@ from localinfer.engine import (
     Request,
     SamplingParams,
 )
+from localinfer.engine.embedding import EmbeddingPacer
 from localinfer.errors import (
     ContextOverflowError,
     InvalidParameterError,
@@ -53,11 +56,19 @@ def runner_tokenizer() -> ByteTokenizer:
     return ByteTokenizer(eos_ids=(2,))
 
 
+def ticks() -> Callable[[], float]:
+    """A clock that advances one second per reading: the pacer reads it once before and once
+    after a feed, so each feed and each step's work between feeds "take" one second."""
+    count = itertools.count()
+    return lambda: float(next(count))
+
+
 def test_job_interleaves_with_a_decoding_stream_and_leaves_its_tokens(runner) -> None:
     prompt = random_tokens(12, seed=3)
     params = SamplingParams(max_tokens=30, ignore_eos=True)
     expected = solo_greedy(runner, prompt, 30, frozenset())
     engine = manual_engine(runner)
+    engine._scheduler.embeddings.pacer = EmbeddingPacer(share=0.5, slice_tokens=4, clock=ticks())
     stream = engine.submit(Request(prompt, params))
     for _ in range(3):
         engine.step()  # prefill, then decoding
@@ -65,13 +76,16 @@ def test_job_interleaves_with_a_decoding_stream_and_leaves_its_tokens(runner) ->
     reports = []
     while engine.has_work():
         reports.append(engine.step())
-    beside = [r for r in reports if r.embedded]
     assert sum(r.embedded for r in reports) == sum(len(x) for x in JOB)
-    assert all(r.embedded <= CHUNK for r in reports)
-    # Two passes (by length: [1, 3, 18, 25] and [40, 60]) over 10 steps, and the stream (27
-    # tokens to go) decoded in every one of them: never frozen.
-    assert len(beside) == 10
-    assert all(stream.request_id in r.decoded for r in beside)
+    decoding = [r for r in reports if stream.request_id in r.decoded]
+    assert len(decoding) == 27  # the stream decoded in every step until it finished: never frozen
+    # Beside the stream: a slice of at most 4 tokens, then a step without one (the slice's second
+    # is repaid at half a second per step), and so on; the first pass ([1, 3, 18, 25]: 47 tokens)
+    # ends on a 3-token slice, as a feed never crosses passes. Once the stream is done the job
+    # takes whole chunks.
+    assert [r.embedded > 0 for r in decoding] == [True, False] * 13 + [True]
+    assert [r.embedded for r in decoding if r.embedded] == [4] * 11 + [3, 4, 4]
+    assert [r.embedded for r in reports[len(decoding) :]] == [CHUNK] * 5 + [12]
     assert list(stream.result().token_ids) == expected
     vectors = job.result().vectors
     np.testing.assert_allclose(vectors, runner.embed(JOB, "mean"), atol=2e-6)

@@ -4,20 +4,25 @@
     result = handle.result()        # result.vectors: [2, hidden] float32, unit rows
 
 Design: jobs wait in the engine's queue (they count against ``max_queue`` with the generation
-requests) and run on the engine thread after each scheduler step's decode/prefill forward, with
-what that step's ``prefill_chunk`` budget left after prompt prefills (at least one token). So a
-running stream advances every step while a large job is embedded, as it does beside a long
-prompt's chunked prefill, and its tokens are the same as without the job: the job runs in the
-runner's scratch KV (an ``EmbeddingPass``), never in a slot, so no slot is taken and no cached
-prefix is evicted. A job's inputs are grouped into passes by length (``plan_embedding_passes``:
-a pass holds at most one slot's worth of cells), which run one after another; the vectors come
-back in input order.
+requests) and run on the engine thread after each scheduler step's decode/prefill forward. The
+job runs in the runner's scratch KV (an ``EmbeddingPass``), never in a slot, so no slot is taken,
+no cached prefix is evicted and a stream's tokens are the same as without the job. A job's inputs
+are grouped into passes by length (``plan_embedding_passes``: a pass holds at most one slot's
+worth of cells), which run one after another; the vectors come back in input order.
+
+How much a step runs (``EmbeddingPacer``): with no stream decoding, what the step's
+``prefill_chunk`` budget left after prompt prefills (at least one token: prompts go first, and
+the job always advances). Beside decoding streams, small slices (``EMBED_SLICE_TOKENS``) and only
+while the job's time stays within ``EMBED_TIME_SHARE`` of the time the engine spends on
+everything else, so the streams keep most of their speed (per-step token caps alone do not: the
+job's whole cost still lands between the streams' tokens).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -34,6 +39,20 @@ from localinfer.backends.base import (
 from localinfer.errors import ContextOverflowError, InvalidParameterError, LocalinferError
 
 log = logging.getLogger(__name__)
+
+# While streams decode, a job may take this share of the engine thread's time, counted against
+# the time spent on everything else (the streams' forwards, sampling, events): decode then runs at
+# about 1 / (1 + share) of its speed alone, 0.67x here. Measured (embedded model, 2 cores, one
+# thread, a 64-token greedy stream beside a 128-text job of 2,066 tokens): torch 95 -> 62 tok/s
+# (0.65x; 91 -> 14 when the job took the step's whole prefill budget), llama.cpp 52 -> 35 tok/s
+# (0.67x; was 52 -> 4.1).
+EMBED_TIME_SHARE = 0.5
+# Tokens per feed while streams decode: small enough that one feed stalls a stream for a few
+# decode steps only, large enough to be efficient. Measured per feed on the embedded model, one
+# thread (decode steps 11.0 ms torch, 18.7 ms llama.cpp): torch (native kernels) 4 tokens 13 ms
+# = 300 tok/s, 8: 20 ms = 408 tok/s, 32: 79 ms = 403 tok/s; llama.cpp 4: 38 ms = 107 tok/s, 8: 66
+# ms = 122 tok/s, 32: 211 ms = 152 tok/s.
+EMBED_SLICE_TOKENS = 8
 
 
 class EmbeddingError(LocalinferError, http_status=500, code="embedding_failed"):
@@ -135,11 +154,78 @@ def check_embedding_request(request: EmbeddingRequest, vocab_size: int, max_ctx:
             raise ContextOverflowError(len(ids), max_ctx, what=f"input[{i}]")
 
 
+class EmbeddingPacer:
+    """How many job tokens a step may run (module docstring); keeps the time-share account.
+
+    ``credit`` is the time the job may still take: while streams decode it grows by ``share`` x
+    the time spent since the last feed ended and shrinks by each feed's own time. A feed runs
+    when it is not negative, so the job starts at once and then repays what it took; it runs as
+    many tokens as the credit pays for at the last feed's time per token, at least
+    ``slice_tokens`` (where feeds are cheap, as on a GPU, slices grow and feeds run every step;
+    where a slice costs more than a step's credit, feeds skip steps). With no stream decoding
+    the account is cleared."""
+
+    def __init__(
+        self,
+        share: float = EMBED_TIME_SHARE,
+        slice_tokens: int = EMBED_SLICE_TOKENS,
+        clock: Callable[[], float] = time.perf_counter,
+    ) -> None:
+        if share <= 0 or slice_tokens < 1:
+            raise ValueError(f"share must be > 0 and slice_tokens >= 1: {share}, {slice_tokens}")
+        self.share = share
+        self.slice_tokens = slice_tokens
+        self.credit = 0.0  # seconds
+        self._clock = clock
+        self._fed_at: float | None = None  # when the last feed ended
+        self._started_at = 0.0
+        self._paced = False  # whether the feed under way is charged to the account
+        self._per_token: float | None = None  # seconds per token of the last paced feed
+
+    def budget(self, left: int, decoding: bool) -> int:
+        """Tokens the job may run now (0: none this step); ``left``: what the step's prefill
+        budget left; ``decoding``: whether a stream decoded in this step. A non-zero budget
+        starts a feed: call ``fed`` when it ends."""
+        now = self._clock()
+        self._paced = decoding
+        if not decoding:
+            self.credit = 0.0
+            allowed = max(1, left)
+        else:
+            if self._fed_at is not None:
+                self.credit += self.share * (now - self._fed_at)
+            self._fed_at = now
+            if self.credit < 0:
+                allowed = 0
+            else:
+                fits = int(self.credit / self._per_token) if self._per_token else 0
+                allowed = min(max(self.slice_tokens, fits), max(1, left))
+        self._started_at = now
+        return allowed
+
+    def fed(self, tokens: int) -> None:
+        """The feed that ``budget`` allowed has ended after running ``tokens`` (0 when it
+        failed); its time is charged when streams were decoding."""
+        now = self._clock()
+        if self._paced:
+            took = now - self._started_at
+            self.credit -= took
+            if tokens > 0:
+                self._per_token = took / tokens
+        self._fed_at = now
+
+    def reset(self) -> None:
+        """No job left: the time until the next one is not the streams' to share."""
+        self.credit = 0.0
+        self._fed_at = None
+
+
 class EmbeddingQueue:
     """Embedding jobs, first come first served; the engine thread runs them piece by piece."""
 
-    def __init__(self, max_cells: int) -> None:
+    def __init__(self, max_cells: int, pacer: EmbeddingPacer | None = None) -> None:
         self._max_cells = max_cells
+        self.pacer = pacer or EmbeddingPacer()
         self._jobs: deque[EmbeddingJob] = deque()
         self._lock = threading.Lock()
 
@@ -157,12 +243,18 @@ class EmbeddingQueue:
     def has_work(self) -> bool:
         return bool(self._jobs)
 
-    def step(self, runner: object, budget: int) -> int:
-        """Run up to ``budget`` tokens of the first job; returns how many ran. ``runner`` is an
-        EmbeddingRunner (Engine.embed checked it before queueing)."""
+    def step(self, runner: object, left: int, decoding: bool) -> int:
+        """Run the first job for what the pacer allows (``left``: what the step's prefill budget
+        left; ``decoding``: whether a stream decoded in this step); returns the tokens run.
+        ``runner`` is an EmbeddingRunner (Engine.embed checked it before queueing)."""
         job = self._head()
         if job is None:
+            self.pacer.reset()
             return 0
+        budget = self.pacer.budget(left, decoding)
+        if budget == 0:
+            return 0
+        ran = 0
         try:
             if job.running is None:
                 assert isinstance(runner, EmbeddingRunner)
@@ -175,7 +267,10 @@ class EmbeddingQueue:
         except Exception as exc:  # noqa: BLE001 - only this job fails; the engine goes on
             log.exception("embedding %s failed", job.request.request_id)
             self._end(job, None, f"{type(exc).__name__}: {exc}")
-            return 0
+            ran = 0
+        self.pacer.fed(ran)
+        if not self._jobs:
+            self.pacer.reset()
         return ran
 
     def fail_all(self, error: str) -> None:

@@ -17,9 +17,9 @@ Each step:
 4. one ``Runner.forward`` (slot by slot when it fails, so only the failing request errs:
    ``forward_fallback``); a slot whose whole pending input was fed samples its next token;
 5. finished requests (stop, length, error) emit their last event and free their slot;
-6. when an embedding job waits, what the step's prefill budget left (at least one token) of its
-   tokens run in the runner's scratch KV, never a slot's (``embedding``), so streams advance
-   every step beside it.
+6. when an embedding job waits, some of its tokens run in the runner's scratch KV, never a
+   slot's: what the step's prefill budget left, or beside decoding streams a small slice within
+   a share of the engine's time (``embedding.EmbeddingPacer``), so streams keep their pace.
 
 With a :class:`~localinfer.engine.speculative.Speculator`, a decoding slot may feed its last
 token plus k proposed tokens (``logits="all"``) in the same ragged forward; verification keeps a
@@ -177,10 +177,9 @@ class Scheduler:
             for item, out in zip(planned, outputs, strict=True):
                 self._after_forward(item, out, report)
         if self.embeddings.has_work():
-            # Prompts first: a job takes what this step's prefill budget left (one token at
-            # least, so it always advances).
+            # Prompts first; beside decoding streams the job is paced (embedding.EmbeddingPacer).
             left = self.prefill_chunk - sum(report.prefilled.values())
-            report.embedded = self.embeddings.step(self.runner, max(1, left))
+            report.embedded = self.embeddings.step(self.runner, left, bool(report.decoded))
         self._step_no += 1
         with self._lock:
             self._metrics.steps = self._step_no
