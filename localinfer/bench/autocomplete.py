@@ -1,5 +1,6 @@
 """The autocomplete rows of scripts/bench-server: TTFT of fill-in-the-middle requests while a user
-types, with prefix reuse on and off.
+types, with prefix reuse off, on, and on with cache reuse (``--cache-reuse N``: cached chunks found
+later in the prompt are moved rather than prefilled, an approximation).
 
 The workload: a source file of this repository cut at a line end to about 1,500 tokens. The user
 types ``lines`` of its lines one at a time, from the middle of the file down, the code below them
@@ -8,9 +9,9 @@ the file down to the cursor, ``suffix``: the rest, as Continue sends it) and wai
 greedy answer. The first request of a sequence fills the cache and is not counted.
 
 Each FIM layout runs on the embedded SmolLM2-135M with renamed markers (``fim_model``): PSM
-(StarCoder's) and SPM (Codestral's). Each runs behind two servers in this process, one whose
-session reuses cached prefixes and one whose session does not, request by request in turn, so
-machine noise falls on both. TTFT is measured at the client: from sending a request to its first
+(StarCoder's) and SPM (Codestral's). Each runs behind three servers in this process (prefix reuse
+off; on; on with cache reuse N, left out when N is 0), request by request in turn, so machine
+noise falls on all. TTFT is measured at the client: from sending a request to its first
 streamed chunk.
 """
 
@@ -34,6 +35,7 @@ from localinfer.loading.tokenizer import Tokenizer
 
 TARGET_WARM_RATIO = 0.3  # warm TTFT / cold TTFT (p50), issue #21
 ANSWER_TOKENS = 8
+MODES = ("cold", "warm", "chunks")  # prefix reuse off; on; on + cache reuse
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +47,7 @@ class AutocompleteSettings:
     lines: int = 16  # typed, one request each
     cursor: float = 0.5  # where typing starts, as a fraction of the file
     model: Path | None = None  # a GGUF with FIM tokens; None: the embedded model, renamed
+    cache_reuse: int = 64  # N of the third server (reuse + --cache-reuse N); 0: no third server
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,19 +92,24 @@ class Sample:
 
 @dataclass
 class LayoutFigures:
-    """One FIM layout: the counted requests with prefix reuse on (warm) and off (cold)."""
+    """One FIM layout: the counted requests with prefix reuse off (cold), on (warm) and on with
+    cache reuse (chunks)."""
 
     layout: str  # e.g. "PSM <fim_prefix> (starcoder)"
     warm: list[Sample] = field(default_factory=list)
     cold: list[Sample] = field(default_factory=list)
+    chunks: list[Sample] = field(default_factory=list)
+
+    def samples(self, which: str) -> list[Sample]:
+        return {"warm": self.warm, "cold": self.cold, "chunks": self.chunks}[which]
 
     def ttft(self, which: str, q: float) -> float:
-        samples = self.warm if which == "warm" else self.cold
-        return percentile([s.ttft_s for s in samples], q) or float("nan")
+        return percentile([s.ttft_s for s in self.samples(which)], q) or float("nan")
 
-    def ratio(self, q: float = 50) -> float:
+    def ratio(self, q: float = 50, which: str = "warm") -> float:
+        """``which``'s TTFT over the cold one's, at percentile ``q``."""
         cold = self.ttft("cold", q)
-        return self.ttft("warm", q) / cold if cold else float("nan")
+        return self.ttft(which, q) / cold if cold else float("nan")
 
     def as_dict(self) -> dict[str, Any]:
         def side(samples: list[Sample]) -> dict[str, Any]:
@@ -114,13 +122,18 @@ class LayoutFigures:
                 "mean_cached_tokens": sum(s.cached_tokens for s in samples) / n,
             }
 
-        return {
+        out = {
             "layout": self.layout,
             "reuse_on": side(self.warm),
             "reuse_off": side(self.cold),
             "warm_over_cold_p50": self.ratio(50),
             "warm_over_cold_p95": self.ratio(95),
         }
+        if self.chunks:
+            out["reuse_on_cache_reuse"] = side(self.chunks)
+            out["cache_reuse_over_cold_p50"] = self.ratio(50, "chunks")
+            out["cache_reuse_over_cold_p95"] = self.ratio(95, "chunks")
+        return out
 
 
 def fim_request(
@@ -154,20 +167,28 @@ def fim_request(
 
 
 @contextmanager
-def fim_servers(model: Path, backend: str, threads: int, ctx: int) -> Iterator[dict[bool, str]]:
-    """Two servers on ``model``: prefix reuse on and off (their URLs by that flag)."""
+def fim_servers(
+    model: Path, backend: str, threads: int, ctx: int, cache_reuse: int
+) -> Iterator[dict[str, str]]:
+    """Servers on ``model`` by mode (MODES): prefix reuse off, on, and on with cache reuse
+    ``cache_reuse`` (none when it is 0); their URLs."""
     from localinfer.server import ServerThread, create_app
     from localinfer.session import open_session
 
+    options = {"cold": (False, 0), "warm": (True, 0), "chunks": (True, cache_reuse)}
     with ExitStack() as stack:
         urls = {}
-        for reuse in (True, False):
+        for mode in MODES:
+            reuse, chunk = options[mode]
+            if mode == "chunks" and not chunk:
+                continue
             session = open_session(
-                str(model), backend=backend, slots=2, ctx=ctx, threads=threads, prefix_reuse=reuse
-            )
+                str(model), backend=backend, slots=2, ctx=ctx, threads=threads,
+                prefix_reuse=reuse, cache_reuse=chunk,
+            )  # fmt: skip
             stack.callback(session.close)
             app = create_app(session, served_name="bench")  # type: ignore[arg-type]
-            urls[reuse] = stack.enter_context(ServerThread(app)).url
+            urls[mode] = stack.enter_context(ServerThread(app)).url
         yield urls
 
 
@@ -177,15 +198,15 @@ def measure_layout(
     first = family.prefix[0] if family.order == "psm" else family.suffix[0]
     figures = LayoutFigures(f"{family.order.upper()} {first} ({family.name})")
     ctx = workload.tokens + 256  # the file, the markers and the answer
-    servers = fim_servers(model, settings.backend, settings.threads, ctx)
+    servers = fim_servers(model, settings.backend, settings.threads, ctx, settings.cache_reuse)
     with servers as urls, httpx.Client(timeout=600) as http:
         for url in urls.values():  # first-request costs are not serving speed
             fim_request(http, url, "x = 1\n", "\n", 2)
         for i, prefix in enumerate(workload.prefixes):
-            for reuse, url in urls.items():
+            for mode, url in urls.items():
                 sample = fim_request(http, url, prefix, workload.suffix, ANSWER_TOKENS)
                 if i:  # the first request of the sequence fills the cache
-                    (figures.warm if reuse else figures.cold).append(sample)
+                    figures.samples(mode).append(sample)
     return figures
 
 
@@ -214,7 +235,10 @@ def run_autocomplete(
                 )
             figures = measure_layout(fmt.family, workload, model, settings)
             if log is not None:
-                log(f"  autocomplete {figures.layout}: warm/cold p50 {figures.ratio():.2f}x")
+                extra = ""
+                if figures.chunks:
+                    extra = f", cache-reuse/cold {figures.ratio(which='chunks'):.2f}x"
+                log(f"  autocomplete {figures.layout}: warm/cold p50 {figures.ratio():.2f}x{extra}")
             results.append(figures)
     assert workload is not None
     return workload, results
@@ -226,25 +250,30 @@ def report_lines(
     n_typed = len(workload.prefixes) - 1
     model = settings.model.name if settings.model else "embedded SmolLM2-135M, FIM markers renamed"
     last = workload.first_line + n_typed - 1
+    chunks = f"reuse + cache-reuse {settings.cache_reuse}"
     out = [
         f"\nautocomplete: FIM requests while typing lines {workload.first_line}-{last} of "
         f"{workload.file.name} (cut to {workload.tokens} tokens; {workload.suffix_tokens} below "
-        f"the cursor), one per line, {ANSWER_TOKENS}-token greedy answers; TTFT at the client over "
-        f"{n_typed} requests; {model}, {settings.backend}, {settings.threads} threads",
-        f"{'layout':>30} | {'reuse on p50/p95 ms':>19} | {'reuse off p50/p95 ms':>20} | "
-        f"{'cached/prompt (on)':>18} | warm/cold p50",
+        f"the cursor), one per line, {ANSWER_TOKENS}-token greedy answers; TTFT p50 / p95 ms at "
+        f"the client over {n_typed} requests, mean cached / prompt tokens, and p50 over reuse "
+        f"off (target <= {TARGET_WARM_RATIO}x); {model}, {settings.backend}, "
+        f"{settings.threads} threads",
+        f"{'layout':>30} | {'reuse off':>15} | {'reuse on':>36} | {chunks:>36}",
     ]
     for row in rows:
-        on = [row.ttft("warm", q) * 1000 for q in (50, 95)]
-        off = [row.ttft("cold", q) * 1000 for q in (50, 95)]
-        n = max(len(row.warm), 1)
-        cached = sum(s.cached_tokens for s in row.warm) / n
-        prompt = sum(s.prompt_tokens for s in row.warm) / n
-        ratio = row.ratio()
-        verdict = "meets" if ratio <= TARGET_WARM_RATIO else "misses"
-        out.append(
-            f"{row.layout:>30} | {on[0]:>9.0f} / {on[1]:>7.0f} | "
-            f"{off[0]:>10.0f} / {off[1]:>7.0f} | {cached:>7.0f} / {prompt:>8.0f} | "
-            f"{ratio:.2f}x ({verdict} {TARGET_WARM_RATIO}x)"
-        )
+        cells = [_cell(row, "cold")[:15], _cell(row, "warm")]
+        cells.append(_cell(row, "chunks") if row.chunks else f"{'-':>36}")
+        out.append(f"{row.layout:>30} | " + " | ".join(cells))
     return out
+
+
+def _cell(row: LayoutFigures, which: str) -> str:
+    """``p50 / p95 ms``, cached / prompt, and the ratio over cold: 36 characters."""
+    samples = row.samples(which)
+    p50, p95 = (row.ttft(which, q) * 1000 for q in (50, 95))
+    n = max(len(samples), 1)
+    cached = sum(s.cached_tokens for s in samples) / n
+    prompt = sum(s.prompt_tokens for s in samples) / n
+    ratio = row.ratio(which=which)
+    mark = "ok" if ratio <= TARGET_WARM_RATIO else "no"
+    return f"{p50:>6.0f} / {p95:>6.0f} {cached:>5.0f}/{prompt:<5.0f} {ratio:4.2f}x {mark}"
