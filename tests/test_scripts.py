@@ -8,6 +8,7 @@ stamp is current, so these runs install nothing.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import subprocess
 from pathlib import Path
@@ -68,6 +69,22 @@ def test_script_help_runs_from_a_plain_shell(name: str, plain_env: dict[str, str
     assert out.strip()
     # The sh line of the Python scripts' polyglot is no part of their help text.
     assert "_python" not in out or name == "_python"
+
+
+def test_bench_embeddings_quick_run(plain_env: dict[str, str]) -> None:
+    """scripts/bench-embeddings --quick: one JSON line per backend with every figure measured, and
+    the stream's greedy tokens beside the job equal to its tokens alone."""
+    argv = ["scripts/bench-embeddings", "--quick", "--threads", "1"]
+    out = run_ok(argv, ROOT, plain_env, timeout=600)
+    records = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
+    assert [r["backend"] for r in records] == ["torch", "llamacpp"]
+    for r in records:
+        assert r["job_texts"] == 8 and r["job_tokens"] > 8
+        assert r["same_tokens"] and r["stream_outlived"]
+        rates = ("embed_alone_tps", "decode_alone_tps", "decode_beside_tps", "job_beside_tps")
+        assert all(r[k] > 0 for k in rates)
+        assert r["ratio"] == pytest.approx(r["decode_beside_tps"] / r["decode_alone_tps"])
+    assert "decode beside" in out  # the table
 
 
 def test_python_launcher_keeps_the_callers_directory(
