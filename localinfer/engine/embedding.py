@@ -12,8 +12,8 @@ worth of cells), which run one after another; the vectors come back in input ord
 
 How much a step runs (``EmbeddingPacer``): with no stream decoding, what the step's
 ``prefill_chunk`` budget left after prompt prefills (at least one token: prompts go first, and
-the job always advances). Beside decoding streams, small slices (``EMBED_SLICE_TOKENS``) and only
-while the job's time stays within ``EMBED_TIME_SHARE`` of the time the engine spends on
+the job always advances). Beside decoding streams, slices of at least ``EMBED_SLICE_TOKENS``,
+and only while the job's time stays within ``EMBED_TIME_SHARE`` of the time the engine spends on
 everything else, so the streams keep most of their speed (per-step token caps alone do not: the
 job's whole cost still lands between the streams' tokens).
 """
@@ -42,16 +42,16 @@ log = logging.getLogger(__name__)
 
 # While streams decode, a job may take this share of the engine thread's time, counted against
 # the time spent on everything else (the streams' forwards, sampling, events): decode then runs at
-# about 1 / (1 + share) of its speed alone, 0.67x here. Measured (embedded model, 2 cores, one
-# thread, a 64-token greedy stream beside a 128-text job of 2,066 tokens): torch 95 -> 62 tok/s
-# (0.65x; 91 -> 14 when the job took the step's whole prefill budget), llama.cpp 52 -> 35 tok/s
-# (0.67x; was 52 -> 4.1).
+# about 1 / (1 + share) of its speed alone, 0.67x. Measured on the embedded model, 2 cores, one
+# thread, a 64-token greedy stream beside a 2,066-token job: torch 95 -> 62 tok/s (0.65x; 91 ->
+# 14 when the job took each step's whole prefill budget), llama.cpp 52 -> 35 tok/s (0.67x; was
+# 52 -> 4.1). scripts/bench-embeddings --threads 1: 0.66x on both, on a quiet machine or not.
 EMBED_TIME_SHARE = 0.5
-# Tokens per feed while streams decode: small enough that one feed stalls a stream for a few
-# decode steps only, large enough to be efficient. Measured per feed on the embedded model, one
-# thread (decode steps 11.0 ms torch, 18.7 ms llama.cpp): torch (native kernels) 4 tokens 13 ms
-# = 300 tok/s, 8: 20 ms = 408 tok/s, 32: 79 ms = 403 tok/s; llama.cpp 4: 38 ms = 107 tok/s, 8: 66
-# ms = 122 tok/s, 32: 211 ms = 152 tok/s.
+# The smallest feed while streams decode (a feed runs more when its credit pays for more): small
+# enough that one feed stalls a stream for a few decode steps only, large enough to be efficient.
+# Measured per feed on the embedded model, one thread (decode steps 11.0 ms torch, 18.7 ms
+# llama.cpp): torch (native kernels) 4 tokens 13 ms = 300 tok/s, 8: 20 ms = 408 tok/s, 32: 79 ms
+# = 403 tok/s; llama.cpp 4: 38 ms = 107 tok/s, 8: 66 ms = 122 tok/s, 32: 211 ms = 152 tok/s.
 EMBED_SLICE_TOKENS = 8
 
 
