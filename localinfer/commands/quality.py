@@ -14,7 +14,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--quant", default="int8,int4", help="comma-separated quantizations (default: int8,int4)"
     )
-    parser.add_argument("--backend", default="torch", help="torch | llamacpp | mlx")
+    parser.add_argument(
+        "--backend",
+        default="torch",
+        help="torch | llamacpp | mlx | all (every backend this machine runs, one table)",
+    )
     parser.add_argument(
         "--tokens", type=int, default=None, help="score only the first N tokens of the text"
     )

@@ -3,7 +3,7 @@ prints."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # Loss past any of these gets a warning line. A 2% perplexity rise is what int8 should stay
 # under; past 5% (or these KL / agreement figures) a user will notice answers changing.
@@ -36,6 +36,7 @@ class QualityReport:
     model: str
     tokens: int  # scored positions
     rows: list[QualityRow]
+    notes: list[str] = field(default_factory=list)  # candidates left out, and why
 
     @property
     def reference(self) -> QualityRow:
@@ -80,7 +81,7 @@ class QualityReport:
                 f"{'' if err is None else f'{err:+.1%}':>6} "
                 f"{'' if r.decode_tok_s is None else f'{r.decode_tok_s:.1f}':>7}"
             )
-        return "\n".join(lines + self.warnings())
+        return "\n".join(lines + self.notes + self.warnings())
 
 
 def _mb(n: int | None) -> str:

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 
 from localinfer import session
 from localinfer.backends.base import Runner
+from localinfer.errors import LocalinferError
 from localinfer.loading.model import LoadedModel
 from localinfer.quality.evaluate import compare, decode_speed, eval_text, eval_windows
+from localinfer.quality.gguf_files import quantized_model
 from localinfer.quality.report import QualityReport, QualityRow
 from localinfer.session import RunnerSettings
 
@@ -60,17 +62,54 @@ def budget_weights(model: LoadedModel, quant: str | None, backend: str) -> int |
     return report.weights_bytes
 
 
+ALL_BACKENDS = ("torch", "llamacpp", "mlx")
+
+
+@dataclass(slots=True)
+class Candidate:
+    runner: Runner
+    model: LoadedModel  # what it runs: llama.cpp's is the re-quantized GGUF
+
+
+def build_candidate(
+    model: LoadedModel, backend: str, quant: str, opts: QualityOptions
+) -> Candidate:
+    """llama.cpp runs a GGUF as stored: its candidate is the file quantized into the quant cache
+    (gguf_files.py); torch and MLX quantize while they load."""
+    if backend == "llamacpp":
+        gguf = quantized_model(model, quant, opts.threads)
+        return Candidate(build_runner(gguf, backend, None, opts), gguf)
+    return Candidate(build_runner(model, backend, quant, opts), model)
+
+
+def build_candidates(model: LoadedModel, opts: QualityOptions, notes: list[str]) -> list[Candidate]:
+    """One candidate per (backend, quant); with ``--backend all`` a backend this machine cannot
+    run is left out with a note instead of failing the whole table."""
+    every = opts.backend == "all"
+    out: list[Candidate] = []
+    for backend in ALL_BACKENDS if every else (opts.backend,):
+        for q in opts.quants:
+            try:
+                out.append(build_candidate(model, backend, q, opts))
+            except (LocalinferError, ImportError) as exc:
+                if not every:
+                    raise
+                notes.append(f"{backend} {q}: not measured ({exc})")
+    return out
+
+
 def measure_quality(model: LoadedModel, opts: QualityOptions) -> QualityReport:
     """Reference: the torch runner with the model dequantized to float32. One row each for the
-    reference and every ``opts.quants`` entry on ``opts.backend``."""
+    reference and every ``opts.quants`` entry on ``opts.backend`` (``all``: every backend)."""
     ids = model.tokenizer.encode(opts.text or eval_text(), add_special_tokens=True)
     windows = eval_windows(ids, opts.window, opts.max_tokens)
     reference = build_runner(model, "torch", "none", opts)
-    candidates: list[Runner] = []
+    notes: list[str] = []
+    candidates: list[Candidate] = []
     try:
-        for q in opts.quants:
-            candidates.append(build_runner(model, opts.backend, q, opts))
-        ref_sums, sums = compare(reference, candidates, windows, opts.chunk)
+        candidates = build_candidates(model, opts, notes)
+        runners = [c.runner for c in candidates]
+        ref_sums, sums = compare(reference, runners, windows, opts.chunk)
         prompt = model.tokenizer.encode(SPEED_PROMPT, add_special_tokens=True)
 
         def speed(r: Runner) -> float | None:
@@ -85,17 +124,18 @@ def measure_quality(model: LoadedModel, opts: QualityOptions) -> QualityReport:
                 speed(reference), reference=True,
             )
         ]  # fmt: skip
-        for r, s in zip(candidates, sums, strict=True):
+        for c, s in zip(candidates, sums, strict=True):
+            r = c.runner
             rows.append(
                 QualityRow(
                     r.info.backend, r.info.quant, s.perplexity, s.mean_kl, s.top1_agreement,
-                    r.memory().weights, budget_weights(model, _budget_name(r), r.info.backend),
+                    r.memory().weights, budget_weights(c.model, _budget_name(r), r.info.backend),
                     speed(r),
                 )
             )  # fmt: skip
-        return QualityReport(model.name, ref_sums.tokens, rows)
+        return QualityReport(model.name, ref_sums.tokens, rows, notes)
     finally:
-        for r in [reference, *candidates]:
+        for r in [reference, *(c.runner for c in candidates)]:
             r.close()
 
 
