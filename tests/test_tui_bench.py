@@ -4,8 +4,14 @@ generate` reference on the same request, and the verdict against the issue's tar
 from __future__ import annotations
 
 import asyncio
+import json
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
+
+import pytest
 
 from localinfer.bench.chat import BenchHost, ChatBenchConfig, ChatRun, run_chat
 from localinfer.bench.chat_report import GenerateRun, report_lines, run_generate, verdicts
@@ -83,3 +89,24 @@ def test_verdicts_against_the_targets():
     lines = report_lines(config, run, generate, "header")
     assert lines[0] == "header" and any("MISSED" in line for line in lines)
     assert "same answer: yes" in lines[-1]
+
+
+def test_bench_chat_quick_run():
+    """scripts/bench-chat --quick end to end: the table, then one JSON line with every figure."""
+    script = Path(__file__).resolve().parent.parent / "scripts" / "bench-chat"
+    argv = [sys.executable, str(script), "--quick", "--threads", "1"]
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = proc.stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    assert got["tokens"] == 200 and got["same_answer"] and got["threads"] == 1
+    for key in ("chat_tps", "generate_tps", "first_tps", "last_tps", "ui_cpu_per_100"):
+        assert got[key] > 0, key
+    assert got["chat_vs_generate"] == pytest.approx(got["chat_tps"] / got["generate_tps"])
+    assert set(got["met"]) == {
+        "chat / generate decode",
+        "last 50 / first 50",
+        "UI thread CPU per 100 tokens",
+        "keys while streaming",
+    }
+    assert "chat / generate decode" in out and "same answer: yes" in out

@@ -132,3 +132,27 @@ def report_lines(
         f"generate: {generate.completion_tokens} tokens; same answer: {same}"
     )
     return lines
+
+
+def record(config: ChatBenchConfig, chat: ChatRun, generate: GenerateRun) -> dict[str, object]:
+    """The run as one JSON-ready object (scripts/bench-chat prints it after the table)."""
+    first = chat.window_rate(True, config.window)
+    last = chat.window_rate(False, config.window)
+    tokens = chat.completion_tokens
+    return {
+        "backend": generate.backend,
+        "threads": config.threads,
+        "tokens": tokens,
+        "chat_tps": chat.decode_tps,
+        "generate_tps": generate.decode_tps,
+        "chat_vs_generate": _ratio(chat.decode_tps, generate.decode_tps),
+        "first_tps": first,
+        "last_tps": last,
+        "last_vs_first": _ratio(last, first),
+        "ui_cpu_per_100": chat.ui_cpu_s / tokens * 100 if tokens else None,
+        "keys_typed": len(chat.key_latencies_s),
+        "key_slowest_ms": max(chat.key_latencies_s) * 1000 if chat.key_latencies_s else None,
+        "renders": chat.renders,
+        "same_answer": chat.text == generate.text,
+        "met": {v.name: v.ok for v in verdicts(config, chat, generate)},
+    }
