@@ -12,7 +12,8 @@ import pytest
 import torch
 
 from localinfer.backends.base import RunnerConfig, SlotWork
-from localinfer.backends.torch.quant_layout import QuantSpec, parse_quant, quantize
+from localinfer.backends.torch.quant_layout import quantize
+from localinfer.backends.torch.quant_recipe import QuantRecipe, parse_recipe
 from localinfer.backends.torch.runner import TorchRunner
 from localinfer.errors import UnsupportedModelError
 from localinfer.loading.model import DictWeights, LoadedModel
@@ -32,14 +33,27 @@ def tiny_model(
     return tiny.tiny_model(arch, format="gguf", path=path, weights=weights)
 
 
-def dequantized_weights(source: DictWeights, spec: QuantSpec) -> DictWeights:
-    """Every matrix replaced by quantize -> dequantize: what the quantized runner multiplies by."""
+# A stored tensor's name -> the role of the (fused) matrix it goes into.
+SOURCE_ROLES = {
+    "embed_tokens": "embed", "lm_head": "head", "q_proj": "qkv", "k_proj": "qkv",
+    "v_proj": "qkv", "o_proj": "o", "gate_proj": "gate_up", "up_proj": "gate_up",
+    "down_proj": "down",
+}  # fmt: skip
+
+
+def source_role(name: str) -> str:
+    return next(role for part, role in SOURCE_ROLES.items() if part in name)
+
+
+def dequantized_weights(source: DictWeights, recipe: QuantRecipe) -> DictWeights:
+    """Every matrix replaced by quantize -> dequantize as the recipe says for its role: what
+    the quantized runner multiplies by (row-wise groups commute with fusing rows)."""
     out = {}
     for name in source.names():
         a = source.get(name)
         if a.ndim == 2:
-            s = spec.for_table() if name == "model.embed_tokens.weight" else spec
-            a = quantize(torch.from_numpy(a), s).dequantize().numpy()
+            spec = recipe.spec_for(source_role(name))
+            a = quantize(torch.from_numpy(a), spec).dequantize().numpy()
         out[name] = a
     return DictWeights(out)
 
@@ -56,10 +70,11 @@ def tokens(n: int, seed: int = 0) -> tuple[int, ...]:
 @pytest.mark.parametrize("quant", QUANTS)
 def test_quantized_runner_equals_float_runner_on_dequantized_weights(arch: str, quant: str):
     model = tiny_model(arch)
-    spec = parse_quant(quant)
-    reference = runner(tiny_model(arch, weights=dequantized_weights(model.weights, spec)))
+    recipe = parse_recipe(quant, model.config.tied_embeddings)
+    assert recipe is not None
+    reference = runner(tiny_model(arch, weights=dequantized_weights(model.weights, recipe)))
     q = runner(model, quant)
-    assert q.info.quant == spec.label
+    assert q.info.quant == recipe.label
     work = [SlotWork(0, tokens(20), 0, "all")]
     got, want = q.forward(work)[0], reference.forward(work)[0]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4)
@@ -91,7 +106,7 @@ def test_batched_equals_single(quant: str) -> None:
 
 @pytest.mark.parametrize(
     "quant, bits, embed_bits",
-    [("int8", 8.0, 8.5), ("int8-g64", 8.25, 8.25), ("int4", 4.5, 4.5), ("int4-g32", 5.0, 5.0)],
+    [("int8", 8.0, 8.5), ("int8-g64", 8.25, 8.25), ("int4-g64", 4.5, 4.5), ("int4-g32", 5.0, 5.0)],
 )
 def test_weights_memory_is_quantized_size(quant: str, bits: float, embed_bits: float) -> None:
     model = tiny_model("mistral")  # untied LM head: every matrix quantized once

@@ -57,13 +57,15 @@ class KernelChooser:
         self.dtype = dtype
         self.device = device
         self.buffer = DequantBuffer(dtype, device)
-        order = KERNEL_ORDER.get((device.type, bits), ("dequant",))
-        force = force or os.environ.get(KERNEL_ENV) or None
-        if force:
-            order = (force,)
-        self.candidates = [k for k in order if kernel_available(k)] or ["dequant"]
+        self.force = force or os.environ.get(KERNEL_ENV) or None
+        self.candidates = self.candidates_for(bits)
         self._verified: dict[str, bool] = {}
         self.kernels_used: dict[str, int] = {}  # kernel name -> matrices built with it
+
+    def candidates_for(self, bits: int) -> list[str]:
+        """The kernels to try for ``bits``-bit matrices (a mixed recipe holds both widths)."""
+        order = (self.force,) if self.force else KERNEL_ORDER.get((self.device.type, bits), ())
+        return [k for k in order if kernel_available(k)] or ["dequant"]
 
     def _note(self, ql: QuantLinear) -> QuantLinear:
         self.kernels_used[ql.kernel] = self.kernels_used.get(ql.kernel, 0) + 1
@@ -74,7 +76,7 @@ class KernelChooser:
 
     def build(self, matrix: QuantMatrix) -> QuantLinear:
         matrix = matrix.to(self.device)
-        for name in self.candidates:
+        for name in self.candidates_for(matrix.bits):
             if name == "dequant":
                 break
             try:
@@ -82,11 +84,12 @@ class KernelChooser:
             except (RuntimeError, ValueError, NotImplementedError) as exc:
                 log.debug("kernel %s unusable for %s: %s", name, matrix.shape, exc)
                 continue
-            if name not in self._verified:
-                self._verified[name] = _agrees(ql, matrix, self.dtype)
-                if not self._verified[name]:
+            key = f"{name}/{matrix.bits}"
+            if key not in self._verified:
+                self._verified[key] = _agrees(ql, matrix, self.dtype)
+                if not self._verified[key]:
                     log.warning("quantized kernel %s disagrees with dequant: not used", name)
-            if self._verified[name]:
+            if self._verified[key]:
                 return self._note(ql)
         return self._note(DequantLinear(matrix, self.dtype, self.buffer))
 

@@ -25,7 +25,7 @@ from localinfer.backends.torch.native_plan import (
     native_f32_tokens,
 )
 from localinfer.backends.torch.onednn import onednn_available
-from localinfer.backends.torch.quant_layout import QuantSpec, parse_quant
+from localinfer.backends.torch.quant_recipe import QuantRecipe, parse_recipe
 from localinfer.backends.torch.weight_forms import (
     WeightForm,
     block_form,
@@ -44,7 +44,7 @@ DTYPE_NAMES = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
 class WeightPlan:
     dtype: torch.dtype
     device: torch.device
-    quant: QuantSpec | None  # re-quantize to int8 / int4; None: keep the file's numbers
+    quant: QuantRecipe | None  # re-quantize to int8 / int4; None: keep the file's numbers
     kernels: NativeKernels | None  # the native CPU kernels, where they run
     native_max_tokens: int  # forwards up to this many tokens run the kernels
     keep_blocks: bool  # hold the file's GGUF blocks (with the kernels only)
@@ -64,17 +64,18 @@ def checked_dtype(config: RunnerConfig) -> torch.dtype:
     return DTYPES[config.dtype]
 
 
-def requantization(model: LoadedModel, config: RunnerConfig) -> QuantSpec | None:
+def requantization(model: LoadedModel, config: RunnerConfig) -> QuantRecipe | None:
     """GGUF blocks are dequantized on load; int8 / int4 then requantize in this runner's own
-    layout. The file's own type or a float name means: no quantization."""
+    layout, each matrix as the recipe says for its role (quant_recipe.py). The file's own type
+    or a float name means: no quantization."""
     keep = config.quant in (None, model.file_quant, DTYPE_NAMES[config.dtype])
-    return None if keep else parse_quant(config.quant)
+    return None if keep else parse_recipe(config.quant, model.config.tied_embeddings)
 
 
 def plan_weights(
     model: LoadedModel,
     config: RunnerConfig,
-    quant: QuantSpec | None,
+    quant: QuantRecipe | None,
     device: torch.device,
     native_max_tokens: int | None,
     stored_blocks: bool | None,

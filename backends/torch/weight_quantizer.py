@@ -20,6 +20,7 @@ from localinfer.backends.torch.quant_layout import (
     quantize,
 )
 from localinfer.backends.torch.quant_linear import QuantLinear
+from localinfer.backends.torch.quant_recipe import QuantRecipe, role_of
 from localinfer.errors import ModelFileError
 from localinfer.quant_cache import QuantCache, quant_cache_enabled
 
@@ -29,17 +30,17 @@ Fetch = Callable[[], np.ndarray]
 
 
 class WeightQuantizer:
-    """Quantizes a model's matrices while the weights load: each one comes from ``cached``
-    (arrays of a quant_cache entry) when present, else from the source, quantized on the CPU
-    and recorded in ``new_entries`` for the caller to cache."""
+    """Quantizes a model's matrices while the weights load, each as ``recipe`` says for its role:
+    from ``cached`` (arrays of a quant_cache entry) when present, else from the source, quantized
+    on the CPU and recorded in ``new_entries`` for the caller to cache."""
 
     def __init__(
         self,
-        spec: QuantSpec,
+        recipe: QuantRecipe,
         chooser: KernelChooser,
         cached: dict[str, dict[str, np.ndarray]] | None = None,
     ) -> None:
-        self.spec = spec
+        self.recipe = recipe
         self.chooser = chooser
         self.cached = cached or {}
         self.new_entries: dict[str, dict[str, np.ndarray]] = {}
@@ -48,8 +49,9 @@ class WeightQuantizer:
     def quantized(
         self, name: str, shape: tuple[int, int], fetch: Fetch, spec: QuantSpec | None = None
     ) -> QuantMatrix:
-        """``fetch() -> np.ndarray [out, in]`` is called only on a cache miss."""
-        spec = spec or self.spec
+        """``fetch() -> np.ndarray [out, in]`` is called only on a cache miss. ``spec``: the
+        recipe's for the role of ``name`` unless given."""
+        spec = spec or self.recipe.spec_for(role_of(name))
         arrays = self.cached.get(name)
         if arrays is not None:
             try:
@@ -71,26 +73,29 @@ class WeightQuantizer:
 
     def table(self, name: str, shape: tuple[int, int], fetch: Fetch) -> DequantLinear:
         """A matrix whose rows are also gathered (the embedding): kept in the canonical layout."""
-        return self.chooser.dequant(self.quantized(name, shape, fetch, self.spec.for_table()))
+        return self.chooser.dequant(
+            self.quantized(name, shape, fetch, self.recipe.spec_for("embed"))
+        )
 
     def finish(self) -> None:
         self.cached = {}  # drop the memory maps once everything is copied
 
 
-def cache_method(spec: QuantSpec) -> str:
-    """The quant cache's key for this runner's layout of ``spec``."""
-    return f"torch-{spec.label}-v{QUANT_LAYOUT_VERSION}"
+def cache_method(recipe: QuantRecipe) -> str:
+    """The quant cache's key for this runner's layout of ``recipe`` (an entry whose matrix has
+    other bits or groups than the recipe now asks is quantized again: see ``quantized``)."""
+    return f"torch-{recipe.label}-v{QUANT_LAYOUT_VERSION}"
 
 
 def open_quantizer(
-    spec: QuantSpec, dtype: torch.dtype, device: torch.device, model_path: Path
+    recipe: QuantRecipe, dtype: torch.dtype, device: torch.device, model_path: Path
 ) -> WeightQuantizer:
     """A quantizer for one load, seeded with the cache's entries for this file when any."""
-    chooser = KernelChooser(spec.bits, dtype, device)
+    chooser = KernelChooser(recipe.bits, dtype, device)
     cached = None
     if quant_cache_enabled() and model_path.exists():
-        cached = QuantCache().load(model_path, cache_method(spec))
-    return WeightQuantizer(spec, chooser, cached)
+        cached = QuantCache().load(model_path, cache_method(recipe))
+    return WeightQuantizer(recipe, chooser, cached)
 
 
 def save_quantized(quantizer: WeightQuantizer, model_path: Path) -> None:
@@ -98,6 +103,6 @@ def save_quantized(quantizer: WeightQuantizer, model_path: Path) -> None:
     if not quantizer.new_entries or not quant_cache_enabled() or not model_path.exists():
         return
     try:
-        QuantCache().save(model_path, cache_method(quantizer.spec), quantizer.new_entries)
+        QuantCache().save(model_path, cache_method(quantizer.recipe), quantizer.new_entries)
     except OSError as exc:  # a full or read-only cache costs speed next time, nothing else
         log.warning("could not cache quantized weights: %s", exc)
