@@ -215,15 +215,17 @@ def test_kv_dtype_changes_only_the_cache() -> None:
 
 
 def test_friendly_quant_names_follow_the_backend() -> None:
-    # llama.cpp runs what `localinfer quantize --to int4/int8` writes (Q4_K_M / Q8_0); torch and
-    # mlx quantize in groups themselves (int4 g64 = 4.5 bits).
+    # llama.cpp runs what `localinfer quantize --to int4/int8` writes (Q4_K_M / Q8_0); torch
+    # quantizes itself: int4 is its mixed recipe (4-bit groups of 32, the head at 8 bits: 5.27
+    # bits per weight on Qwen3-8B, above Q4_K_M's ~4.9), int4-g64 the uniform 4.5-bit layout.
     def weights(quant: str, backend: str) -> int:
         request = BudgetRequest("qwen3-8b", quant=quant, device="64GiB", backend=backend)
         return compute_budget(request).weights_bytes
 
     assert weights("int4", "llamacpp") == weights("Q4_K_M", "llamacpp")
     assert weights("int8", "llamacpp") == weights("Q8_0", "llamacpp")
-    assert weights("int4", "torch") < weights("int4", "llamacpp")
+    assert weights("int4-g64", "torch") < weights("int4", "llamacpp") < weights("int4", "torch")
+    assert weights("int4", "torch") < weights("int8", "torch")
 
 
 # --- devices --------------------------------------------------------------------------------------
