@@ -11,7 +11,7 @@ from localinfer.tui.live_stats import LiveStats
 from localinfer.tui.prompt_history import PromptHistory
 from localinfer.tui.settings import ChatSettings
 from localinfer.tui.settings_screen import SettingsError, parse_settings
-from localinfer.tui.stream_pump import pump_answer
+from localinfer.tui.stream_pump import TEXT_MAX_WAIT_S, TOKENS_PER_TEXT_UPDATE, pump_answer
 
 
 class FakeClock:
@@ -101,6 +101,8 @@ def test_pump_sends_the_text_since_the_last_update_and_loses_none():
     assert sink.texts[0] == "w0 "  # the first token shows at once
     # Coalesced: at most one text update per interval (+ the first), stats far fewer.
     assert len(sink.texts) <= elapsed / 0.05 + 1 and len(sink.texts) < len(pieces) / 4
+    # Each update after the first carries at least TOKENS_PER_TEXT_UPDATE tokens (one a piece).
+    assert all(t.count(" ") >= TOKENS_PER_TEXT_UPDATE for t in sink.texts[1:])
     assert 1 <= len(sink.snapshots) <= elapsed / 0.25 + 1
 
 
@@ -110,11 +112,25 @@ def test_pump_sends_each_slow_token_at_once():
 
     def events():
         for ev in _events(["a", "b", "c"]):
-            clock.advance(0.2)  # slower than the update rate: nothing to merge
+            clock.advance(TEXT_MAX_WAIT_S + 0.05)  # slower than a token may wait: none merged
             yield ev
 
     end = pump_answer("r1", events(), LiveStats(clock=clock), sink, clock=clock)
     assert sink.texts == ["a", "b", "c"] and end.tail == ""
+
+
+def test_pump_lets_a_few_tokens_wait_for_company_but_not_long():
+    clock = FakeClock()
+    sink = RecordingSink()
+
+    def events():
+        for ev in _events(["a", "b", "c", "d", "e", "f"]):
+            clock.advance(0.1)  # 10 tokens/s: past the update interval, short of 4 tokens
+            yield ev
+
+    end = pump_answer("r1", events(), LiveStats(clock=clock), sink, clock=clock)
+    # "a" at once; then an update once the last one is TEXT_MAX_WAIT_S old (4 tokens: sooner).
+    assert sink.texts == ["a", "bcd"] and end.tail == "ef"
 
 
 def test_pump_reports_a_stream_that_ends_without_finish():

@@ -1,7 +1,7 @@
 """Client-side figures of one streaming answer, measured where the tokens arrive.
 
 The worker thread records every StreamEvent's arrival here (so TTFT is exact even though the UI
-only repaints ~25 times a second) and sends a frozen :class:`StatsSnapshot` to the UI. When the
+only repaints a few times a second) and sends a frozen :class:`StatsSnapshot` to the UI. When the
 answer ends, the engine's own :class:`RequestMetrics` replace the client-side estimates.
 The clock is injectable so tests and snapshots are deterministic.
 """

@@ -4,9 +4,12 @@ The engine can emit a hundred tokens a second or more; the UI must not pay per t
 records every event's arrival in :class:`LiveStats` and hands the UI two kinds of update, each
 throttled on its own: the text that arrived since the last text update (at most
 ``text_interval`` apart: ~20 a second, appended to the answer as it is), and a stats snapshot
-(at most ``stats_interval`` apart: a few a second). The first token goes out at once so the
-time to first token shows immediately. Nothing here walks the whole answer per token: pieces
-are joined once per update, and the whole text once at the end.
+(at most ``stats_interval`` apart: twice a second). A text update also waits for
+``TOKENS_PER_TEXT_UPDATE`` tokens unless the last one is ``TEXT_MAX_WAIT_S`` old: a render
+costs the UI the same for one token as for five, so a slower engine is not charged more UI time
+per token, and a slow one still shows its text within a quarter of a second. The first token
+goes out at once so the time to first token shows immediately. Nothing here walks the whole
+answer per token: pieces are joined once per update, and the whole text once at the end.
 """
 
 from __future__ import annotations
@@ -20,7 +23,9 @@ from localinfer.engine.types import EngineMetrics, FinishReason, StreamEvent
 from localinfer.tui.live_stats import LiveStats, StatsSnapshot
 
 TEXT_UPDATES_PER_SECOND = 20
-STATS_UPDATES_PER_SECOND = 4
+TOKENS_PER_TEXT_UPDATE = 5
+TEXT_MAX_WAIT_S = 0.25
+STATS_UPDATES_PER_SECOND = 2
 
 
 @dataclass(slots=True, frozen=True)
@@ -47,10 +52,15 @@ class StreamSink(Protocol):
 @dataclass(slots=True)
 class _Throttle:
     interval: float
+    min_tokens: int = 0  # also wait for this many tokens...
+    max_wait: float = 0.0  # ...unless the last update is this old
     last: float = float("-inf")
 
-    def due(self, now: float) -> bool:
-        if now - self.last < self.interval:
+    def due(self, now: float, tokens: int = 0) -> bool:
+        elapsed = now - self.last
+        if elapsed < self.interval:
+            return False
+        if tokens < self.min_tokens and elapsed < self.max_wait:
             return False
         self.last = now
         return True
@@ -69,7 +79,9 @@ def pump_answer(
     """Drain ``events`` into throttled updates; return (without sending) the answer's end."""
     parts: list[str] = []  # the whole answer, joined once at the end
     pending: list[str] = []  # since the last text update
-    text_due, stats_due = _Throttle(text_interval), _Throttle(stats_interval)
+    pending_tokens = 0
+    text_due = _Throttle(text_interval, TOKENS_PER_TEXT_UPDATE, TEXT_MAX_WAIT_S)
+    stats_due = _Throttle(stats_interval)
     finish: FinishReason | None = None
     error: str | None = None
     for event in events:
@@ -77,14 +89,16 @@ def pump_answer(
             parts.append(event.text)
             pending.append(event.text)
         stats.add(len(event.token_ids))
+        pending_tokens += len(event.token_ids)
         if event.finish_reason is not None:
             finish, error = event.finish_reason, event.error
             stats.finish(event.metrics)
             break
         now = clock()
-        if pending and text_due.due(now):
+        if pending and text_due.due(now, pending_tokens):
             sink.text("".join(pending))
             pending.clear()
+            pending_tokens = 0
         if stats_due.due(now):
             sink.stats(stats.snapshot(), engine_metrics() if engine_metrics else None)
     if finish is None:
