@@ -13,7 +13,14 @@ from typing import Any
 
 import pytest
 
-from localinfer.bench.chat import BenchHost, ChatBenchConfig, ChatRun, run_chat
+from localinfer.bench.chat import (
+    BenchHost,
+    ChatBenchConfig,
+    ChatRun,
+    EngineRun,
+    run_chat,
+    run_engine_alone,
+)
 from localinfer.bench.chat_report import GenerateRun, report_lines, run_generate, verdicts
 from localinfer.conversations import ConversationStore
 from tests.tui_pilot import ScriptedChatSession, module_session
@@ -55,13 +62,16 @@ def test_chat_run_measures_the_answer_and_the_keys_typed_meanwhile(tmp_path, mon
     assert 1 <= run.renders < tokens / 2 and run.stats_renders >= 1
 
 
-def test_generate_answers_the_chats_request(session, tmp_path):
+def test_generate_and_the_engine_alone_answer_the_chats_request(session, tmp_path):
     config = ChatBenchConfig(max_tokens=12, keys=0)
     chat = asyncio.run(run_chat(session, config, ConversationStore(tmp_path)))
     generate = run_generate(config)
-    assert generate.completion_tokens == chat.completion_tokens == 12
-    assert generate.text == chat.text  # the same request: prompt, template, greedy, budget
+    alone = run_engine_alone(session, config)
+    assert generate.completion_tokens == chat.completion_tokens == len(alone.arrivals) == 12
+    # The same request: prompt, template, greedy, budget.
+    assert generate.text == chat.text == alone.text
     assert generate.decode_tps and generate.decode_tps > 0
+    assert alone.decode_tps and alone.decode_tps > 0
 
 
 def test_verdicts_against_the_targets():
@@ -75,18 +85,26 @@ def test_verdicts_against_the_targets():
         key_latencies_s=[0.004, 0.02],
     )
     generate = GenerateRun("x", 60.0, 1000, "torch")
+    # The engine alone slowed to 0.8x over the answer: the chat's 1.0x is not slower than that.
+    alone = EngineRun("x", 60.0, [i / 60 if i < 500 else (i - 100) / 48 for i in range(1000)])
     config = ChatBenchConfig()
-    got = {v.name: v for v in verdicts(config, run, generate)}
+    got = {v.name: v for v in verdicts(config, run, generate, alone)}
     assert got["chat / generate decode"].ok and "0.95x" in got["chat / generate decode"].figure
-    assert got["last 200 / first 200"].ok and "1.00x" in got["last 200 / first 200"].figure
+    slowdown = got["last 200 / first 200"]
+    assert slowdown.ok and "1.00x; engine alone 0.80x" in slowdown.figure
     assert got["UI thread CPU per 100 tokens"].ok  # 0.15 s
     assert got["keys while streaming"].ok is False  # 20 ms is more than a frame
     slow = ChatRun(decode_tps=30.0, completion_tokens=1000, ui_cpu_s=6.5, arrivals=[0.0])
-    missed = {v.name: v.ok for v in verdicts(config, slow, generate)}
+    missed = {v.name: v.ok for v in verdicts(config, slow, generate, alone)}
     assert missed["chat / generate decode"] is False
     assert missed["UI thread CPU per 100 tokens"] is False
     assert missed["last 200 / first 200"] is None and missed["keys while streaming"] is None
-    lines = report_lines(config, run, generate, "header")
+    arrivals = [i / 60 + (i / 400) ** 2 for i in range(1000)]
+    slowing = ChatRun(completion_tokens=1000, arrivals=arrivals)
+    steady = EngineRun("x", 60.0, [i / 60 for i in range(1000)])
+    judged = {v.name: v.ok for v in verdicts(config, slowing, generate, steady)}
+    assert judged["last 200 / first 200"] is False  # the chat slows where the engine did not
+    lines = report_lines(config, run, generate, alone, "header")
     assert lines[0] == "header" and any("MISSED" in line for line in lines)
     assert "same answer: yes" in lines[-1]
 
@@ -100,7 +118,8 @@ def test_bench_chat_quick_run():
     out = proc.stdout
     got = json.loads(out.strip().splitlines()[-1])
     assert got["tokens"] == 200 and got["same_answer"] and got["threads"] == 1
-    for key in ("chat_tps", "generate_tps", "first_tps", "last_tps", "ui_cpu_per_100"):
+    rates = ("chat_tps", "generate_tps", "first_tps", "last_tps", "engine_alone_tps")
+    for key in (*rates, "ui_cpu_per_100", "engine_alone_last_vs_first"):
         assert got[key] > 0, key
     assert got["chat_vs_generate"] == pytest.approx(got["chat_tps"] / got["generate_tps"])
     assert set(got["met"]) == {

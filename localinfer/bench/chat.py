@@ -71,11 +71,43 @@ class ChatRun:
 
     def window_rate(self, first: bool, window: int) -> float | None:
         """Tokens/s over the first (or last) ``window`` token intervals that reached the app."""
-        times = self.arrivals
-        if len(times) <= window:
-            return None
-        start, end = (times[0], times[window]) if first else (times[-window - 1], times[-1])
-        return window / (end - start) if end > start else None
+        return window_rate(self.arrivals, first, window)
+
+
+def window_rate(arrivals: list[float], first: bool, window: int) -> float | None:
+    """Tokens/s over the first (or last) ``window`` intervals between token arrivals."""
+    if len(arrivals) <= window:
+        return None
+    start, end = (arrivals[0], arrivals[window]) if first else (arrivals[-window - 1], arrivals[-1])
+    return window / (end - start) if end > start else None
+
+
+@dataclass(slots=True)
+class EngineRun:
+    """The same request on the same session with no app: what the engine does by itself."""
+
+    text: str
+    decode_tps: float | None
+    arrivals: list[float]
+
+
+def run_engine_alone(session: Any, config: ChatBenchConfig) -> EngineRun:
+    """Submit the chat's request to ``session``'s engine and stamp each token as it arrives.
+
+    The reference for the chat's slowdown over the answer: a model decodes slower as its context
+    grows (attention reads every cached token), with or without a UI.
+    """
+    from localinfer.engine.types import Request
+
+    ids = session.chat_prompt_ids([{"role": "user", "content": config.prompt}])
+    handle = session.engine.submit(Request(ids, config.settings().sampling_params()))
+    arrivals: list[float] = []
+    for event in handle:
+        now = time.perf_counter()
+        arrivals.extend([now] * len(event.token_ids))
+    result = handle.result()
+    tps = result.metrics.decode_tps if result.metrics is not None else None
+    return EngineRun(result.text, tps, arrivals)
 
 
 class _TimedEvents:

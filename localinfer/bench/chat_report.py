@@ -8,7 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from localinfer.bench.chat import ChatBenchConfig, ChatRun
+from localinfer.bench.chat import ChatBenchConfig, ChatRun, EngineRun, window_rate
 
 # The chat issue's targets on a 2-core machine.
 MIN_CHAT_VS_GENERATE = 0.9
@@ -64,8 +64,17 @@ def _ratio(a: float | None, b: float | None) -> float | None:
     return a / b if a is not None and b else None
 
 
-def verdicts(config: ChatBenchConfig, chat: ChatRun, generate: GenerateRun) -> list[Verdict]:
-    """The four targets, each with the figure it is judged on."""
+def _slowdown(arrivals: list[float], window: int) -> float | None:
+    """The rate over the last ``window`` tokens over the rate over the first ``window``."""
+    return _ratio(window_rate(arrivals, False, window), window_rate(arrivals, True, window))
+
+
+def verdicts(
+    config: ChatBenchConfig, chat: ChatRun, generate: GenerateRun, alone: EngineRun
+) -> list[Verdict]:
+    """The four targets, each with the figure it is judged on. The slowdown over the answer is
+    judged against the engine's own on the same request (``alone``): a model decodes slower as
+    its context grows, UI or not; what the chat may not add is a slowdown of its own."""
     out = []
     ratio = _ratio(chat.decode_tps, generate.decode_tps)
     out.append(
@@ -75,14 +84,14 @@ def verdicts(config: ChatBenchConfig, chat: ChatRun, generate: GenerateRun) -> l
             None if ratio is None else ratio >= MIN_CHAT_VS_GENERATE,
         )
     )
-    first = chat.window_rate(True, config.window)
-    last = chat.window_rate(False, config.window)
-    growth = _ratio(last, first)
+    growth = _slowdown(chat.arrivals, config.window)
+    own = _slowdown(alone.arrivals, config.window)
+    kept = _ratio(growth, own)
     out.append(
         Verdict(
             f"last {config.window} / first {config.window}",
-            f"{_fmt(growth, 'x')} ({_fmt(last)} vs {_fmt(first)} tok/s)",
-            None if growth is None else growth >= MIN_LAST_VS_FIRST,
+            f"{_fmt(growth, 'x')}; engine alone {_fmt(own, 'x')}: {_fmt(kept, 'x')} of it",
+            None if kept is None else kept >= MIN_LAST_VS_FIRST,
         )
     )
     per_100 = chat.ui_cpu_s / chat.completion_tokens * 100 if chat.completion_tokens else None
@@ -115,10 +124,10 @@ def _fmt(value: float | None, unit: str = "", digits: int = 1) -> str:
 
 
 def report_lines(
-    config: ChatBenchConfig, chat: ChatRun, generate: GenerateRun, header: str
+    config: ChatBenchConfig, chat: ChatRun, generate: GenerateRun, alone: EngineRun, header: str
 ) -> list[str]:
     lines = [header]
-    for v in verdicts(config, chat, generate):
+    for v in verdicts(config, chat, generate, alone):
         mark = {True: "ok", False: "MISSED", None: "n/a"}[v.ok]
         lines.append(f"  {v.name:<30} {v.figure:<44} {mark}")
     renders_per_s = chat.renders / chat.wall_s if chat.wall_s else 0.0
@@ -126,7 +135,13 @@ def report_lines(
         f"  answer renders: {chat.renders} ({renders_per_s:.0f}/s), side panel updates: "
         f"{chat.stats_renders}; process CPU {chat.process_cpu_s:.1f} s over {chat.wall_s:.1f} s"
     )
-    same = "yes" if chat.text == generate.text else "NO (the requests differ)"
+    first, last = (window_rate(chat.arrivals, f, config.window) for f in (True, False))
+    lines.append(
+        f"  chat over the answer: first {config.window} {_fmt(first)} tok/s, last "
+        f"{config.window} {_fmt(last)} tok/s; engine alone (same request, no app): "
+        f"{_fmt(alone.decode_tps)} tok/s"
+    )
+    same = "yes" if chat.text == generate.text == alone.text else "NO (the requests differ)"
     lines.append(
         f"  chat finish: {chat.finish_reason}, {chat.completion_tokens} tokens; "
         f"generate: {generate.completion_tokens} tokens; same answer: {same}"
@@ -134,7 +149,9 @@ def report_lines(
     return lines
 
 
-def record(config: ChatBenchConfig, chat: ChatRun, generate: GenerateRun) -> dict[str, object]:
+def record(
+    config: ChatBenchConfig, chat: ChatRun, generate: GenerateRun, alone: EngineRun
+) -> dict[str, object]:
     """The run as one JSON-ready object (scripts/bench-chat prints it after the table)."""
     first = chat.window_rate(True, config.window)
     last = chat.window_rate(False, config.window)
@@ -149,10 +166,12 @@ def record(config: ChatBenchConfig, chat: ChatRun, generate: GenerateRun) -> dic
         "first_tps": first,
         "last_tps": last,
         "last_vs_first": _ratio(last, first),
+        "engine_alone_tps": alone.decode_tps,
+        "engine_alone_last_vs_first": _slowdown(alone.arrivals, config.window),
         "ui_cpu_per_100": chat.ui_cpu_s / tokens * 100 if tokens else None,
         "keys_typed": len(chat.key_latencies_s),
         "key_slowest_ms": max(chat.key_latencies_s) * 1000 if chat.key_latencies_s else None,
         "renders": chat.renders,
-        "same_answer": chat.text == generate.text,
-        "met": {v.name: v.ok for v in verdicts(config, chat, generate)},
+        "same_answer": chat.text == generate.text == alone.text,
+        "met": {v.name: v.ok for v in verdicts(config, chat, generate, alone)},
     }
