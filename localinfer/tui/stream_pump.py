@@ -6,7 +6,7 @@ throttled on its own: the text that arrived since the last text update (at most
 ``text_interval`` apart: ~20 a second, appended to the answer as it is), and a stats snapshot
 (at most ``stats_interval`` apart: twice a second). A text update also waits for
 ``TOKENS_PER_TEXT_UPDATE`` tokens unless the last one is ``TEXT_MAX_WAIT_S`` old: a render
-costs the UI the same for one token as for five, so a slower engine is not charged more UI time
+costs the UI the same for one token as for six, so a slower engine is not charged more UI time
 per token, and a slow one still shows its text within a quarter of a second. The first token
 goes out at once so the time to first token shows immediately. Nothing here walks the whole
 answer per token: pieces are joined once per update, and the whole text once at the end.
@@ -23,7 +23,7 @@ from localinfer.engine.types import EngineMetrics, FinishReason, StreamEvent
 from localinfer.tui.live_stats import LiveStats, StatsSnapshot
 
 TEXT_UPDATES_PER_SECOND = 20
-TOKENS_PER_TEXT_UPDATE = 5
+TOKENS_PER_TEXT_UPDATE = 6
 TEXT_MAX_WAIT_S = 0.25
 STATS_UPDATES_PER_SECOND = 2
 
