@@ -10,6 +10,8 @@ snapshot shows its end (syntax-highlighted code included).
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from localinfer.conversations import ConversationStore
@@ -166,3 +168,40 @@ def test_long_streamed_answer_snapshot(snap_compare, scripted, tmp_path):
 
     app = make_app(scripted, tmp_path)
     assert snap_compare(app, terminal_size=SIZE, run_before=stream_then_fix_figures)
+
+
+class PacedHost(ChatHost):
+    """The chat's host with the engine's events spaced out, so the test can act mid-answer."""
+
+    def submit(self, request):
+        def paced(events):
+            for event in events:
+                time.sleep(0.002)
+                yield event
+
+        return paced(super().submit(request))
+
+
+async def test_the_view_follows_the_answer_only_until_the_user_scrolls_up(scripted, tmp_path):
+    settings = ChatSettings(ctx=4096, slots=1, temperature=0.0, max_tokens=2000)
+    app = CountingApp(PacedHost(settings, session=scripted), ConversationStore(tmp_path))
+    async with app.run_test(size=SIZE) as pilot:
+        prompt = app.query_one(PromptInput)
+        prompt.load_text("Tell me about the robot who paints.")
+        await pilot.press("enter")
+        view = app.view
+        # Following: the end of the answer stays in view while it grows past the screen.
+        await wait_until(pilot, lambda: view.max_scroll_y > 10)
+        assert view.scroll_y == view.max_scroll_y
+        view.scroll_to(y=0, animate=False)  # the user scrolls up to read the beginning
+        await wait_until(pilot, lambda: not app.answering)
+        await pilot.pause()
+        assert app.query_one(AnswerTurn).source == ANSWER
+        assert view.scroll_y == 0 < view.max_scroll_y  # left where the user put it
+        view.scroll_end(animate=False)  # back at the end: following again
+        await pilot.pause()
+        prompt.load_text("Once more, please.")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not app.answering)
+        await pilot.pause()
+        assert view.scroll_y == view.max_scroll_y
