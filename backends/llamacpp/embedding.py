@@ -20,7 +20,6 @@ runner's ``memory()`` reports them as overhead.
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -30,6 +29,7 @@ from localinfer.backends.base import EMBED_PASS_MAX_INPUTS, Pooling
 from localinfer.backends.embedding_pass import Piece, PooledPass, split_pooled
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.batch import BatchBuffer
+from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.errors import BackendUnavailableError
 
 EMBED_N_BATCH = 128  # tokens per llama_decode call of the embedding context (>= n_seq_max)
@@ -115,19 +115,12 @@ class EmbeddingContext:
         return self._copy_rows(rows)
 
     def _copy_rows(self, rows: np.ndarray) -> np.ndarray:
-        llama, n = self._llama, len(rows)
-        if n == 0:
-            return np.empty((0, self.hidden), dtype=np.float32)
-        first = llama.llama_get_embeddings_ith(self._ctx, int(rows[0]))
-        if not first:
-            raise RuntimeError(f"llama.cpp has no embedding for batch row {rows[0]}")
-        if n > 1:
-            # Outputs follow batch order, so the rows are contiguous; checked, not trusted.
-            last = llama.llama_get_embeddings_ith(self._ctx, int(rows[-1]))
-            expect = ctypes.addressof(first.contents) + (n - 1) * self.hidden * 4
-            if not last or ctypes.addressof(last.contents) != expect:
-                return np.concatenate([self._copy_rows(rows[k : k + 1]) for k in range(n)])
-        return np.ctypeslib.as_array(first, shape=(n, self.hidden)).copy()  # [n, hidden]
+        return copy_output_rows(
+            lambda i: self._llama.llama_get_embeddings_ith(self._ctx, i),
+            rows,
+            self.hidden,
+            "embedding",
+        )
 
     def free(self) -> None:
         if self._ctx:

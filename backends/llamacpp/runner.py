@@ -39,6 +39,7 @@ from localinfer.backends.llamacpp.batch import BatchBuffer, flatten_batch
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.backends.llamacpp.kv_splice import splice_slot
+from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
     BackendUnavailableError,
@@ -367,21 +368,9 @@ class LlamaCppRunner:
     def _copy_logits(self, rows: np.ndarray) -> np.ndarray:
         """Logits of the batch rows ``rows`` (flagged as outputs, ascending): float32
         ``[len(rows), vocab]``, copied out of llama.cpp's buffer."""
-        llama = self._llama
-        n = len(rows)
-        if n == 0:
-            return np.empty((0, self._vocab), dtype=np.float32)
-        first = llama.llama_get_logits_ith(self._ctx, int(rows[0]))
-        if not first:
-            raise RuntimeError(f"llama.cpp has no logits for batch row {rows[0]}")
-        if n > 1:
-            # After llama.cpp reorders its outputs they follow batch order, so the rows are
-            # contiguous; check the last row's address rather than trust it.
-            last = llama.llama_get_logits_ith(self._ctx, int(rows[-1]))
-            expect = ctypes.addressof(first.contents) + (n - 1) * self._vocab * 4
-            if not last or ctypes.addressof(last.contents) != expect:
-                return np.concatenate([self._copy_logits(rows[k : k + 1]) for k in range(n)])
-        return np.ctypeslib.as_array(first, shape=(n, self._vocab)).copy()  # [n, vocab]
+        return copy_output_rows(
+            lambda i: self._llama.llama_get_logits_ith(self._ctx, i), rows, self._vocab, "logits"
+        )
 
     def _require_open(self) -> None:
         if self._ctx is None:

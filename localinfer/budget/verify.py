@@ -4,11 +4,11 @@ one prefill chunk, and put the runner's measured memory next to the prediction."
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 from pydantic import BaseModel, computed_field
 
 from localinfer.backends.base import Runner, SlotWork
+from localinfer.budget.measured import process_rss
 from localinfer.budget.report import BudgetReport
 from localinfer.errors import InvalidParameterError, ModelFileError
 
@@ -40,17 +40,6 @@ class MemoryCheck(BaseModel):
         return (self.predicted_total - self.rss_growth) / self.rss_growth
 
 
-def _rss() -> int | None:
-    """Resident set size of this process (Linux /proc; None elsewhere)."""
-    status = Path("/proc/self/status")
-    if not status.is_file():
-        return None
-    for line in status.read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024  # kB
-    return None
-
-
 # The module each backend's runtime constant is the import of.
 _LIBRARY = {"torch": "torch", "llamacpp": "llama_cpp", "mlx": "mlx.core"}
 
@@ -71,7 +60,7 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
     if device not in ("cpu", "metal") and not device.startswith("cuda"):
         raise InvalidParameterError("--verify measures this machine; drop --device SIZE")
     preloaded = _LIBRARY.get(report.backend, "") in sys.modules
-    before = _rss()
+    before = process_rss()
     runner = _budgeted_runner(report, dtype)
     try:
         # One full prefill chunk, so compute buffers reach the size the budget counts.
@@ -80,7 +69,7 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         tokens = tuple(1 + i % (vocab - 1) for i in range(n))
         runner.forward([SlotWork(slot=0, tokens=tokens, start_pos=0, logits="last")])
         measured = runner.memory()
-        after = _rss()
+        after = process_rss()
     finally:
         runner.close()
     growth = (
