@@ -180,6 +180,60 @@ class KVSplicer(Protocol):
         ...
 
 
+@dataclass(slots=True, frozen=True)
+class KVSnapshot:
+    """A slot's first ``n_tokens`` cached cells, copied to host memory (``KVTransfer``).
+
+    ``layout`` names everything a restore must match (backend, dtype / KV type, layers, KV heads,
+    head size, the model's identity as the runner knows it): a snapshot restores only into a runner
+    whose ``kv_layout()`` equals it. ``payload`` is opaque bytes in that runner's own format, so the
+    engine's RAM and disk tiers can hold and write it without knowing any framework."""
+
+    layout: str
+    n_tokens: int
+    payload: bytes
+
+    def __post_init__(self) -> None:
+        if self.n_tokens < 1:
+            raise ValueError(f"KVSnapshot needs at least one token, got {self.n_tokens}")
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.payload)
+
+
+@runtime_checkable
+class KVTransfer(Protocol):
+    """Optional runner capability behind the KV tiers (issue #24): copy a prefix between slots,
+    and move a slot's cells to host memory and back. A runner without it serves every request
+    with plain per-slot prefix reuse.
+
+    Every method validates before it changes anything: on a ValueError the target slot is as it
+    was. Keys stay at their absolute positions (a prefix is copied to the same positions), so no
+    re-rotation is needed."""
+
+    def kv_layout(self) -> str:
+        """The compatibility key a snapshot of this runner carries (``KVSnapshot.layout``)."""
+        ...
+
+    def copy_prefix(self, src: int, dst: int, n_tokens: int) -> None:
+        """Make ``dst`` hold exactly ``src``'s first ``n_tokens`` cells (``dst``'s previous cells
+        are dropped; ``src`` is unchanged and may be mid-generation). ``src != dst``,
+        ``1 <= n_tokens <= slot_length(src)``."""
+        ...
+
+    def snapshot(self, slot: int, n_tokens: int) -> KVSnapshot:
+        """Copy ``slot``'s first ``n_tokens`` cells (``1 <= n_tokens <= slot_length(slot)``) to host
+        memory; the slot is unchanged."""
+        ...
+
+    def restore(self, slot: int, snapshot: KVSnapshot) -> None:
+        """Make ``slot`` hold exactly the snapshot's cells (its previous cells are dropped).
+        ValueError when ``snapshot.layout != kv_layout()``, the payload is malformed, or it does not
+        fit ``max_ctx``."""
+        ...
+
+
 def check_batch(batch: Sequence[SlotWork], lengths: Sequence[int], max_ctx: int) -> None:
     """Validate a batch against the invariants in the module docstring (shared by all runners)."""
     from localinfer.errors import ContextOverflowError
