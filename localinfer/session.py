@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from localinfer.catalog import CatalogEntry
     from localinfer.constraints import CompiledConstraint, ConstraintCompiler, ConstraintSpec
     from localinfer.engine import EmbeddingResult
+    from localinfer.kv_options import KVTierOptions
     from localinfer.loading.embedding_spec import EmbeddingSpec
 
 __all__ = [
@@ -267,6 +268,7 @@ def open_session(
     prefill_chunk: int = 256,
     prefix_reuse: bool = True,
     cache_reuse: int = 0,
+    kv: KVTierOptions | None = None,
     draft: str | None = None,
     draft_backend: str | None = None,
     spec_config: SpecConfig | None = None,

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from localinfer.command_help import command_parser
 from localinfer.errors import InvalidParameterError, LocalinferError
+from localinfer.kv_options import add_kv_options, kv_settings
 from localinfer.model_options import (
     add_cache_reuse_option,
     add_draft_options,
@@ -84,6 +85,7 @@ def register(subparsers: Any) -> None:
         metavar="S",
         help="seconds a client has to send a request's body (default 30)",
     )
+    add_kv_options(p)
     p.add_argument("--served-name", help="model id clients see (default: the model's name)")
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
@@ -242,6 +244,7 @@ def _load_session(args: argparse.Namespace, port: int, servers: list[Any]) -> An
             dtype=args.dtype,
             max_queue=args.max_queue,
             cache_reuse=args.cache_reuse,
+            **kv_settings(args),
             **draft_settings(args),
             **model_settings(args),
         )
