@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 @dataclass(slots=True, frozen=True)
 class ModelChoice:
     name: str  # what open_session accepts
-    source: str  # "bundled" | "catalog" | "local"
+    source: str  # "bundled" | "catalog" | "hub" | "local"
     size_bytes: int | None  # predicted total at the chosen context, when known
     fits: bool | None  # None: the budget could not tell
     note: str = ""
@@ -47,8 +47,10 @@ def _choice(model: ListedModel, ctx: int, current: bool) -> ModelChoice:
     on_disk = report.model_path is not None if report is not None else model.on_disk
     if model.source in ("embedded", "bundled"):
         source = "bundled"
-    else:  # a model given by path or repo id outside the listing is "local" too
-        source = "local" if on_disk or model.source == "local" else "catalog"
+    elif on_disk or model.source == "local":  # a path or repo id outside the listing too
+        source = "local"
+    else:  # not on disk: a catalog entry, or a Hub repo whose metadata a budget read
+        source = "hub" if model.source == "hub" else "catalog"
     if report is None:
         return ModelChoice(model.name, source, None, None, model.error[:60], current)
     note = "" if on_disk else "not on disk: localinfer pull"
