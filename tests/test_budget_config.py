@@ -17,7 +17,7 @@ from localinfer.budget import BudgetRequest, compute_budget, kv_cache_bytes
 from localinfer.budget.quant import kv_dtype
 from localinfer.cli import main
 from localinfer.errors import UnsupportedModelError
-from localinfer.facts.arch import count_params
+from localinfer.facts.arch import ArchSpec, count_params
 from localinfer.facts.quant import bytes_for_params
 from tests.saved_configs import CONFIGS, arch_of
 
@@ -45,6 +45,50 @@ def test_config_parameter_count_matches_the_published_safetensors_total(fixture:
     published = PUBLISHED_SAFETENSORS_BYTES[fixture]
     assert abs(counted - published) <= 0.005 * published  # the issue's bound; all are exact:
     assert counted == published
+
+
+def test_deepseek_v3_counts_its_multi_token_prediction_module() -> None:
+    # The Hub's safetensors count for deepseek-ai/DeepSeek-V3 is 684,531,386,000 parameters:
+    # BF16 3,918,786,560 + F8_E4M3 680,571,043,840 + F32 41,555,600 ("685B = 671B of the main
+    # model + 14B of the MTP module", its README). The F32 ones are the 256 router biases of each
+    # of the 59 MoE layers (the MTP module's included) and the FP8 weights' 128x128 block scales,
+    # which are quantization data, not weights: the count has the biases, not the scales.
+    arch = arch_of("deepseek-v3.json")
+    assert arch.n_mtp_layers == 1 and arch.n_layers == 61 and arch.router_bias
+    published = 684_531_386_000
+    counted = count_params(arch)
+    assert abs(counted - published) <= 0.005 * published  # the issue's bound
+    assert counted == 3_918_786_560 + 680_571_043_840 + 59 * 256
+    assert counted + _fp8_block_scales(arch) == published
+    # Without the MTP module: the main model's 671B, 2% under the published total.
+    main_model = count_params(arch.model_copy(update={"n_mtp_layers": 0}))
+    assert published - main_model > 0.019 * published
+    assert round(main_model / 1e9) == 671
+
+
+def _fp8_block_scales(arch: ArchSpec) -> int:
+    """The F32 scale of every 128x128 block of each FP8 matrix (every projection of attention and
+    MLP, the MTP module's included; embeddings, heads, routers and eh_proj stay BF16)."""
+
+    def blocks(rows: int, cols: int) -> int:
+        return -(-rows // 128) * -(-cols // 128)
+
+    h, heads = arch.hidden_size, arch.n_heads
+    assert arch.q_lora_rank and arch.kv_lora_rank and arch.qk_rope_head_dim and arch.moe_ffn_size
+    assert arch.qk_nope_head_dim and arch.v_head_dim
+    attention = (
+        blocks(arch.q_lora_rank, h)
+        + blocks(heads * arch.head_dim, arch.q_lora_rank)
+        + blocks(arch.kv_lora_rank + arch.qk_rope_head_dim, h)
+        + blocks(heads * (arch.qk_nope_head_dim + arch.v_head_dim), arch.kv_lora_rank)
+        + blocks(h, heads * arch.v_head_dim)
+    )
+    dense = 2 * blocks(arch.ffn_size, h) + blocks(h, arch.ffn_size)
+    expert = 2 * blocks(arch.moe_ffn_size, h) + blocks(h, arch.moe_ffn_size)
+    layers = arch.n_layers + arch.n_mtp_layers
+    moe_layers = layers - arch.first_dense_layers
+    n_experts = arch.n_experts + arch.n_shared_experts
+    return layers * attention + arch.first_dense_layers * dense + moe_layers * n_experts * expert
 
 
 def test_a_checkpoint_storing_its_tied_head_twice() -> None:
@@ -84,6 +128,18 @@ def test_budget_of_a_folder_with_only_a_config(tmp_path: Path, fixture: str) -> 
         assert report.kv_cache_bytes == kv_cache_bytes(arch, 8192, 1, kv_dtype("f16"))
     int4 = compute_budget(BudgetRequest(str(folder), quant="Q4_K_M", device="512GiB"))
     assert int4.weights_bytes == bytes_for_params(count_params(arch), "Q4_K_M")
+
+
+def test_budget_of_deepseek_v3_from_its_config(tmp_path: Path) -> None:
+    # An FP8 checkpoint (quantization_config fp8): a byte a weight; the KV cache counts the 61
+    # layers that attend over the context, not the MTP module.
+    folder = config_folder(tmp_path, "deepseek-v3.json")
+    arch = arch_of("deepseek-v3.json")
+    report = compute_budget(BudgetRequest(str(folder), ctx=8192, device="1024GiB"))
+    assert report.params == count_params(arch) and report.quant == "int8"
+    assert report.kv_cache_bytes == kv_cache_bytes(arch, 8192, 1, kv_dtype("f16"))
+    one_layer_less = arch.model_copy(update={"n_layers": 60})
+    assert report.kv_cache_bytes > kv_cache_bytes(one_layer_less, 8192, 1, kv_dtype("f16"))
 
 
 def test_config_budget_equals_the_safetensors_headers(tmp_path: Path) -> None:

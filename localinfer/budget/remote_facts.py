@@ -29,6 +29,7 @@ COUNTED_TYPES = (
     "gemma3",
     "phi3",
     "deepseek_v2",
+    "deepseek_v3",
 )
 _DTYPES = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}
 

@@ -55,6 +55,13 @@ class ArchSpec(BaseModel):
     qk_nope_head_dim: int | None = Field(default=None, gt=0)
     v_head_dim: int | None = Field(default=None, gt=0)
     q_lora_rank: int | None = Field(default=None, gt=0)
+    # DeepSeek-V3 (topk_method noaux_tc): a per-expert bias on the router's scores.
+    router_bias: bool = False
+    # Multi-token-prediction modules (DeepSeek-V3's num_nextn_predict_layers): each is one more
+    # decoder layer plus its own embedding, head, eh_proj (2h -> h) and three norms. Checkpoints
+    # store them (DeepSeek-V3's 685B on the Hub = 671B + 14B of MTP), so the count has them; they
+    # hold no KV for the main model's tokens: n_layers (what the KV cache counts) leaves them out.
+    n_mtp_layers: int = Field(default=0, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> ArchSpec:
@@ -111,7 +118,8 @@ def validation_summary(exc: ValidationError) -> str:
 
 
 def count_params(spec: ArchSpec) -> int:
-    """Exact parameter count of the text model (tied embeddings counted once).
+    """Exact parameter count of the text model as its checkpoint stores it (tied embeddings
+    counted once, multi-token-prediction modules included).
 
     Follows the Hugging Face module layout of llama, mistral, qwen2/3, qwen2_moe, qwen3_moe,
     mixtral, phi3, gemma3 and deepseek_v2/v3 (MLA); checked against published counts in
@@ -123,7 +131,15 @@ def count_params(spec: ArchSpec) -> int:
     head = 0 if spec.tied_embeddings else spec.vocab_size * h
     final_norm = h
     layers = sum(_layer_params(spec, i) for i in range(spec.n_layers))
-    return embed + head + final_norm + layers
+    return embed + head + final_norm + layers + spec.n_mtp_layers * _mtp_params(spec)
+
+
+def _mtp_params(spec: ArchSpec) -> int:
+    """One multi-token-prediction module as DeepSeek-V3's checkpoint stores it (model.layers.61):
+    a decoder layer like the last one, its own copies of the embedding and head, eh_proj
+    (2h -> h) and enorm, hnorm and the head's norm."""
+    h = spec.hidden_size
+    return _layer_params(spec, spec.n_layers) + 2 * spec.vocab_size * h + 2 * h * h + 3 * h
 
 
 def _layer_params(spec: ArchSpec, layer: int) -> int:
@@ -162,7 +178,7 @@ def _mlp_params(spec: ArchSpec, layer: int) -> int:
     if not spec.is_moe or layer < spec.first_dense_layers:
         return 3 * h * spec.ffn_size  # gate, up, down
     assert spec.moe_ffn_size is not None
-    router = h * spec.n_experts
+    router = h * spec.n_experts + (spec.n_experts if spec.router_bias else 0)
     experts = spec.n_experts * 3 * h * spec.moe_ffn_size
     return router + experts + 3 * h * _shared_width(spec) + (h if spec.shared_expert_gate else 0)
 

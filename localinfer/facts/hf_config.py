@@ -98,6 +98,7 @@ def arch_fields(text: dict[str, Any], source: str | Path) -> ArchFields:
         # Qwen2 and Qwen2-MoE put a bias on q/k/v without saying so in config.json.
         "attention_bias": bool(text.get("attention_bias", model_type in ("qwen2", "qwen2_moe"))),
         "qk_norm": model_type in ("qwen3", "qwen3_moe", "gemma3"),
+        "n_mtp_layers": text.get("num_nextn_predict_layers") or 0,
     }
     fields.update(_sliding(text, model_type))
     fields.update(_experts(text))
@@ -144,6 +145,7 @@ def _experts(text: dict[str, Any]) -> ArchFields:
         "moe_ffn_size": width,
         "n_shared_experts": text.get("n_shared_experts") or 0,
         "first_dense_layers": text.get("first_k_dense_replace") or 0,
+        "router_bias": text.get("topk_method") == "noaux_tc",
     }
     shared = text.get("shared_expert_intermediate_size")
     if shared:  # Qwen2-MoE: one gated shared expert of its own width
