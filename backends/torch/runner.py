@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from localinfer.backends.base import (
+    KVSnapshot,
     MemoryReport,
     MovedChunk,
     Pooling,
@@ -19,6 +20,7 @@ from localinfer.backends.base import (
 )
 from localinfer.backends.ragged_batch import pack_batch
 from localinfer.backends.slot_lengths import InPlaceSlots, SlotLengths, split_logits
+from localinfer.backends.torch import kv_transfer
 from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.cpu_kernels import matrix_decoder
@@ -127,6 +129,24 @@ class TorchRunner(InPlaceSlots):
         """Cache reuse (KVSplicer): cached entries moved, keys turned (kv_move.py)."""
         self._check_open()
         splice_cache(self, slot, keep, chunks)
+
+    # -- KVTransfer (backends/torch/kv_transfer.py) ----------------------------------------
+
+    def kv_layout(self) -> str:
+        self._check_open()
+        return kv_transfer.kv_layout(self)
+
+    def copy_prefix(self, src: int, dst: int, n_tokens: int) -> None:
+        self._check_open()
+        kv_transfer.copy_prefix(self, src, dst, n_tokens)
+
+    def snapshot(self, slot: int, n_tokens: int) -> KVSnapshot:
+        self._check_open()
+        return kv_transfer.snapshot(self, slot, n_tokens)
+
+    def restore(self, slot: int, snapshot: KVSnapshot) -> None:
+        self._check_open()
+        kv_transfer.restore(self, slot, snapshot)
 
     def start_embedding(
         self, inputs: Sequence[Sequence[int]], pooling: Pooling
