@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 from localinfer.backends.select import backend_profile, planned_backend
+from localinfer.budget.kv_tier import KVRamTier, kv_ram_tier
 from localinfer.budget.memory import DeviceMemory, device_memory, human_bytes
 from localinfer.budget.model_facts import ModelFacts, model_facts
 from localinfer.budget.planner import Planner, kv_cache_bytes
@@ -102,7 +103,9 @@ def compute_budget(
     planner = Planner(facts, profile, chunk, memory.kind, request.dtype)
     kv = kv_dtype(request.kv_dtype or planner.default_kv_dtype())
     parts = planner.breakdown(quant, ctx, request.concurrency, kv)
-    budget = memory.available
+    ram = _kv_ram(request, memory, parts.total)
+    # What the planner may fill: the device's memory, less a RAM tier drawn from the same memory.
+    budget = memory.available - (ram.bytes if ram.counted else 0)
     fits = parts.total <= budget
     report = BudgetReport(
         model=facts.name,
@@ -117,8 +120,10 @@ def compute_budget(
         prefill_chunk=chunk,
         device=memory.device,
         backend=backend,
-        **parts.report_fields(),
-        available_bytes=budget,
+        **{**parts.report_fields(), "total_bytes": parts.total + (ram.bytes if ram.counted else 0)},
+        kv_ram_bytes=ram.bytes,
+        kv_ram_counted=ram.counted,
+        available_bytes=memory.available,
         device_total_bytes=memory.total,
         fits=fits,
         max_context=planner.max_context(budget, quant, request.concurrency, kv),
@@ -133,6 +138,12 @@ def compute_budget(
         if not report.suggestions:
             report.vllm = vllm_plan_for(facts, ctx, request.concurrency, kv)
     return report
+
+
+def _kv_ram(request: BudgetRequest, memory: DeviceMemory, model_total: int) -> KVRamTier:
+    if request.kv_ram is None:
+        return KVRamTier(0, False)
+    return kv_ram_tier(request.kv_ram, memory.kind, memory.available, model_total)
 
 
 def ensure_fits(report: BudgetReport) -> BudgetReport:

@@ -11,7 +11,14 @@ from localinfer.budget.memory import human_bytes
 from localinfer.budget.verify import MemoryCheck
 
 BAR_WIDTH = 60
-_COLORS = {"weights": "blue", "kv": "magenta", "overhead": "yellow", "free": "green", "over": "red"}
+_COLORS = {
+    "weights": "blue",
+    "kv": "magenta",
+    "overhead": "yellow",
+    "kv ram": "cyan",
+    "free": "green",
+    "over": "red",
+}
 
 
 def breakdown_table(report: BudgetReport) -> Table:
@@ -26,6 +33,8 @@ def breakdown_table(report: BudgetReport) -> Table:
         ("compute buffers", report.compute_bytes, f"prefill chunk {report.prefill_chunk} + logits"),
         ("runtime", report.runtime_bytes, f"{report.backend} constant"),
     ]
+    if report.kv_ram_bytes:
+        rows.append(("KV RAM tier", report.kv_ram_bytes, _kv_ram_how(report)))
     for name, value, how in rows:
         table.add_row(name, human_bytes(value), how)
     table.add_section()
@@ -33,6 +42,13 @@ def breakdown_table(report: BudgetReport) -> Table:
     table.add_row("total", human_bytes(report.total_bytes), f"{share:.0f}% of available")
     table.add_row("available", human_bytes(report.available_bytes), report.device)
     return table
+
+
+def _kv_ram_how(report: BudgetReport) -> str:
+    """The tier is a cap, filled as slots are reused; on a GPU it is host RAM, not the device's."""
+    if report.kv_ram_counted:
+        return "a cap in this memory, for reused slots' KV (--kv-ram)"
+    return "a cap in host RAM, outside the device's total (--kv-ram)"
 
 
 def _title(report: BudgetReport) -> str:
@@ -56,6 +72,8 @@ def stacked_bar(report: BudgetReport, width: int = BAR_WIDTH) -> Text:
         ("kv", report.kv_cache_bytes),
         ("overhead", report.overhead_bytes),
     ]
+    if report.kv_ram_counted:
+        parts.append(("kv ram", report.kv_ram_bytes))
     free = report.available_bytes - report.total_bytes
     parts.append(("free", free) if free >= 0 else ("over", 0))
     bar = Text()
@@ -73,6 +91,7 @@ def stacked_bar(report: BudgetReport, width: int = BAR_WIDTH) -> Text:
         ("■ weights ", _COLORS["weights"]),
         ("■ KV ", _COLORS["kv"]),
         ("■ overhead ", _COLORS["overhead"]),
+        *([("■ KV RAM tier ", _COLORS["kv ram"])] if report.kv_ram_counted else []),
         ("■ free", _COLORS["free"]),
     )
     return Text.assemble(bar, "\n", legend)

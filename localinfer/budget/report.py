@@ -29,6 +29,7 @@ class BudgetRequest:
     online: bool = False  # catalog models not on disk: the Hub's metadata, not catalog numbers
     mmproj: str | None = None  # count a vision projector: "" the model's own, or a file name
     dtype: str | None = None  # float32 | bfloat16 | float16: what torch dequantizes GGUF to
+    kv_ram: str | None = None  # --kv-ram: None no RAM tier row; "auto" the default share; SIZE
 
     def __post_init__(self) -> None:
         if self.ctx is not None and self.ctx < 1:
@@ -105,6 +106,8 @@ class BudgetReport(BaseModel):
     mmproj: str | None = None  # the vision projector counted with the weights
     mmproj_files: list[str] = []  # vision projectors beside the model (counted with --mmproj)
     download_bytes: int | None = None  # size of the model's files on the Hub (not on disk yet)
+    kv_ram_bytes: int = 0  # the KV RAM tier's cap (issue #24); 0: no tier asked about
+    kv_ram_counted: bool = False  # the tier is in total_bytes (CPU / unified memory), not beside
 
     @property
     def free_bytes(self) -> int:

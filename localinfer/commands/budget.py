@@ -79,6 +79,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="load the model with the real runner, run one prefill chunk, and compare its "
         "measured memory with the prediction",
     )
+    parser.add_argument(
+        "--kv-ram",
+        default=None,
+        metavar="SIZE",
+        help="count a KV RAM tier (what chat and serve keep reused slots' KV in) of SIZE, like "
+        "512MiB, or 'auto' for the share they take by default; its own row (default: not counted)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
 
 
@@ -96,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
         online=args.online,
         dtype=args.dtype,
         mmproj=args.mmproj,
+        kv_ram=args.kv_ram,
     )
     report = compute_budget(request)
     check = None
