@@ -9,13 +9,13 @@ from localinfer.engine.embedding import (
 )
 from localinfer.engine.engine import Engine, TokenizerLike
 from localinfer.engine.handle import GenerationResult, RequestHandle
-from localinfer.engine.scheduler import StepReport
 from localinfer.engine.types import (
     EngineMetrics,
     FinishReason,
     Request,
     RequestMetrics,
     SamplingParams,
+    StepReport,
     StreamEvent,
     TokenLogprob,
 )

@@ -19,8 +19,9 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import AsyncIterator, Iterable
-from typing import Protocol
+from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Sequence as Seq
+from typing import Protocol, TypeVar
 
 from localinfer.backends.base import EmbeddingRunner, Runner
 from localinfer.engine.detokenizer import Detokenizer
@@ -31,11 +32,13 @@ from localinfer.engine.embedding import (
     check_embedding_request,
 )
 from localinfer.engine.handle import GenerationResult, RequestHandle
+from localinfer.engine.kv_store import KVStore
 from localinfer.engine.metrics import Clock, MetricsRecorder, RequestTiming
 from localinfer.engine.sampler import TokenSampler
 from localinfer.engine.scheduler import Scheduler, StepReport
 from localinfer.engine.sequence import EventSink, Sequence
 from localinfer.engine.speculative import Speculator
+from localinfer.engine.thread_calls import EngineCalls
 from localinfer.engine.types import EngineMetrics, Request, StreamEvent
 from localinfer.errors import (
     ContextOverflowError,
@@ -45,6 +48,8 @@ from localinfer.errors import (
 )
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class TokenizerLike(Protocol):
@@ -66,8 +71,12 @@ class Engine:
     ``cache_reuse`` N (needs ``prefix_reuse``; 0, the default, is off) also reuses cached chunks of
     N+ tokens found later in the prompt, moving their KV instead of prefilling them: an
     approximation (a moved chunk's KV was computed without the new text before it; chunk_reuse.py);
-    ``speculator`` turns on speculative decoding (n-gram or draft-model proposals, per slot).
-    The caller keeps ownership of the runner and of a draft model's runner.
+    ``speculator`` turns on speculative decoding (n-gram or draft-model proposals, per slot);
+    ``kv_stores`` are KV tiers below the slots (a RAM tier, a disk tier: issue #24; they need
+    ``prefix_reuse`` and a runner with ``KVTransfer``): a slot's cells a new request drops go to
+    the RAM tier, and a new request starts from the longest prefix held by its slot, another slot
+    (copied) or a tier (restored), whichever is longest (kv_placement.py).
+    The caller keeps ownership of the runner, of a draft model's runner and of the tiers.
     """
 
     def __init__(
@@ -80,6 +89,7 @@ class Engine:
         prefix_reuse: bool = False,
         cache_reuse: int = 0,
         speculator: Speculator | None = None,
+        kv_stores: Seq[KVStore] = (),
         background: bool = True,
         eos_ids: Iterable[int] | None = None,
         metrics_window: int = 256,
@@ -108,9 +118,11 @@ class Engine:
             prefix_reuse=prefix_reuse,
             cache_reuse=cache_reuse,
             speculator=speculator,
+            kv_stores=kv_stores,
             on_finish=self._forget,
         )
         self._wake = threading.Condition()
+        self._calls = EngineCalls()  # persist_prefix, flush_kv: run between two steps
         self._closed = False
         self._thread: threading.Thread | None = None
         if background:
@@ -234,8 +246,23 @@ class Engine:
     def metrics(self) -> EngineMetrics:
         return self._scheduler.snapshot()
 
+    def persist_prefix(self, tokens: Seq[int]) -> int:
+        """Store the cells of the longest cached prefix of ``tokens`` (held by a slot, or by a
+        tier since the slot was reused) into every KV tier: a chat closing a conversation keeps
+        it on disk. Runs on the engine thread between steps and waits for it; returns how many
+        tokens were stored (0 without tiers or a cached prefix)."""
+        ids = [int(t) for t in tokens]
+        return self._on_engine_thread(lambda: self._scheduler.placer.persist_prefix(ids))
+
+    def flush_kv(self) -> int:
+        """Shutdown of the KV tiers: every slot's cells into the tiers that outlive the process
+        and the RAM tier's entries into its spill tier. Runs on the engine thread; returns how
+        many entries were written. ``close`` calls it."""
+        return self._on_engine_thread(self._scheduler.placer.flush)
+
     def close(self) -> None:
-        """Stop the loop; requests still queued or running finish with "abort"."""
+        """Stop the loop; requests still queued or running finish with "abort"; the slots'
+        cells go to the KV tiers that outlive the process (``flush_kv``)."""
         with self._wake:
             if self._closed:
                 return
@@ -244,6 +271,11 @@ class Engine:
         if self._thread is not None:
             self._thread.join()
         self._scheduler.fail_all("abort", "engine closed")
+        if self._scheduler.placer.stores:
+            try:
+                self.flush_kv()  # the thread is gone: runs here, before the caller's runner goes
+            except Exception:  # noqa: BLE001 - losing the tiers must not stop a shutdown
+                log.exception("writing the KV tiers at close failed")
 
     def __enter__(self) -> Engine:
         return self
@@ -337,13 +369,28 @@ class Engine:
             raise RuntimeError("engine has no work but a request is still open")
         self.step()
 
+    def _on_engine_thread(self, fn: Callable[[], T]) -> T:
+        """Run ``fn`` where the runner's owner runs (the engine thread between two steps, or
+        here when there is none or it has stopped) and return its result."""
+        with self._wake:
+            if self._thread is None or self._closed or threading.current_thread() is self._thread:
+                future = None
+            else:
+                future = self._calls.put(fn)
+                self._wake.notify()
+        return fn() if future is None else future.result()
+
     def _loop(self) -> None:
         while True:
             with self._wake:
-                while not self._closed and not self._scheduler.has_work():
+                while not self._closed and not self._scheduler.has_work() and not self._calls:
                     self._wake.wait()
-                if self._closed:
-                    return
+                closed = self._closed
+            self._calls.run_all()
+            if closed:
+                return
+            if not self._scheduler.has_work():
+                continue
             try:
                 self._scheduler.step()
             except Exception as exc:  # noqa: BLE001 - an engine bug must not hang every client

@@ -96,6 +96,8 @@ class MetricsRecorder:
         self.spec_verifications = 0  # decode steps of a slot that verified >= 1 proposal
         self.decode_forwards = 0  # decode steps of a slot (one slot in one target forward)
         self.decode_tokens = 0  # tokens those decode steps emitted
+        self.reused_by_source: Counter[str] = Counter()  # prompt tokens reused, at admission
+        self.kv_transfer_failures = 0
 
     def record_finished(self, metrics: RequestMetrics, finish_reason: str) -> None:
         self.requests_finished += 1
@@ -117,6 +119,7 @@ class MetricsRecorder:
         queue_depth: int,
         kv_cells_used: int,
         kv_cells_total: int,
+        kv_ram_bytes: int = 0,
     ) -> EngineMetrics:
         ttft, tpot = list(self._ttft), list(self._tpot)
         prompt_total = self.prompt_tokens_total
@@ -147,6 +150,9 @@ class MetricsRecorder:
             cached_prompt_tokens_total=self.cached_prompt_tokens_total,
             prefix_hits=self.prefix_hits,
             prefix_hit_rate=hit_rate,
+            reused_tokens_by_source=dict(self.reused_by_source),
+            kv_transfer_failures=self.kv_transfer_failures,
+            kv_ram_bytes=kv_ram_bytes,
         )
 
 

@@ -36,44 +36,32 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Sequence as Seq
 
 import numpy as np
 
 from localinfer.backends.base import Runner
 from localinfer.engine.batch_plan import PlannedWork, plan_batch, speculation_candidates
-from localinfer.engine.chunk_reuse import prepare_slot
 from localinfer.engine.embedding import EmbeddingJob, EmbeddingQueue
 from localinfer.engine.forward_fallback import forward_each_isolated
+from localinfer.engine.kv_placement import SlotPlacer
+from localinfer.engine.kv_ram import RamKVStore
+from localinfer.engine.kv_store import KVStore
 from localinfer.engine.metrics import MetricsRecorder
 from localinfer.engine.sampler import SampledToken
 from localinfer.engine.sequence import Sequence
 from localinfer.engine.slots import Slot, SlotTable, empty_slot
 from localinfer.engine.speculative import Proposal, Speculator
-from localinfer.engine.types import EngineMetrics, FinishReason, StreamEvent, TokenLogprob
+from localinfer.engine.types import (
+    EngineMetrics,
+    FinishReason,
+    StepReport,
+    StreamEvent,
+    TokenLogprob,
+)
 from localinfer.errors import QueueFullError
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(slots=True)
-class StepReport:
-    """What one step did (tests assert admission and interleaving on these)."""
-
-    step: int
-    admitted: list[str] = field(default_factory=list)
-    decoded: list[str] = field(default_factory=list)  # requests that fed one decode token
-    proposed: dict[str, int] = field(default_factory=dict)  # request -> speculative tokens fed
-    accepted: dict[str, int] = field(default_factory=dict)  # request -> proposals kept
-    prefilled: dict[str, int] = field(default_factory=dict)  # request -> prompt tokens fed
-    reused: dict[str, int] = field(default_factory=dict)  # request -> prompt tokens from cache
-    sampled: list[str] = field(default_factory=list)  # requests that got a new token
-    finished: dict[str, str] = field(default_factory=dict)  # request -> finish reason
-    embedded: int = 0  # tokens of embedding jobs run after the forward
-
-    @property
-    def batch_tokens(self) -> int:
-        return len(self.decoded) + sum(self.proposed.values()) + sum(self.prefilled.values())
 
 
 class Scheduler:
@@ -89,6 +77,7 @@ class Scheduler:
         cache_reuse: int = 0,
         on_finish: Callable[[Sequence], None] | None = None,
         speculator: Speculator | None = None,
+        kv_stores: Seq[KVStore] = (),
     ) -> None:
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
@@ -101,6 +90,9 @@ class Scheduler:
         self.prefill_chunk = prefill_chunk
         self.prefix_reuse = prefix_reuse
         self.cache_reuse = cache_reuse  # min chunk length (chunk_reuse); 0: prefix reuse only
+        # Where a new request's cells come from: its slot, another slot, a KV tier (kv_placement)
+        self.placer = SlotPlacer(runner, self.slots, kv_stores, prefix_reuse=prefix_reuse,
+                                 cache_reuse=cache_reuse, prefill_chunk=prefill_chunk)  # fmt: skip
         self._token_text = token_text
         self._metrics = metrics
         self._on_finish = on_finish
@@ -159,6 +151,9 @@ class Scheduler:
                 queue_depth=len(self.waiting) + self.embeddings.depth(),
                 kv_cells_used=self.slots.cells_used(),
                 kv_cells_total=len(self.slots) * self.max_ctx,
+                kv_ram_bytes=sum(
+                    s.nbytes() for s in self.placer.stores if isinstance(s, RamKVStore)
+                ),
             )
 
     # -- engine thread ---------------------------------------------------------------------
@@ -208,19 +203,22 @@ class Scheduler:
             with self._lock:
                 if not self.waiting or not self.slots.free():
                     return
-                seq = self.waiting.popleft()
-                # At least the last prompt token is always fed: its logits give the first token.
-                slot, reuse = self.slots.choose(
-                    seq.prompt_ids, match_prefix=self.prefix_reuse, limit=seq.prompt_len - 1
-                )
+                seq = self.waiting[0]
+            # Only this thread takes from `waiting` or changes slots, so the choice (which may
+            # ask the KV tiers) needs no lock; add_all meanwhile only appends.
+            # At least the last prompt token is always fed: its logits give the first token.
+            placement = self.placer.choose(seq.prompt_ids, limit=seq.prompt_len - 1)
+            with self._lock:
+                assert self.waiting[0] is seq
+                self.waiting.popleft()
                 # Taken in the same breath as the pop, so add_all never sees the request in
                 # neither place (and a free slot twice).
+                slot = placement.slot
                 slot.seq = seq
                 seq.slot = slot.index
             try:
-                reuse = prepare_slot(
-                    self.runner, slot, seq.prompt_ids, reuse, self.cache_reuse, self.prefill_chunk
-                )
+                failures = self.placer.failures
+                reuse, source = self.placer.prepare(placement, seq.prompt_ids)
             except Exception as exc:  # noqa: BLE001 - the runner cannot even empty the slot
                 log.exception("preparing slot %d for %s failed", slot.index, seq.request_id)
                 self._finish(seq, "error", error=f"{type(exc).__name__}: {exc}")
@@ -232,8 +230,13 @@ class Scheduler:
             seq.timing.admitted = self._metrics.clock()
             self.running.append(seq)
             report.admitted.append(seq.request_id)
+            with self._lock:
+                self._metrics.kv_transfer_failures += self.placer.failures - failures
+                if reuse:
+                    self._metrics.reused_by_source[source] += reuse
             if reuse:
                 report.reused[seq.request_id] = reuse
+                report.reuse_source[seq.request_id] = source
 
     def _plan(self, report: StepReport) -> list[PlannedWork]:
         decoding = [seq for seq in self.running if seq.num_output > 0]

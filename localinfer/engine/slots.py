@@ -1,9 +1,9 @@
 """The engine's view of the runner's KV slots: which request owns each, and what it caches.
 
 A slot remembers the exact tokens whose KV the runner holds for it (``cached``). That list is the
-hook for prefix reuse (a new request goes to the idle slot sharing the longest prefix and only
-the rest is prefilled) and for speculative decoding (roll ``cached`` and the runner back together
-with ``Runner.truncate``).
+hook for prefix reuse (``kv_placement`` chooses a new request's slot and the cells it reuses, and
+only the rest is prefilled) and for speculative decoding (roll ``cached`` and the runner back
+together with ``Runner.truncate``).
 """
 
 from __future__ import annotations
@@ -32,10 +32,18 @@ class Slot:
         return self.seq is not None
 
 
+_SLICE = 64  # tokens compared at once: long matches run at C speed, a miss stops early
+
+
 def shared_prefix(a: Sequence[int], b: Sequence[int]) -> int:
     """How many leading tokens ``a`` and ``b`` have in common."""
     n = min(len(a), len(b))
     i = 0
+    while i < n:
+        j = min(i + _SLICE, n)
+        if tuple(a[i:j]) != tuple(b[i:j]):
+            break
+        i = j
     while i < n and a[i] == b[i]:
         i += 1
     return i
@@ -56,26 +64,6 @@ class SlotTable:
 
     def cells_used(self) -> int:
         return sum(len(s.cached) for s in self.slots)
-
-    def choose(
-        self, prompt_ids: Sequence[int], match_prefix: bool, limit: int | None = None
-    ) -> tuple[Slot, int]:
-        """An idle slot for a new request and how many of its cached tokens the prompt can reuse.
-
-        With ``match_prefix`` the longest shared prefix (capped at ``limit``) wins; ties, misses
-        and the plain case go to the least recently released slot, then the lowest index.
-        Raises if no slot is idle.
-        """
-        free = self.free()
-        if not free:
-            raise RuntimeError("no idle slot")
-        if not match_prefix:
-            slot = min(free, key=lambda s: (s.released_at_step, s.index))
-            return slot, 0
-        cap = len(prompt_ids) if limit is None else limit
-        scored = [(min(shared_prefix(s.cached, prompt_ids), cap), s) for s in free]
-        best, slot = max(scored, key=lambda p: (p[0], -p[1].released_at_step, -p[1].index))
-        return slot, best
 
 
 def cut_slot(runner: Runner, slot: Slot, keep: int) -> int:

@@ -135,3 +135,30 @@ class EngineMetrics:
     prefix_hits: int = 0  # finished requests that reused at least one cached prompt token
     # cached_prompt_tokens_total / prompt_tokens_total: the share of prompt tokens not prefilled
     prefix_hit_rate: float | None = None
+    # Prompt tokens not prefilled, by where their KV came from (counted at admission): "slot"
+    # (the slot's own cells), "copy" (another slot's), "ram" / "disk" (a KV tier, issue #24).
+    reused_tokens_by_source: dict[str, int] = field(default_factory=dict)
+    kv_transfer_failures: int = 0  # copies and restores that fell back to a cold prefill
+    kv_ram_bytes: int = 0  # what the host-RAM KV tier holds now
+
+
+@dataclass(slots=True)
+class StepReport:
+    """What one engine step did (tests assert admission and interleaving on these)."""
+
+    step: int
+    admitted: list[str] = field(default_factory=list)
+    decoded: list[str] = field(default_factory=list)  # requests that fed one decode token
+    proposed: dict[str, int] = field(default_factory=dict)  # request -> speculative tokens fed
+    accepted: dict[str, int] = field(default_factory=dict)  # request -> proposals kept
+    prefilled: dict[str, int] = field(default_factory=dict)  # request -> prompt tokens fed
+    reused: dict[str, int] = field(default_factory=dict)  # request -> prompt tokens from cache
+    # request -> where the reused tokens came from: "slot" | "copy" | "ram" | "disk"
+    reuse_source: dict[str, str] = field(default_factory=dict)
+    sampled: list[str] = field(default_factory=list)  # requests that got a new token
+    finished: dict[str, str] = field(default_factory=dict)  # request -> finish reason
+    embedded: int = 0  # tokens of embedding jobs run after the forward
+
+    @property
+    def batch_tokens(self) -> int:
+        return len(self.decoded) + sum(self.proposed.values()) + sum(self.prefilled.values())

@@ -1,0 +1,282 @@
+"""Where a new request's prompt finds its beginning already computed (issue #24), and the slot
+it takes.
+
+With prefix reuse, a request may start from:
+
+* ``"slot"``: the cells its own (idle) slot already holds, cut to the shared prefix (free);
+* ``"copy"``: the longest matching prefix held by any other slot, idle or busy, copied across
+  (``KVTransfer.copy_prefix``: a memory copy instead of a prefill);
+* a tier (``"ram"``, ``"disk"``): the best entry of a :class:`KVStore`, restored into the slot
+  and cut to the shared length.
+
+The largest reuse wins; ties go to the cheaper source, in that order. A copy or restore is only
+worth it from :data:`MIN_TRANSFER` tokens: every chat template opens with the same few tokens,
+so a smaller match would trigger a transfer on nearly every admission for less work than one
+prefill chunk costs, and displace cached cells for it.
+
+Which idle slot to take: the one with the most reuse; among those, one whose cells are not lost
+(an empty slot, or one whose whole cache is the prompt's beginning), then one reusing its own
+cells, then the least recently used. So conversations that share only a system prompt do not
+evict each other: a new one takes an empty slot and copies the system prompt from where it is.
+A slot's cells that a new request is about to drop go to the RAM tier first (``_save``).
+
+Any failed copy or restore costs the reuse, never the request: one log line, the slot emptied,
+a cold prefill.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from localinfer.backends.base import KVSnapshot, KVSplicer, KVTransfer, Runner
+from localinfer.engine.chunk_reuse import plan_reuse, prepare_slot
+from localinfer.engine.kv_ram import RamKVStore
+from localinfer.engine.kv_store import KVStore
+from localinfer.engine.slots import Slot, SlotTable, empty_slot, shared_prefix
+
+log = logging.getLogger(__name__)
+
+MIN_TRANSFER = 16  # tokens: below this a copy or restore is not worth its cost (module doc)
+SOURCES = ("slot", "copy")  # then the tiers, in the order given: the order ties are broken in
+
+
+@dataclass(slots=True, frozen=True)
+class Placement:
+    """A new request's slot and where its reused cells come from."""
+
+    slot: Slot
+    reuse: int  # prompt tokens the slot will hold from a cache before prefilling the rest
+    source: str  # "slot" | "copy" | a tier's name | "cold"
+    rank: int = 0  # position in SOURCES + tiers (lower: cheaper)
+    keep: int = 0  # "slot": the shared prefix kept in place (``reuse`` adds moved chunks)
+    src_slot: int | None = None  # "copy": the slot copied from
+    store: KVStore | None = None  # a tier: the tier and its entry's key
+    key: tuple[int, ...] = ()
+
+
+class SlotPlacer:
+    """Chooses and prepares the slot of each new request (engine thread only)."""
+
+    def __init__(
+        self,
+        runner: Runner,
+        slots: SlotTable,
+        stores: Sequence[KVStore] = (),
+        *,
+        prefix_reuse: bool,
+        cache_reuse: int = 0,
+        prefill_chunk: int = 256,
+        min_transfer: int = MIN_TRANSFER,
+    ) -> None:
+        self.runner = runner
+        self.slots = slots
+        self.prefix_reuse = prefix_reuse
+        self.cache_reuse = cache_reuse
+        self.prefill_chunk = prefill_chunk
+        self.min_transfer = max(1, min_transfer)
+        # Copies and tiers need the runner's KVTransfer, and idle slots that keep their cells.
+        self.transfer = prefix_reuse and isinstance(runner, KVTransfer)
+        if stores and not self.transfer:
+            why = "prefix reuse is off" if not prefix_reuse else "the runner cannot move its KV"
+            log.info("KV tiers %s unused: %s", [s.name for s in stores], why)
+        self.stores: tuple[KVStore, ...] = tuple(stores) if self.transfer else ()
+        self.ram = next((s for s in self.stores if s.name == "ram"), None)
+        self.failures = 0  # copies and restores that fell back to a cold prefill
+
+    # -- choosing --------------------------------------------------------------------------
+
+    def choose(self, prompt: Sequence[int], limit: int) -> Placement:
+        """The idle slot for ``prompt`` and its best source (``limit``: most tokens reusable).
+        Reads only; raises RuntimeError when no slot is idle."""
+        free = self.slots.free()
+        if not free:
+            raise RuntimeError("no idle slot")
+        if not self.prefix_reuse:
+            return Placement(min(free, key=lambda s: (s.released_at_step, s.index)), 0, "cold")
+        held = {s.index: min(shared_prefix(s.cached, prompt), limit) for s in self.slots.slots}
+        tier = self._best_tier(prompt, limit)
+        best: tuple[tuple[int, bool, bool, int, int], Placement] | None = None
+        for slot in free:
+            option = self._best_for(slot, held, tier, prompt)
+            kept = option.reuse if option.source == "slot" else 0
+            keeps_all = len(slot.cached) <= kept
+            # A few own tokens are not worth another conversation's cells (module doc).
+            score = option.reuse if keeps_all or option.reuse >= self.min_transfer else 0
+            rank = (score, keeps_all, option.source == "slot", -slot.released_at_step, -slot.index)
+            if best is None or rank > best[0]:
+                best = (rank, option)
+        assert best is not None
+        return best[1]
+
+    def _best_for(
+        self, slot: Slot, held: dict[int, int], tier: Placement | None, prompt: Sequence[int]
+    ) -> Placement:
+        """``slot``'s best source: its own cells, a copy from another slot, or the best tier."""
+        keep = held[slot.index]
+        own = keep
+        if self.cache_reuse and isinstance(self.runner, KVSplicer):  # chunks moved into place
+            plan = plan_reuse(slot.cached, prompt, keep, self.cache_reuse, self.prefill_chunk)
+            own = plan.reused
+        options = [Placement(slot, own, "slot" if own else "cold", keep=keep)]
+        if self.transfer:
+            others = [s for s in self.slots.slots if s is not slot]
+            src = max(others, key=lambda s: held[s.index], default=None)
+            if src is not None and held[src.index] >= self.min_transfer:
+                options.append(Placement(slot, held[src.index], "copy", 1, src_slot=src.index))
+            if tier is not None:
+                options.append(dataclasses.replace(tier, slot=slot))
+        return max(options, key=lambda o: (o.reuse, -o.rank))
+
+    def _best_tier(self, prompt: Sequence[int], limit: int) -> Placement | None:
+        """The tiers' best entry for ``prompt`` (slot left to fill), if worth a restore."""
+        best: Placement | None = None
+        for i, store in enumerate(self.stores):
+            try:
+                match = store.best_match(prompt)
+            except Exception as exc:  # noqa: BLE001 - a broken tier costs its hits only
+                log.warning("kv tier %s: lookup failed: %s", store.name, exc)
+                continue
+            if match is None:
+                continue
+            reuse = min(match.shared, limit)
+            if reuse >= self.min_transfer and (best is None or reuse > best.reuse):
+                rank = len(SOURCES) + i
+                best = Placement(Slot(-1), reuse, store.name, rank, store=store, key=match.key)
+        return best
+
+    # -- preparing -------------------------------------------------------------------------
+
+    def prepare(self, placement: Placement, prompt: Sequence[int]) -> tuple[int, str]:
+        """Make the slot hold the start of ``prompt``; returns the tokens it reuses and their
+        source ("cold" for none). Raises only when the runner cannot even empty the slot."""
+        slot = placement.slot
+        if placement.source in ("slot", "cold"):
+            self._save(slot, placement.reuse)
+            reuse = prepare_slot(
+                self.runner, slot, prompt, placement.keep, self.cache_reuse, self.prefill_chunk
+            )
+            return reuse, "slot" if reuse else "cold"
+        what = placement.source if placement.source == "copy" else f"{placement.source} restore"
+        try:
+            snapshot = self._fetch(placement)  # first: saving the slot may evict this entry
+            self._save(slot, 0)
+            self._transfer(placement, snapshot)
+        except Exception as exc:  # noqa: BLE001 - fall back to a cold prefill (module doc)
+            self.failures += 1
+            if isinstance(exc, NotImplementedError):
+                self.transfer, self.stores, self.ram = False, (), None  # never again this run
+            log.warning(
+                "slot %d: %s of %d tokens failed, prefilling cold: %s: %s",
+                *(slot.index, what, placement.reuse, type(exc).__name__, exc),
+            )
+            empty_slot(self.runner, slot)
+            return 0, "cold"
+        slot.cached[:] = prompt[: placement.reuse]
+        return placement.reuse, placement.source
+
+    def _fetch(self, placement: Placement) -> KVSnapshot | None:
+        """A tier's snapshot for ``placement`` (None for a copy); raises when it is gone."""
+        if placement.store is None:
+            return None
+        snapshot = placement.store.load(placement.key)
+        if snapshot is None:
+            raise LookupError("the entry is gone or unusable")
+        return snapshot
+
+    def _transfer(self, placement: Placement, snapshot: KVSnapshot | None) -> None:
+        runner, dst, n = self.runner, placement.slot.index, placement.reuse
+        assert isinstance(runner, KVTransfer)
+        if snapshot is None:
+            assert placement.src_slot is not None
+            runner.copy_prefix(placement.src_slot, dst, n)
+        else:
+            runner.restore(dst, snapshot)
+            if snapshot.n_tokens > n:
+                runner.truncate(dst, n)
+        held = self.runner.slot_length(dst)
+        if held != n:
+            raise RuntimeError(f"the slot holds {held} cells, not {n}")
+
+    def _save(self, slot: Slot, kept: int) -> None:
+        """Snapshot the slot's cells into the RAM tier before a new request drops them beyond
+        ``kept``: only when that drops at least MIN_TRANSFER tokens the tier lacks."""
+        n = len(slot.cached)
+        if self.ram is None or n - kept < self.min_transfer:
+            return
+        key = tuple(slot.cached)
+        match = self.ram.best_match(key)
+        if match is not None and match.shared == n:
+            return  # the tier already holds these cells (this slot was restored from it)
+        self._snapshot_into(slot, n, key, (self.ram,))
+
+    def _snapshot_into(
+        self, slot: Slot, n: int, key: tuple[int, ...], stores: Sequence[KVStore]
+    ) -> bool:
+        """Snapshot ``slot``'s first ``n`` cells into ``stores``; False when nothing was kept."""
+        assert isinstance(self.runner, KVTransfer)
+        try:
+            snapshot = self.runner.snapshot(slot.index, n)
+        except Exception as exc:  # noqa: BLE001 - the cells are lost, the request goes on
+            log.warning("slot %d: snapshot of %d tokens failed: %s", slot.index, n, exc)
+            return False
+        return _store_all(stores, key, snapshot)
+
+    # -- persisting (Engine.persist_prefix, Engine.flush_kv) -------------------------------
+
+    def persist_prefix(self, tokens: Sequence[int]) -> int:
+        """Store the longest cached prefix of ``tokens`` (from a slot, else from a tier) into
+        every tier; returns its length (0: nothing cached, or no tiers)."""
+        if not self.stores:
+            return 0
+        tokens = list(tokens)
+        slot = max(self.slots.slots, key=lambda s: shared_prefix(s.cached, tokens))
+        n = shared_prefix(slot.cached, tokens)
+        best_tier: tuple[int, KVStore, tuple[int, ...]] | None = None
+        for store in self.stores:
+            match = store.best_match(tokens)
+            if (
+                match is not None
+                and match.shared > n
+                and (best_tier is None or match.shared > best_tier[0])
+            ):
+                best_tier = (match.shared, store, match.key)
+        if best_tier is not None:  # the slot was reused since: a tier holds the conversation
+            shared, source, key = best_tier
+            snapshot = source.load(key)
+            others = [s for s in self.stores if s is not source]
+            if snapshot is not None and _store_all(others, key, snapshot):
+                return shared
+        if n < 1:
+            return 0
+        key = tuple(tokens[:n])
+        return n if self._snapshot_into(slot, n, key, self.stores) else 0
+
+    def flush(self) -> int:
+        """Shutdown: every slot's cells into the tiers that outlive the process, and the RAM
+        tiers' entries into their spill tiers; returns how many entries were written."""
+        written = 0
+        lasting = [s for s in self.stores if not isinstance(s, RamKVStore)]
+        if lasting:
+            for slot in self.slots.slots:
+                if len(slot.cached) >= self.min_transfer:
+                    key = tuple(slot.cached)
+                    written += int(self._snapshot_into(slot, len(key), key, lasting))
+        for store in self.stores:
+            if isinstance(store, RamKVStore):
+                written += store.spill_all()
+        return written
+
+
+def _store_all(stores: Sequence[KVStore], key: tuple[int, ...], snapshot: KVSnapshot) -> bool:
+    """Store one snapshot in each tier; True when at least one kept it."""
+    kept = False
+    for store in stores:
+        try:
+            store.store(key, snapshot)
+            kept = True
+        except Exception as exc:  # noqa: BLE001 - a full disk costs the entry, not the engine
+            log.warning("kv tier %s: storing %d tokens failed: %s", store.name, len(key), exc)
+    return kept
