@@ -18,12 +18,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from localinfer.budget.gguf_prefix import file_reader, merge_split_parts, read_header
-from localinfer.errors import ModelFileError
+from localinfer.budget.gguf_prefix import file_reader, read_header
 from localinfer.facts.arch import ArchSpec
 from localinfer.facts.gguf_header import arch_from_gguf
-from localinfer.facts.gguf_names import split_part_names
 from localinfer.loading.gguf_file import GGUFFile
+from localinfer.loading.gguf_split import open_gguf
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
 from localinfer.loading.safetensors_dir import _hf_name as loaded_tensor_name
 from localinfer.loading.safetensors_dir import weight_files
@@ -46,19 +45,9 @@ class WeightsHeader:
 
 def read_gguf_header(path: str | Path) -> WeightsHeader:
     """Exact tensor bytes and architecture numbers of a GGUF file (header only); the first part
-    of a split GGUF counts every part (found beside it)."""
-    path = Path(path)
-    with GGUFFile(path) as gguf:
-        names = split_part_names(path.name)
-        if names and gguf.metadata.get("split.count", 1) > 1:
-            merge_split_parts(gguf, [_later_part(path.parent / name) for name in names[1:]])
+    of a split GGUF counts every part (found beside it, as the loader finds them)."""
+    with open_gguf(path) as gguf:
         return gguf_weights_header(gguf)
-
-
-def _later_part(path: Path) -> GGUFFile:
-    if not path.is_file():
-        raise ModelFileError(path, "missing part of a split GGUF")
-    return read_header(str(path), path.stat().st_size, file_reader(path), first_part=False)
 
 
 def gguf_weights_header(gguf: GGUFFile) -> WeightsHeader:

@@ -16,6 +16,7 @@ from pathlib import Path
 from localinfer.errors import ModelFileError
 from localinfer.loading.gguf_cursor import Cursor, Truncated
 from localinfer.loading.gguf_file import GGUF_MAGIC, GGUFFile
+from localinfer.loading.gguf_split import check_split_parts
 
 # (start, end) -> the file's bytes [start, end); fewer only where the file ends.
 ByteReader = Callable[[int, int], bytes]
@@ -65,12 +66,7 @@ class GGUFHeaderBytes(GGUFFile):
     def _open_later_part(self) -> None:
         cur = Cursor(self._map_file(), 4)
         n_tensors, n_kv = self._read_counts(cur)
-        self.metadata = {}
-        for _ in range(n_kv):
-            key = cur.string()
-            vtype = cur.unpack("<I")
-            self.metadata[key] = cur.value(vtype, key)
-        self.header_kv_end = cur.pos
+        self._read_metadata(cur, n_kv)
         self._read_tensor_directory(cur, n_tensors)
 
 
@@ -107,18 +103,7 @@ def file_reader(path: Path) -> ByteReader:
 def merge_split_parts(first: GGUFFile, later: list[GGUFFile]) -> GGUFFile:
     """The first part with every part's tensors in its directory: one header for the whole model
     (the metadata is the first part's). The parts' split numbers are checked."""
-    count = first.metadata.get("split.count", 1)
-    if count != len(later) + 1:
-        reason = f"'split.count' is {count} but {len(later) + 1} part(s) were found"
-        raise ModelFileError(first.path, f"malformed split GGUF: {reason}")
-    for number, part in enumerate(later, start=1):
-        if part.metadata.get("split.no") != number:
-            no = part.metadata.get("split.no")
-            raise ModelFileError(
-                part.path, f"malformed split GGUF: 'split.no' is {no}, not {number}"
-            )
-        for tensor, info in part.tensors.items():
-            if tensor in first.tensors:
-                raise ModelFileError(part.path, f"tensor '{tensor}' appears in two split parts")
-            first.tensors[tensor] = info
+    check_split_parts(first, later)
+    for part in later:
+        first.tensors.update(part.tensors)
     return first

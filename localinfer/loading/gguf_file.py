@@ -79,12 +79,7 @@ class GGUFFile(MappedFile):
     def _open(self) -> None:
         cur = Cursor(self._map_file(), 4)
         n_tensors, n_kv = self._read_counts(cur)
-        self.metadata: dict[str, Any] = {}
-        for _ in range(n_kv):
-            key = cur.string()
-            vtype = cur.unpack("<I")
-            self.metadata[key] = cur.value(vtype, key)
-        self.header_kv_end = cur.pos
+        self._read_metadata(cur, n_kv)
         _ = self.architecture  # every model GGUF names one; fail here, not deep in a loader
         self._read_tensor_directory(cur, n_tensors)
         stray = check_header(self.path, self.metadata, self.tensors)
@@ -114,6 +109,14 @@ class GGUFFile(MappedFile):
                 self.path, f"not a GGUF file (starts with {head!r}, expected {GGUF_MAGIC!r})"
             )
         return buf
+
+    def _read_metadata(self, cur: Cursor, n_kv: int) -> None:
+        self.metadata: dict[str, Any] = {}
+        for _ in range(n_kv):
+            key = cur.string()
+            vtype = cur.unpack("<I")
+            self.metadata[key] = cur.value(vtype, key)
+        self.header_kv_end = cur.pos
 
     def _read_counts(self, cur: Cursor) -> tuple[int, int]:
         """The version check, then (tensor count, metadata key count)."""

@@ -7,7 +7,8 @@ from pathlib import Path
 from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.loading.chat_template import ChatTemplate
 from localinfer.loading.gguf_config import config_from_gguf
-from localinfer.loading.gguf_file import GGUF_MAGIC, GGUFFile
+from localinfer.loading.gguf_file import GGUF_MAGIC
+from localinfer.loading.gguf_split import open_gguf
 from localinfer.loading.gguf_weights import GGUFWeights
 from localinfer.loading.model import LoadedModel
 from localinfer.loading.safetensors_dir import load_safetensors_dir
@@ -15,7 +16,7 @@ from localinfer.loading.tokenizer_gguf import tokenizer_from_gguf
 
 
 def load_gguf(path: Path, name: str | None = None) -> LoadedModel:
-    gguf = GGUFFile(path)
+    gguf = open_gguf(path)  # a split GGUF's first part opens the whole set
     config = config_from_gguf(gguf)
     weights = GGUFWeights(gguf, config)
     tokenizer = tokenizer_from_gguf(gguf)
