@@ -24,7 +24,7 @@ from tests.test_engine_model import ByteTokenizer
 from tests.tiny import tiny_model
 
 ARCHS = ["llama", "qwen2", "qwen3", "mistral"]
-BACKENDS = ["torch"]
+BACKENDS = ["torch", "llamacpp"]
 PAIRS = [(b, a) for b in BACKENDS for a in ARCHS]
 IDS = [f"{b}-{a}" for b, a in PAIRS]
 
@@ -256,4 +256,45 @@ def test_16_bit_rows_restore_exactly(backend: str, tmp_path: Path) -> None:
     refill(runner, 2, P)
     runner.truncate(2, 50)
     np.testing.assert_array_equal(feed(runner, 0, F), feed(runner, 2, F))
+    runner.close()
+
+
+def test_llamacpp_snapshots_move_between_v_layouts(tmp_path: Path) -> None:
+    # Without flash attention llama.cpp stores V transposed; a payload holds one row per cell
+    # either way, so it restores into a context of the other kind.
+    pytest.importorskip("llama_cpp")
+    from localinfer.backends.llamacpp.runner import LlamaCppRunner
+    from tests.llamacpp_helpers import tiny_setup
+
+    _, _, model = tiny_setup(tmp_path, "qwen2", seed=1)
+    config = RunnerConfig(slots=2, max_ctx=192, threads=1)
+    plain, flash = (LlamaCppRunner(model, config, flash_attn=fa) for fa in (False, True))
+    assert plain.kv_layout() == flash.kv_layout()
+    for a, b in ((plain, flash), (flash, plain)):
+        feed(a, 0, P)
+        snap = a.snapshot(0, 50)
+        a.restore(1, snap)  # same context: exact
+        np.testing.assert_array_equal(feed(a, 1, F), refill(a, 0, P[:50], F))
+        b.restore(0, snap)  # the other layout: the same cells, its own attention kernels
+        assert_close("llamacpp", feed(b, 0, F), refill(b, 1, P[:50], F))
+        a.release(0), a.release(1), b.release(0), b.release(1)
+    plain.close(), flash.close()
+
+
+def test_llamacpp_refuses_a_transfer_until_moved_keys_are_turned(tmp_path: Path) -> None:
+    from localinfer.backends.base import MovedChunk
+
+    runner = make_runner("llamacpp", "llama", tmp_path)
+    feed(runner, 0, P)
+    runner.splice(0, 10, [MovedChunk((), 20, 40)])  # cells moved down by 10: turned at a decode
+    with pytest.raises(RuntimeError, match="splice"):
+        runner.snapshot(0, 30)
+    feed(runner, 0, F)
+    runner.copy_prefix(0, 1, 36)
+    runner.copy_prefix(1, 2, 36)
+    got = feed(runner, 1, R)
+    np.testing.assert_array_equal(got, feed(runner, 2, R))
+    # Slot 0 holds the same cells with gaps where the splice dropped some: attention visits
+    # them in other blocks, so it rounds differently.
+    assert_close("llamacpp", got, feed(runner, 0, R))
     runner.close()

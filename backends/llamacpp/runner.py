@@ -39,6 +39,7 @@ from localinfer.backends.llamacpp.batch import BatchBuffer, flatten_batch
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.backends.llamacpp.kv_splice import splice_slot
+from localinfer.backends.llamacpp.kv_transfer import SeqFormat, SeqTransferMethods
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
@@ -90,8 +91,9 @@ def quant_matches(asked: str, file_quant: str) -> bool:
     return re.sub(r"_[SML]$", "", a) == re.sub(r"_[SML]$", "", f)
 
 
-class LlamaCppRunner:
-    """Runs a GGUF model through llama.cpp with ``config.slots`` independent sequences."""
+class LlamaCppRunner(SeqTransferMethods):
+    """Runs a GGUF model through llama.cpp with ``config.slots`` independent sequences; KV
+    transfers between slots and to host memory come from SeqTransferMethods (kv_transfer.py)."""
 
     def __init__(
         self,
@@ -106,6 +108,9 @@ class LlamaCppRunner:
         self._embedding: EmbeddingContext | None = None  # made on the first embedding
         self._embedding_buffers = LlamaCppBuffers(0, 0, 0)
         path = Path(model.path)
+        self.model_path = path
+        self._kv_format: SeqFormat | None = None  # made on the first KV transfer
+        self._cells_moved = False  # a splice moved cells that the next decode turns
         if model.format != "gguf":
             raise UnsupportedModelError(
                 f"the llamacpp backend runs GGUF files only; {path} is {model.format} "
@@ -267,6 +272,7 @@ class LlamaCppRunner:
         """Cache reuse (KVSplicer): cells moved by llama.cpp (kv_splice.py)."""
         self._require_open()
         splice_slot(self, slot, keep, chunks)
+        self._cells_moved = self._cells_moved or bool(chunks)
 
     def release(self, slot: int) -> None:
         self._require_open()
@@ -364,6 +370,7 @@ class LlamaCppRunner:
             for s in np.unique(seq):
                 self._llama.llama_memory_seq_rm(self._memory, int(s), self._lengths[int(s)], -1)
             raise RuntimeError(f"llama_decode failed with code {rc} on a batch of {n} tokens")
+        self._cells_moved = False  # the decode turned any moved keys first
 
     def _copy_logits(self, rows: np.ndarray) -> np.ndarray:
         """Logits of the batch rows ``rows`` (flagged as outputs, ascending): float32

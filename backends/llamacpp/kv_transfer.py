@@ -1,0 +1,221 @@
+"""``KVTransfer`` (backends/base.py) on the llama.cpp runner, through its sequence state.
+
+Why not ``llama_memory_seq_cp``: the runner's context keeps one KV stream per slot
+(``kv_unified = false``), and between streams this llama.cpp copies only whole streams (a partial
+range aborts the process), lazily at the next decode, so a snapshot or restore of the target
+before then would read or be overwritten by stale cells. Instead a slot's cells are read with
+``llama_state_seq_get_data``, taken apart on the host (seq_state.py: cut to a prefix, checked)
+and written into the target with ``llama_state_seq_set_data``: a copy costs one host round trip of
+the source's cells, and whatever is restored is exactly what the bytes hold.
+
+A payload is seq_state's own form (no stream table, V one row per cell), so a snapshot restores
+into a runner with another slot count or flash-attention setting of the same model.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from localinfer.backends.base import KVSnapshot
+from localinfer.backends.kv_transfer_checks import (
+    check_copy,
+    check_restore,
+    check_snapshot,
+    layout_key,
+)
+from localinfer.backends.llamacpp.seq_state import (
+    SeqState,
+    from_llama,
+    from_payload,
+    to_llama,
+    to_payload,
+)
+
+if TYPE_CHECKING:
+    from localinfer.backends.llamacpp.runner import LlamaCppRunner
+
+GGML_F16 = 1  # the runner's context keeps llama.cpp's default F16 K and V cache (ggml type id)
+F16_BYTES = 2
+
+
+@dataclass(slots=True)
+class SeqFormat:
+    """What one runner's sequence states look like; read once, on the first transfer."""
+
+    magic: int  # llama.cpp's state-format magic
+    n_caches: int  # KV caches per sequence (2: interleaved sliding-window attention)
+    n_stream: int  # KV streams in the context (one per slot)
+    n_layer: int
+    k_row: int  # bytes of one cell's keys (all KV heads) in one layer
+    v_row: int
+    layout: str
+    v_trans: bool | None = None  # how the context lays out V; learned from a state it wrote
+
+    @classmethod
+    def of(cls, runner: LlamaCppRunner) -> SeqFormat:
+        raw = _read(runner, 0)  # the header and stream table come even for an empty slot
+        empty = from_llama(raw)
+        llama, model = runner._llama, runner._model_ptr
+        n_layer = int(llama.llama_model_n_layer(model))
+        kv_heads = int(llama.llama_model_n_head_kv(model))
+        head = int(llama.llama_model_n_embd(model)) // int(llama.llama_model_n_head(model))
+        arch = runner.metadata("general.architecture") or ""
+        k_row = kv_heads * int(runner.metadata(f"{arch}.attention.key_length") or head) * F16_BYTES
+        v_row = (
+            kv_heads * int(runner.metadata(f"{arch}.attention.value_length") or head) * F16_BYTES
+        )
+        layout = layout_key(
+            "llamacpp",
+            kv="f16",
+            layers=n_layer,
+            kv_heads=kv_heads,
+            k_row=k_row,
+            v_row=v_row,
+            state=f"{empty.magic:08x}",
+            model=_model_identity(runner),
+        )
+        n_stream = int(np.frombuffer(raw, "<u4", count=1, offset=8)[0])
+        return cls(empty.magic, len(empty.caches), n_stream, n_layer, k_row, v_row, layout)
+
+
+class SeqTransferMethods:
+    """``KVTransfer`` on LlamaCppRunner (mixed into it): each method checks that the runner is
+    open and hands over to this module's functions."""
+
+    def kv_layout(self: LlamaCppRunner) -> str:  # type: ignore[misc]
+        self._require_open()
+        return seq_format(self).layout
+
+    def copy_prefix(self: LlamaCppRunner, src: int, dst: int, n_tokens: int) -> None:  # type: ignore[misc]
+        self._require_open()
+        copy_prefix(self, src, dst, n_tokens)
+
+    def snapshot(self: LlamaCppRunner, slot: int, n_tokens: int) -> KVSnapshot:  # type: ignore[misc]
+        self._require_open()
+        return snapshot(self, slot, n_tokens)
+
+    def restore(self: LlamaCppRunner, slot: int, snap: KVSnapshot) -> None:  # type: ignore[misc]
+        self._require_open()
+        restore(self, slot, snap)
+
+
+def seq_format(runner: LlamaCppRunner) -> SeqFormat:
+    if runner._kv_format is None:
+        runner._kv_format = SeqFormat.of(runner)
+    return runner._kv_format
+
+
+def copy_prefix(runner: LlamaCppRunner, src: int, dst: int, n_tokens: int) -> None:
+    check_copy(runner._lengths, src, dst, n_tokens)
+    _write(runner, dst, _cells(runner, src, n_tokens))
+
+
+def snapshot(runner: LlamaCppRunner, slot: int, n_tokens: int) -> KVSnapshot:
+    check_snapshot(runner._lengths, slot, n_tokens)
+    payload = to_payload(_cells(runner, slot, n_tokens))
+    return KVSnapshot(layout=seq_format(runner).layout, n_tokens=n_tokens, payload=payload)
+
+
+def restore(runner: LlamaCppRunner, slot: int, snap: KVSnapshot) -> None:
+    fmt = seq_format(runner)
+    check_restore(runner._lengths, slot, snap, fmt.layout, runner._config.max_ctx, None)
+    state = from_payload(snap.payload)
+    _check_cells(fmt, state, snap.n_tokens)
+    _write(runner, slot, state)
+
+
+# -- internals ------------------------------------------------------------------------------------
+
+
+def _cells(runner: LlamaCppRunner, slot: int, n_tokens: int) -> SeqState:
+    """The slot's first ``n_tokens`` cells, checked to be what the runner says it holds."""
+    if runner._cells_moved:
+        # llama.cpp turns moved keys at the next decode; their bytes are not turned yet.
+        raise RuntimeError(f"slot {slot}: cells moved by a splice; decode before a transfer")
+    fmt = seq_format(runner)
+    state = from_llama(_read(runner, slot))
+    fmt.v_trans = state.v_trans
+    length = runner._lengths[slot]
+    _check_cells(fmt, state, length)
+    if n_tokens < length:
+        if not all(c.holds_every_position() for c in state.caches):
+            raise NotImplementedError(
+                "a sliding-window KV cache holds only its last cells: it cannot be cut to a "
+                "prefix (copy or snapshot the whole slot)"
+            )
+        state = state.prefix(n_tokens)
+    return state
+
+
+def _check_cells(fmt: SeqFormat, state: SeqState, n_tokens: int) -> None:
+    """ValueError unless ``state`` is ``n_tokens`` cells of this runner's caches: F16 rows of
+    its sizes, every layer once, positions ``0..n-1`` (a sliding window: its last ones)."""
+    if state.magic != fmt.magic or len(state.caches) != fmt.n_caches:
+        raise ValueError("KV payload: not this llama.cpp's state format")
+    if sum(len(c.layers) for c in state.caches) != fmt.n_layer:
+        raise ValueError(f"KV payload: layers do not add up to {fmt.n_layer}")
+    rows = (GGML_F16, GGML_F16, fmt.k_row, fmt.v_row)
+    for cache in state.caches:
+        pos = cache.positions
+        full = cache.holds_every_position() and len(pos) == n_tokens
+        window = len(pos) > 0 and len(np.unique(pos)) == len(pos) and pos.max() == n_tokens - 1
+        if not (full or (fmt.n_caches > 1 and window)):
+            raise ValueError(f"KV payload: its cells are not positions 0..{n_tokens - 1}")
+        if any((x.k_type, x.v_type, x.k.shape[1], x.v.shape[1]) != rows for x in cache.layers):
+            raise ValueError("KV payload: rows of another type or size")
+
+
+def _read(runner: LlamaCppRunner, slot: int) -> memoryview:
+    size = int(runner._llama.llama_state_seq_get_size(runner._ctx, slot))
+    buf = (ctypes.c_uint8 * size)()
+    if int(runner._llama.llama_state_seq_get_data(runner._ctx, buf, size, slot)) != size:
+        raise RuntimeError(f"llama.cpp could not read slot {slot}'s state")
+    return memoryview(buf).cast("B")
+
+
+def _write(runner: LlamaCppRunner, slot: int, state: SeqState) -> None:
+    """``slot`` made to hold exactly ``state``'s cells. The V orientation this context wants is
+    learned from a state it wrote; until then (every slot empty, the target too) a refused guess
+    is retried the other way."""
+    fmt, lengths = seq_format(runner), runner._lengths
+    if fmt.v_trans is None:
+        busy = [s for s in range(len(lengths)) if lengths[s]]
+        if busy:
+            fmt.v_trans = from_llama(_read(runner, busy[0])).v_trans
+    guesses = [fmt.v_trans] if fmt.v_trans is not None else [False, True]
+    lengths[slot] = 0  # llama.cpp drops the slot's cells first, whatever follows
+    for v_trans in guesses:
+        data = to_llama(state, slot, fmt.n_stream, bool(v_trans))
+        src = ctypes.cast(ctypes.c_char_p(data), ctypes.POINTER(ctypes.c_uint8))
+        if int(runner._llama.llama_state_seq_set_data(runner._ctx, src, len(data), slot)) == len(
+            data
+        ):
+            fmt.v_trans = v_trans
+            lengths[slot] = len(state.caches[0].positions)
+            return
+    runner._llama.llama_memory_seq_rm(runner._memory, slot, -1, -1)
+    raise RuntimeError(f"llama.cpp refused to restore slot {slot}'s state")
+
+
+def _model_identity(runner: LlamaCppRunner) -> str:
+    """llama.cpp's description of the model, its parameter count, and a hash of the file's
+    size, head (metadata) and tail (the last tensors' bytes): enough to tell two fine-tunes of
+    one architecture apart without reading the whole file."""
+    llama, model = runner._llama, runner._model_ptr
+    desc = ctypes.create_string_buffer(256)
+    llama.llama_model_desc(model, desc, len(desc))
+    path = Path(runner.model_path)
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with path.open("rb") as f:
+        digest.update(f.read(1 << 16))
+        f.seek(max(0, size - (1 << 20)))
+        digest.update(f.read())
+    name = desc.value.decode("utf-8", errors="replace").replace(" ", "_").replace(";", ",")
+    return f"{name}-{int(llama.llama_model_n_params(model))}-{digest.hexdigest()[:12]}"

@@ -1,0 +1,196 @@
+"""llama.cpp's per-sequence state bytes (``llama_state_seq_get_data``) taken apart and rebuilt.
+
+What this llama.cpp writes for one sequence: a header (u32 state magic, i32 the sequence's id),
+then for each of the model's KV caches (one; two for interleaved sliding-window models, base then
+SWA) a section: u32 ``n_stream``, then per stream a u32 cell count and, where it is not 0, the
+cells' metadata (i32 position, u32 1, i32 seq id each), u32 ``v_trans``, u32 layer count, every
+layer's keys (i32 type, u64 row bytes, one row per cell) and every layer's values: the same,
+or with ``v_trans`` (no flash attention) i32 type, u32 element bytes, u32 elements per row, then
+element-major data (``[row elements, cells, element]``).
+
+:class:`SeqState` holds those cells in an orientation-free form (one K and one V row per
+cell), so a state can be cut to a prefix on the host, validated before llama.cpp sees it, kept
+in a compact payload of our own (:func:`to_payload`) and written back for a context with any
+stream count and V orientation (:func:`to_llama`)."""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+import numpy as np
+
+PAYLOAD_MAGIC = b"LIKV"
+PAYLOAD_VERSION = 1
+ELEMENT_BYTES = {0: 4, 1: 2, 30: 2}  # ggml F32, F16, BF16: the types a V cache can transpose
+
+
+@dataclass(slots=True)
+class LayerCells:
+    k_type: int  # ggml type id
+    k: np.ndarray  # [cells, k row bytes] uint8
+    v_type: int
+    v_element: int  # bytes per V element, to turn rows into llama.cpp's transposed layout
+    v: np.ndarray  # [cells, v row bytes] uint8
+
+
+@dataclass(slots=True)
+class CacheCells:
+    """One KV cache's cells of a sequence, in the order the context held them (attention sums
+    over cells in that order, so a copy that keeps it gives bit-identical results)."""
+
+    positions: np.ndarray  # [cells] int32
+    layers: list[LayerCells]
+
+    def take(self, keep: np.ndarray) -> CacheCells:
+        return CacheCells(
+            self.positions[keep],
+            [
+                LayerCells(x.k_type, x.k[keep], x.v_type, x.v_element, x.v[keep])
+                for x in self.layers
+            ],
+        )
+
+    def holds_every_position(self) -> bool:
+        """Positions ``0..cells-1`` each once: a full cache, not a sliding window's last cells."""
+        return bool(np.array_equal(np.sort(self.positions), np.arange(len(self.positions))))
+
+
+@dataclass(slots=True)
+class SeqState:
+    magic: int  # llama.cpp's sequence-state magic: which state format this llama.cpp writes
+    caches: list[CacheCells]
+    v_trans: bool | None = None  # how the context it came from lays out V (None: not known)
+
+    def prefix(self, n_tokens: int) -> SeqState:
+        """Only the cells at positions below ``n_tokens``."""
+        caches = [c.take(c.positions < n_tokens) for c in self.caches]
+        return SeqState(self.magic, caches, self.v_trans)
+
+
+class _Reader:
+    def __init__(self, data: bytes) -> None:
+        self.data, self.at = memoryview(data), 0
+
+    def take(self, n: int) -> memoryview:
+        if n < 0 or self.at + n > len(self.data):
+            raise ValueError(f"KV payload truncated at byte {self.at} (needs {n} more)")
+        out = self.data[self.at : self.at + n]
+        self.at += n
+        return out
+
+    def num(self, fmt: str) -> int:
+        return struct.unpack("<" + fmt, self.take(struct.calcsize(fmt)))[0]
+
+    def array(self, rows: int, row_bytes: int) -> np.ndarray:
+        return np.frombuffer(self.take(rows * row_bytes), np.uint8).reshape(rows, row_bytes)
+
+    @property
+    def done(self) -> bool:
+        return self.at == len(self.data)
+
+
+def from_llama(data: bytes) -> SeqState:
+    """Parse what ``llama_state_seq_get_data`` wrote for one sequence."""
+    r = _Reader(data)
+    magic = r.num("I")
+    r.num("i")  # the sequence id it was taken from: restores name their own
+    state = SeqState(magic, [])
+    while not r.done:
+        found: CacheCells | None = None
+        for _ in range(r.num("I")):  # streams
+            count = r.num("I")
+            if count == 0:
+                continue
+            if found is not None:
+                raise ValueError("a sequence's cells in two KV streams")
+            found = _read_cells(r, count, state)
+        state.caches.append(found or CacheCells(np.zeros(0, np.int32), []))
+    return state
+
+
+def _read_cells(r: _Reader, count: int, state: SeqState) -> CacheCells:
+    meta = np.frombuffer(r.take(count * 12), np.int32).reshape(count, 3)  # pos, n_seq (1), seq
+    if not (meta[:, 1] == 1).all():
+        raise ValueError("a KV cell shared by several sequences in a single-sequence state")
+    v_trans, n_layer = r.num("I"), r.num("I")
+    state.v_trans = bool(v_trans)
+    keys = []
+    for _ in range(n_layer):
+        k_type, row = r.num("i"), r.num("Q")
+        keys.append((k_type, r.array(count, row)))
+    layers = []
+    for k_type, k in keys:
+        v_type = r.num("i")
+        if v_trans:
+            element, width = r.num("I"), r.num("I")
+            # [row elements, cells, element bytes] -> one row per cell
+            v = r.array(width, count * element).reshape(width, count, element)
+            v = v.transpose(1, 0, 2).reshape(count, width * element)
+        else:
+            row = r.num("Q")
+            v = r.array(count, row)
+            element = ELEMENT_BYTES.get(v_type, 0)  # 0: a type that cannot be transposed
+        layers.append(LayerCells(k_type, k, v_type, element, v))
+    return CacheCells(meta[:, 0].copy(), layers)
+
+
+def to_llama(state: SeqState, seq: int, n_stream: int, v_trans: bool) -> bytes:
+    """What ``llama_state_seq_set_data`` reads into sequence ``seq`` of a context with
+    ``n_stream`` KV streams and this V orientation."""
+    out = [struct.pack("<Ii", state.magic, seq)]
+    for cache in state.caches:
+        count = len(cache.positions)
+        out.append(struct.pack("<II", n_stream, count))
+        if count:
+            meta = np.empty((count, 3), np.int32)
+            meta[:, 0], meta[:, 1], meta[:, 2] = cache.positions, 1, seq
+            out += [meta.tobytes(), struct.pack("<II", int(v_trans), len(cache.layers))]
+            for x in cache.layers:
+                out += [struct.pack("<iQ", x.k_type, x.k.shape[1]), x.k.tobytes()]
+            for x in cache.layers:
+                if v_trans:
+                    if not x.v_element or x.v.shape[1] % x.v_element:
+                        raise ValueError(f"V cache type {x.v_type} cannot be laid out transposed")
+                    width = x.v.shape[1] // x.v_element
+                    rows = x.v.reshape(count, width, x.v_element).transpose(1, 0, 2)
+                    out += [struct.pack("<iII", x.v_type, x.v_element, width), rows.tobytes()]
+                else:
+                    out += [struct.pack("<iQ", x.v_type, x.v.shape[1]), x.v.tobytes()]
+        out.append(b"\0\0\0\0" * (n_stream - 1))  # the other streams: no cells
+    return b"".join(out)
+
+
+def to_payload(state: SeqState) -> bytes:
+    """Our own compact form: no stream table, V one row per cell."""
+    out = [PAYLOAD_MAGIC, struct.pack("<III", PAYLOAD_VERSION, state.magic, len(state.caches))]
+    for cache in state.caches:
+        out += [struct.pack("<II", len(cache.positions), len(cache.layers))]
+        out.append(cache.positions.astype("<i4").tobytes())
+        for x in cache.layers:
+            out.append(
+                struct.pack("<iIiII", x.k_type, x.k.shape[1], x.v_type, x.v_element, x.v.shape[1])
+            )
+            out += [x.k.tobytes(), x.v.tobytes()]
+    return b"".join(out)
+
+
+def from_payload(data: bytes) -> SeqState:
+    """Parse :func:`to_payload`'s bytes; ValueError for anything short, long or malformed."""
+    r = _Reader(data)
+    if bytes(r.take(4)) != PAYLOAD_MAGIC or r.num("I") != PAYLOAD_VERSION:
+        raise ValueError("not a llama.cpp KV payload of this version")
+    magic, n_caches = r.num("I"), r.num("I")
+    caches = []
+    for _ in range(n_caches):
+        count, n_layer = r.num("I"), r.num("I")
+        positions = np.frombuffer(r.take(count * 4), "<i4").astype(np.int32)
+        layers = []
+        for _ in range(n_layer):
+            k_type, k_row, v_type, v_element, v_row = struct.unpack("<iIiII", r.take(20))
+            k, v = r.array(count, k_row), r.array(count, v_row)
+            layers.append(LayerCells(k_type, k, v_type, v_element, v))
+        caches.append(CacheCells(positions, layers))
+    if not r.done:
+        raise ValueError(f"KV payload has {len(data) - r.at} bytes past its end")
+    return SeqState(magic, caches)
