@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from localinfer.backends.base import KVSnapshot
+from localinfer.backends.base import KVSnapshot, KVTransfer, Runner
 from localinfer.engine import Engine, Request, StepReport
 from localinfer.engine.kv_placement import MIN_TRANSFER
 from localinfer.engine.kv_ram import RamKVStore
@@ -25,6 +26,7 @@ from localinfer.engine.slots import shared_prefix
 from tests.prefix_reuse_helpers import greedy, manual, seq, slot_cache
 from tests.test_engine import reference_greedy
 from tests.test_engine_model import ByteTokenizer, HashRunner
+from tests.test_prefix_reuse_runners import ARCHS, runner_factory
 
 # -- helpers ------------------------------------------------------------------------------------
 
@@ -334,3 +336,105 @@ def test_persist_prefix_and_close_write_the_tiers_a_new_engine_restores() -> Non
 
 
 # -- parity on the real runners -----------------------------------------------------------------
+
+
+def tier_scenario(runner: Runner, cold: Engine, stores: Sequence[KVStore]) -> list[str]:
+    """Cold, own slot, copy from an idle slot, copy from a busy one, then a restore from the
+    tiers after the slot was reused, each checked against ``cold`` (prefix reuse off, its own
+    runner); returns the sources in that order."""
+    engine = manual(runner, prefill_chunk=16, kv_stores=stores)
+    system = seq(40, 1)
+    sources: list[str] = []
+
+    def both(prompt: list[int], n: int) -> list[int]:
+        tokens, reports = run(engine, prompt, n)
+        assert tokens == list(cold.generate(Request(prompt, greedy(n))).token_ids)
+        sources.append(source_of(reports)[1])
+        return tokens
+
+    a1 = system + seq(10, 2)
+    a2 = a1 + both(a1, 8) + seq(6, 3)
+    a3 = a2 + both(a2, 8) + seq(6, 4)
+    b1 = system + seq(10, 5)
+    both(b1, 6)  # slot 1 is empty: it copies the system prompt from slot 0
+    e1 = system + seq(12, 6)  # takes the least recently used slot (0: a's cells leave)
+    h_e = engine.submit(Request(e1, greedy(20)))
+    slot0 = engine._scheduler.slots.slots[0]
+    while slot0.seq is None or len(slot0.cached) < len(e1) + 2:  # e's prompt in, decoding
+        engine.step()
+    f1 = e1 + seq(6, 7)  # slot 1 left: the busy slot 0 holds more of its prompt
+    h_f = engine.submit(Request(f1, greedy(6)))
+    report = engine.step()
+    sources.append(report.reuse_source.get(h_f.request_id, "cold"))
+    while engine.has_work():
+        engine.step()
+    for h, prompt, n in ((h_e, e1, 20), (h_f, f1, 6)):
+        assert list(h.result().token_ids) == list(
+            cold.generate(Request(prompt, greedy(n))).token_ids
+        )
+    both(a3, 8)  # both slots were reused: a's cells come back from a tier
+    return sources
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("backend", ["torch", "llamacpp", "mlx"])
+def test_restored_and_copied_equal_cold_on_tiny_models(
+    backend: str, arch: str, tmp_path: Path
+) -> None:
+    make = runner_factory(backend, arch, tmp_path)
+    runners = [make() for _ in range(3)]
+    if not isinstance(runners[0], KVTransfer):
+        for r in runners:
+            r.close()
+        pytest.skip(f"the {backend} runner has no KVTransfer yet")
+    cold = manual(runners[2], reuse=False, prefill_chunk=16)
+    got = tier_scenario(runners[0], cold, [RamKVStore(1 << 30)])
+    assert got == ["cold", "slot", "copy", "copy", "ram"]
+    disk = MemStore()  # a RAM tier too small for anything: every snapshot goes to the spill tier
+    got = tier_scenario(runners[1], cold, [RamKVStore(0, spill=disk), disk])
+    assert got == ["cold", "slot", "copy", "copy", "disk"] and disk.loads == 1
+    for r in runners:
+        r.close()
+
+
+def test_embedded_model_restored_equals_cold_on_torch() -> None:
+    pytest.importorskip("torch")
+    from localinfer.backends.base import RunnerConfig
+    from localinfer.backends.torch.runner import TorchRunner
+    from localinfer.loading.embedded import embedded_model_path
+    from localinfer.loading.loader import load_model
+
+    model = load_model(embedded_model_path())
+    tok = model.tokenizer
+    config = RunnerConfig(slots=1, max_ctx=512, threads=1)
+    warm_runner, cold_runner = TorchRunner(model, config), TorchRunner(model, config)
+    disk = MemStore()
+    engine = Engine(warm_runner, tok, background=False, prefix_reuse=True,
+                    kv_stores=[RamKVStore(1 << 30), disk])  # fmt: skip
+    cold = Engine(cold_runner, tok, background=False, prefix_reuse=False)
+    texts = [
+        "The history of the city begins in the Roman era, when a small settlement grew along "
+        "the river. Over the centuries, merchants, monks and soldiers shaped its streets.",
+        "A recipe for bread needs flour, water, salt and yeast. Knead the dough for ten "
+        "minutes, let it rise for an hour, then bake it in a hot oven until golden.",
+    ]
+    prompts = [tok.encode(t, add_special_tokens=True) for t in texts]
+    for turn in range(2):
+        for i, prompt in enumerate(prompts):
+            tokens, reports = run(engine, prompt, 12)
+            assert tokens == list(cold.generate(Request(prompt, greedy(12))).token_ids)
+            if turn:
+                assert source_of(reports)[1] == "ram"
+            prompts[i] = prompt + tokens + tok.encode(" Tell me more.")
+    assert engine.persist_prefix(prompts[1]) > 0 and len(disk.entries) == 1
+    engine.close()
+    # A fresh runner restores from the spill tier alone, as a new process would.
+    fresh = Engine(TorchRunner(model, config), tok, background=False, prefix_reuse=True,
+                   kv_stores=[disk])  # fmt: skip
+    tokens, reports = run(fresh, prompts[1], 12)
+    assert source_of(reports)[1] == "disk"
+    assert tokens == list(cold.generate(Request(prompts[1], greedy(12))).token_ids)
+    for e in (fresh, cold):
+        e.close()
+    for r in (warm_runner, cold_runner, fresh.runner):
+        r.close()
