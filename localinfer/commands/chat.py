@@ -1,27 +1,78 @@
-"""`localinfer chat [MODEL]`: the terminal chat app (Textual); heavy imports happen in run()."""
+"""`localinfer chat [MODEL]`: the terminal chat app (Textual); heavy imports happen in run().
+
+With ``--url`` the chat loads nothing and attaches to a running `localinfer serve` instead
+(localinfer/tui/remote_host.py), so the chat and an editor share one loaded model.
+"""
 
 from __future__ import annotations
 
 import argparse
+import os
 
 from localinfer.command_help import command_parser
 from localinfer.model_options import DRAFT_HELP, add_model_options
 
+API_KEY_ENV = "LOCALINFER_API_KEY"  # as `localinfer serve` reads it
+
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = command_parser(subparsers, "chat", run)
-    parser.add_argument("model", nargs="?", default=None, help="catalog name, GGUF file or folder")
+    parser.add_argument(
+        "model",
+        nargs="?",
+        default=None,
+        help="catalog name, GGUF file or folder; with --url, a model the server serves",
+    )
     add_model_options(parser, ctx=2048)  # as the settings screen starts
     parser.add_argument("--slots", type=int, default=1, help="concurrent sequences (default 1)")
     parser.add_argument("--draft", default=None, metavar="ngram|auto|MODEL|off", help=DRAFT_HELP)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument(
+        "--url",
+        default=None,
+        metavar="URL",
+        help="attach to a running `localinfer serve` (like http://127.0.0.1:8000) instead of "
+        "loading a model here: the chat and other clients share its model",
+    )
+    parser.add_argument(
+        "--api-key",
+        default=None,
+        help=f"the server's key for --url (or set ${API_KEY_ENV})",
+    )
+
+
+def _remote_url(url: str) -> str:
+    from urllib.parse import urlsplit
+
+    from localinfer.errors import InvalidParameterError
+
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise InvalidParameterError(
+            f"--url must be an http(s) address like http://127.0.0.1:8000, got '{url}'"
+        )
+    # The server's routes are /v1/...: an address given with /v1 (as OpenAI clients take it)
+    # means the same server.
+    return url.rstrip("/").removesuffix("/v1")
+
+
+def _api_key(args: argparse.Namespace) -> str | None:
+    from localinfer.errors import InvalidParameterError
+
+    key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        raise InvalidParameterError("--api-key is empty: give the server's key, or leave it out")
+    if key is not None and args.url is None:
+        raise InvalidParameterError("--api-key is for a server: give its address with --url")
+    return key
 
 
 def run(args: argparse.Namespace) -> int:
     from functools import partial
 
     from localinfer.errors import InvalidParameterError
+    from localinfer.tui.answer_source import ChatBackend
     from localinfer.tui.host import ChatHost, open_with_settings
     from localinfer.tui.settings import ChatSettings
 
@@ -29,6 +80,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"--ctx must be at least 64, got {args.ctx}")
     if args.slots < 1:
         raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
+    api_key = _api_key(args)
     settings = ChatSettings(
         model=args.model,
         backend=args.backend,
@@ -41,10 +93,17 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         max_tokens=args.max_tokens,
     )
-    # The model starts loading now, while the engine and Textual import and the window comes up;
-    # the app's load worker collects it and shows progress until then.
-    host = ChatHost(settings, opener=partial(open_with_settings, force=args.force))
-    host.load_in_background(settings)
+    host: ChatBackend
+    if args.url is not None:
+        from localinfer.tui.remote_host import RemoteHost
+
+        host = RemoteHost(_remote_url(args.url), settings, api_key=api_key)
+    else:
+        # The model starts loading now, while the engine and Textual import and the window comes
+        # up; the app's load worker collects it and shows progress until then.
+        local = ChatHost(settings, opener=partial(open_with_settings, force=args.force))
+        local.load_in_background(settings)
+        host = local
     try:
         settings.validated()
         from localinfer.conversations import ConversationStore

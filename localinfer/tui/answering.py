@@ -8,7 +8,7 @@ import uuid
 from textual import on, work
 
 from localinfer.conversations import Conversation
-from localinfer.engine.types import EngineMetrics, Request
+from localinfer.engine.types import EngineMetrics, SamplingParams
 from localinfer.tui.conversation_actions import ConversationActions
 from localinfer.tui.failure_text import error_text
 from localinfer.tui.live_stats import LiveStats, StatsSnapshot
@@ -37,7 +37,7 @@ class AnswerActions(ConversationActions):
         self.send(event.text)
 
     def send(self, text: str) -> None:
-        self.conversation.model = self.host.session.model.name
+        self.conversation.model = self.host.model_name()
         self.conversation.add("user", text)
         self.view.add_user(text)
         self._answer = self.view.start_answer()
@@ -47,28 +47,28 @@ class AnswerActions(ConversationActions):
         self._set_status("Answering… (Esc stops)")
         self.stats.show_answer(StatsSnapshot(running=True))
         params = self.host.settings.sampling_params()
-        self.run_answer(self.conversation.prompt_messages(), Request([], params, self._request_id))
+        self.run_answer(self.conversation.prompt_messages(), params, self._request_id)
 
     @work(thread=True, exclusive=True, group="answer")
-    def run_answer(self, messages: list[dict[str, str]], request: Request) -> None:
+    def run_answer(
+        self, messages: list[dict[str, str]], params: SamplingParams, request_id: str
+    ) -> None:
         stats = LiveStats(clock=self.clock)
         try:
-            request.prompt_ids = self.host.prompt_ids(messages)
-            stats.start(len(request.prompt_ids))
-            handle = self.host.submit(request)
+            prompt = self.host.prepare(messages)
+            stats.start(prompt.prompt_tokens)
+            handle = self.host.stream(prompt, params, request_id)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI
-            self.post_message(AnswerRejected(error_text(exc)))
+            self.post_message(AnswerRejected(error_text(exc), getattr(exc, "hint", None)))
             return
         if self._stop.is_set():
-            self.host.abort(request.request_id)
-        sink = _MessageSink(self, request.request_id)
+            self.host.abort(request_id)
+        sink = _MessageSink(self, request_id)
         try:
-            end = pump_answer(
-                request.request_id, handle, stats, sink, self.host.engine_metrics, self.clock
-            )
+            end = pump_answer(request_id, handle, stats, sink, self.host.engine_metrics, self.clock)
         except Exception as exc:  # noqa: BLE001
-            self.host.abort(request.request_id)
-            self.post_message(AnswerRejected(error_text(exc)))
+            self.host.abort(request_id)
+            self.post_message(AnswerRejected(error_text(exc), getattr(exc, "hint", None)))
             return
         self.post_message(AnswerFinished(end))
 
@@ -94,7 +94,7 @@ class AnswerActions(ConversationActions):
         await answer.end_stream()
         self.stats.show_answer(end.stats)
         self.stats.show_engine(end.engine)
-        if reason == "error" or (reason == "abort" and not end.text):
+        if reason in ("error", "abort") and not end.text:
             # Nothing worth keeping: take the question back so it can be edited and resent.
             answer.remove()
             self._restore_prompt(self._drop_unanswered_turn())
@@ -106,17 +106,28 @@ class AnswerActions(ConversationActions):
     def _notice_unanswered(self, progress: AnswerEnd) -> None:
         if progress.finish_reason == "error":
             error = (progress.error or "unknown error").rstrip(". ")
-            self.view.add_notice(
-                f"The answer failed: {error}. Try again, or reload the model (Ctrl+L).",
-                error=True,
-            )
+            self.view.add_notice(f"The answer failed: {error}. {self._after_failure()}", error=True)
         else:
             self.view.add_notice("Stopped before the first token.")
+
+    def _after_failure(self) -> str:
+        if self.host.remote_url is not None:
+            return f"Try again, or check the server at {self.host.remote_url}."
+        return "Try again, or reload the model (Ctrl+L)."
 
     def _keep_answer(self, progress: AnswerEnd) -> None:
         assert self._answer is not None
         if progress.finish_reason == "abort":
             self.view.end_answer(self._answer, "⏹ stopped")
+        elif progress.finish_reason == "error":
+            # What arrived before the failure is worth keeping (a dropped server stream).
+            self.view.end_answer(self._answer, "⚠ cut short")
+            error = (progress.error or "unknown error").rstrip(". ")
+            self.view.add_notice(
+                f"The answer broke off: {error}. The part that arrived is kept. "
+                f"{self._after_failure()}",
+                error=True,
+            )
         elif progress.finish_reason == "length":
             self.view.end_answer(self._answer, "… hit the max-tokens limit (Ctrl+S to raise it)")
         self.conversation.add("assistant", progress.text)
@@ -130,11 +141,12 @@ class AnswerActions(ConversationActions):
             await self._answer.end_stream()
             self._answer.remove()
         text = self._drop_unanswered_turn()
-        self.view.add_notice(
-            f"Not answered: {message.error}. Shorten the message, start a new conversation "
-            "(Ctrl+N), or raise the context in Settings (Ctrl+S).",
-            error=True,
+        hint = message.hint or (
+            "shorten the message, start a new conversation (Ctrl+N), or raise the context in "
+            "Settings (Ctrl+S)"
         )
+        next_step = hint[:1].upper() + hint[1:]
+        self.view.add_notice(f"Not answered: {message.error}. {next_step}.", error=True)
         self._restore_prompt(text)
         self._finish_answer()
 

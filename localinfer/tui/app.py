@@ -85,7 +85,7 @@ class ChatApp(AnswerActions, ModelActions):
         if self.conversation.messages:
             self.view.show_conversation(self.conversation)
         if self.host.loaded:
-            self._set_ready(self.host.describe(), getattr(self.host.session, "runner_notice", None))
+            self._set_ready(self.host.describe(), self.host.notice())
             self.refresh_memory()
         else:
             self._start_load(self.host.settings)

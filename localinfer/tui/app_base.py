@@ -19,8 +19,8 @@ from textual.app import App
 from textual.widgets import Static
 
 from localinfer.conversations import Conversation, ConversationStore
+from localinfer.tui.answer_source import ChatBackend
 from localinfer.tui.conversation_view import AnswerTurn, ConversationView
-from localinfer.tui.host import ChatHost
 from localinfer.tui.load_spinner import LoadSpinner
 from localinfer.tui.memory_bar import MemoryBar
 from localinfer.tui.messages import MemoryMeasured
@@ -45,7 +45,7 @@ class ChatAppBase(App[None]):
 
     def __init__(
         self,
-        host: ChatHost,
+        host: ChatBackend,
         store: ConversationStore | None = None,
         conversation: Conversation | None = None,
         clock: Callable[[], float] = time.monotonic,

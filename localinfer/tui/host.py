@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from localinfer.errors import LocalinferError
+from localinfer.tui.answer_source import PreparedPrompt
 from localinfer.tui.model_list import ModelChoice, list_model_choices
 from localinfer.tui.settings import ChatSettings
 
@@ -72,6 +73,7 @@ class MemoryFigures:
     device: str = ""
     reserved: int | None = None
     library_preloaded: bool = False  # the growth lacks the backend's library (loaded before)
+    served_by: str | None = None  # "served by URL": the model lives in another process
 
 
 Opener = Callable[[ChatSettings], SessionLike]
@@ -97,7 +99,13 @@ def open_with_settings(settings: ChatSettings, *, force: bool = False) -> Sessio
 
 
 class ChatHost:
-    """Owns the current session; thread-safe for the app's pattern (one worker at a time each)."""
+    """Owns the current session; thread-safe for the app's pattern (one worker at a time each).
+
+    The chat's local :class:`~localinfer.tui.answer_source.ChatBackend`: answers stream from the
+    session's engine in this process.
+    """
+
+    remote_url: str | None = None
 
     def __init__(
         self,
@@ -215,7 +223,22 @@ class ChatHost:
             parts.append(f"ctx {info.max_ctx} × {info.slots} slots")
         return " · ".join(parts)
 
+    def model_name(self) -> str:
+        return str(self.session.model.name)
+
+    def notice(self) -> str | None:
+        return getattr(self.session, "runner_notice", None)
+
     # -- answering ---------------------------------------------------------------------------
+
+    def prepare(self, messages: Sequence[dict[str, str]]) -> PreparedPrompt:
+        return PreparedPrompt(list(messages), self.prompt_ids(messages))
+
+    def stream(self, prompt: PreparedPrompt, params: SamplingParams, request_id: str) -> Any:
+        """The engine's StreamEvents for ``prompt`` (see :meth:`submit`)."""
+        from localinfer.engine.types import Request
+
+        return self.submit(Request(prompt.prompt_ids, params, request_id))
 
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return self.session.chat_prompt_ids(messages)

@@ -42,10 +42,17 @@ def _bar(parts: MemoryParts, scale: int, width: int) -> Text:
 
 
 def render_memory(figures: MemoryFigures, width: int = BAR_WIDTH) -> Text:
-    """Budget and measured bars on one scale (the larger total), then the machine's share."""
+    """Budget and measured bars on one scale (the larger total), then the machine's share.
+    A model served by another process: what its server says, if anything, under its name."""
     rows = [("budget", figures.predicted), ("measured", figures.measured)]
     scale = max((p.total for _, p in rows if p is not None), default=0)
     out = Text()
+    if figures.served_by:
+        out.append(figures.served_by, style="bold")
+        if figures.predicted is None and figures.measured is None:
+            out.append("\nthe server publishes no memory figures", style="dim")
+            return out
+        out.append("\n")
     for label, parts in rows:
         out.append(f"{label:<9}")
         if parts is None:

@@ -45,9 +45,10 @@ class AnswerFinished(Message):
 
 @dataclass
 class AnswerRejected(Message):
-    """The request never started: context overflow, bad parameter, full queue..."""
+    """The request never started: context overflow, bad parameter, full queue, no server..."""
 
     error: str
+    hint: str | None = None  # what to do next, when the failure knows better than the default
 
 
 @dataclass

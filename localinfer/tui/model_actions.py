@@ -11,7 +11,7 @@ from localinfer.tui.app_base import LOADING_PLACEHOLDER, ChatAppBase
 from localinfer.tui.failure_text import error_text, load_hint
 from localinfer.tui.messages import ModelChoicesReady, ModelLoaded, ModelLoadFailed
 from localinfer.tui.model_picker import ModelPickerScreen
-from localinfer.tui.settings import ChatSettings
+from localinfer.tui.settings import RELOAD_FIELDS, ChatSettings
 from localinfer.tui.settings_screen import SettingsScreen
 
 
@@ -25,6 +25,17 @@ class ModelActions(ChatAppBase):
     def apply_settings(self, settings: ChatSettings | None) -> None:
         if settings is None or settings == self.host.settings:
             return
+        if self.host.remote_url is not None and self.host.settings.reload_needed(settings):
+            # The model's set-up is the server's: keep what applies to the next message.
+            kept = {f: getattr(self.host.settings, f) for f in RELOAD_FIELDS}
+            settings = settings.changed(**kept)
+            self.notify(
+                f"Context, slots, quantization, backend and speculation are set where "
+                f"`localinfer serve` runs ({self.host.remote_url}); sampling settings apply.",
+                severity="warning",
+            )
+            if settings == self.host.settings:
+                return
         if self.host.settings.reload_needed(settings):
             if self.answering:
                 self.notify("Stop the answer first (Esc), then apply.", severity="warning")
@@ -36,6 +47,13 @@ class ModelActions(ChatAppBase):
             self.notify("Settings apply from the next message.")
 
     def action_pick_model(self) -> None:
+        if self.host.remote_url is not None:
+            self.notify(
+                f"The model is chosen where `localinfer serve` runs ({self.host.remote_url}); "
+                "name a served one after --url, or run the chat without --url to pick here.",
+                severity="warning",
+            )
+            return
         if self.loading:
             self.notify("A model is loading already.", severity="warning")
             return
@@ -69,7 +87,10 @@ class ModelActions(ChatAppBase):
         gc.unfreeze()  # the model being replaced must be collectable (app_base._set_ready)
         self.loading = True
         name = settings.model or "the embedded model"
-        self._set_status(f"Loading {name}…", busy=True)
+        doing = f"Loading {name}"
+        if self.host.remote_url is not None:
+            doing = f"Attaching to {self.host.remote_url}"
+        self._set_status(f"{doing}…", busy=True)
         self.prompt.placeholder = LOADING_PLACEHOLDER
         self.load_model(settings)
 
@@ -78,11 +99,10 @@ class ModelActions(ChatAppBase):
         try:
             self.host.load(settings)
         except Exception as exc:  # noqa: BLE001 - shown in the UI with what to do next
-            self.post_message(ModelLoadFailed(error_text(exc), load_hint(exc), self.host.loaded))
+            hint = getattr(exc, "hint", None) or load_hint(exc)
+            self.post_message(ModelLoadFailed(error_text(exc), hint, self.host.loaded))
             return
-        notices = [getattr(self.host.session, "runner_notice", None)]
-        notice = " · ".join(n for n in notices if n) or None
-        self.post_message(ModelLoaded(self.host.describe(), notice))
+        self.post_message(ModelLoaded(self.host.describe(), self.host.notice()))
 
     @on(ModelLoaded)
     def on_model_loaded(self, message: ModelLoaded) -> None:
@@ -97,11 +117,11 @@ class ModelActions(ChatAppBase):
         if message.still_loaded:
             self._set_ready(self.host.describe(), None)
             view.add_notice(
-                f"{message.error}. Still using {self.host.session.model.name}; {message.hint}.",
+                f"{message.error}. Still using {self.host.model_name()}; {message.hint}.",
                 error=True,
             )
         else:
-            self._set_status("No model loaded")
-            view.add_notice(
-                f"Could not load a model: {message.error}. Next: {message.hint}.", error=True
-            )
+            remote = self.host.remote_url
+            self._set_status("No model loaded" if remote is None else f"Not attached to {remote}")
+            failed = "Could not load a model" if remote is None else f"Could not attach to {remote}"
+            view.add_notice(f"{failed}: {message.error}. Next: {message.hint}.", error=True)

@@ -66,6 +66,15 @@ class _Throttle:
         return True
 
 
+def _tokens(event: StreamEvent) -> int:
+    """The tokens an event carries. A server's stream names no token ids: each of its text
+    chunks counts as one (`localinfer serve` sends a chunk per engine step, one token without
+    speculation); the server's exact count replaces the estimate when the answer ends."""
+    if event.token_ids:
+        return len(event.token_ids)
+    return 1 if event.text and event.finish_reason is None else 0
+
+
 def pump_answer(
     request_id: str,
     events: Iterable[StreamEvent],
@@ -88,8 +97,9 @@ def pump_answer(
         if event.text:
             parts.append(event.text)
             pending.append(event.text)
-        stats.add(len(event.token_ids))
-        pending_tokens += len(event.token_ids)
+        tokens = _tokens(event)
+        stats.add(tokens)
+        pending_tokens += tokens
         if event.finish_reason is not None:
             finish, error = event.finish_reason, event.error
             stats.finish(event.metrics)

@@ -1,0 +1,244 @@
+"""`localinfer chat --url URL`: the chat's host when a running `localinfer serve` answers.
+
+The chat then loads nothing: "loading" is attaching (the server's model list, checked for the
+model asked for), answers stream from ``/v1/chat/completions``, the engine figures come from
+``/metrics`` and the memory panel from what ``/v1/models`` says of the model, if anything. What
+needs a model in this process (the picker, a reload for context or slots) says why it is not
+available. Every call blocks; the app makes them from workers, as it does the local host's.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import httpx
+
+from localinfer.engine.types import EngineMetrics, SamplingParams, StreamEvent
+from localinfer.errors import LocalinferError
+from localinfer.tui.answer_source import HintedError, PreparedPrompt
+from localinfer.tui.host import MemoryFigures, MemoryParts
+from localinfer.tui.model_list import ModelChoice
+from localinfer.tui.remote_metrics import engine_metrics_from
+from localinfer.tui.remote_stream import RemoteAnswer, error_message, refusal, unreachable
+from localinfer.tui.settings import RELOAD_FIELDS, ChatSettings
+
+CONNECT_TIMEOUT_S = 5.0
+# A big prompt's prefill may keep the first byte waiting long; Esc stops a wait sooner.
+READ_TIMEOUT_S = 600.0
+PROBE_TIMEOUT_S = 2.0  # /metrics and /v1/models for the side panel: never hold an answer up
+
+
+class RemoteHost:
+    """Answers from the server at ``url``; thread-safe for the app's pattern."""
+
+    def __init__(
+        self,
+        url: str,
+        settings: ChatSettings | None = None,
+        api_key: str | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.remote_url = url.rstrip("/")
+        self.settings = settings or ChatSettings()
+        self.ui_started = threading.Event()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = httpx.Client(
+            base_url=self.remote_url,
+            headers=headers,
+            timeout=httpx.Timeout(READ_TIMEOUT_S, connect=CONNECT_TIMEOUT_S),
+            transport=transport,
+        )
+        self._model: str | None = None
+        self._card: dict[str, Any] = {}
+        self._answers: dict[str, RemoteAnswer] = {}
+        self._lock = threading.Lock()
+
+    # -- attaching ---------------------------------------------------------------------------
+
+    @property
+    def loaded(self) -> bool:
+        return self._model is not None
+
+    def load(self, settings: ChatSettings) -> None:
+        """Attach: read the server's models and pick the one asked for (or the first one)."""
+        if self._model is not None and _needs_this_process(self.settings, settings):
+            # Context, slots, backend... are the server's; only the model name could change.
+            raise HintedError(
+                f"the model is served by {self.remote_url}: its context, slots and backend are "
+                "set where `localinfer serve` runs",
+                "change them there, or run the chat without --url",
+            )
+        cards = self.served_models()
+        wanted = settings.model
+        card = _pick(cards, wanted)
+        if card is None:
+            raise self._not_served(wanted, [c["id"] for c in cards])
+        self._model, self._card = card["id"], card
+        self.settings = settings
+
+    def served_models(self) -> list[dict[str, Any]]:
+        """The server's ``/v1/models`` entries (raises HintedError when it cannot tell)."""
+        try:
+            response = self._client.get("/v1/models")
+        except httpx.HTTPError as exc:
+            raise unreachable(self.remote_url, exc) from None
+        if response.status_code != 200:
+            raise refusal(self.remote_url, response)
+        try:
+            data = response.json().get("data")
+        except ValueError:
+            data = None
+        if not isinstance(data, list):
+            raise HintedError(
+                f"{self.remote_url} is no OpenAI-compatible server (no model list)",
+                "point --url at `localinfer serve`",
+            )
+        return [c for c in data if isinstance(c, dict) and isinstance(c.get("id"), str)]
+
+    def _not_served(self, wanted: str | None, served: list[str]) -> HintedError:
+        listed = ", ".join(served) if served else "nothing"
+        return HintedError(
+            f"model '{wanted}' is not served at {self.remote_url}; it serves {listed}",
+            "name one of those after --url, or none for the server's own",
+        )
+
+    def close(self) -> None:
+        with self._lock:
+            answers = list(self._answers.values())
+        for answer in answers:
+            answer.stop()
+        self._client.close()
+
+    def model_name(self) -> str:
+        if self._model is None:
+            raise LocalinferError(f"not attached to {self.remote_url} yet")
+        return self._model
+
+    def notice(self) -> str | None:
+        return f"Answers come from {self.remote_url} (`localinfer serve`)."
+
+    def describe(self) -> str:
+        parts = [self.model_name(), f"served by {self.remote_url}"]
+        meta = self._card.get("meta")
+        if isinstance(meta, dict) and meta.get("backend"):
+            parts.append(str(meta["backend"]))
+        if self._card.get("max_model_len"):
+            parts.append(f"ctx {self._card['max_model_len']}")
+        return " · ".join(parts)
+
+    def model_choices(self, ctx: int | None = None) -> list[ModelChoice]:
+        raise HintedError(
+            f"the model is chosen where `localinfer serve` runs ({self.remote_url})",
+            "name a served model after --url, or run the chat without --url to load one here",
+        )
+
+    # -- answering ---------------------------------------------------------------------------
+
+    def prepare(self, messages: Sequence[dict[str, str]]) -> PreparedPrompt:
+        return PreparedPrompt([dict(m) for m in messages])  # the server templates and tokenizes
+
+    def stream(
+        self, prompt: PreparedPrompt, params: SamplingParams, request_id: str
+    ) -> Iterable[StreamEvent]:
+        body = {
+            "model": self.model_name(),
+            "messages": prompt.messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "max_tokens": params.max_tokens,
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+        }
+        request = self._client.build_request("POST", "/v1/chat/completions", json=body)
+        try:
+            response = self._client.send(request, stream=True)
+        except httpx.HTTPError as exc:
+            raise unreachable(self.remote_url, exc) from None
+        if response.status_code != 200:
+            try:
+                raise self._refused(response)
+            finally:
+                response.close()
+        answer = RemoteAnswer(request_id, response)
+        with self._lock:
+            self._answers[request_id] = answer
+        return self._forget_after(answer)
+
+    def _refused(self, response: httpx.Response) -> HintedError:
+        if response.status_code == 404:
+            error_message(response)  # read the body before the connection goes back
+            try:
+                served = [c["id"] for c in self.served_models()]
+            except HintedError:
+                served = []
+            return self._not_served(self._model, served)
+        return refusal(self.remote_url, response)
+
+    def _forget_after(self, answer: RemoteAnswer) -> Iterable[StreamEvent]:
+        try:
+            yield from answer
+        finally:
+            with self._lock:
+                self._answers.pop(answer.request_id, None)
+
+    def abort(self, request_id: str) -> bool:
+        with self._lock:
+            answer = self._answers.get(request_id)
+        if answer is None:
+            return False
+        answer.stop()
+        return True
+
+    def engine_metrics(self) -> EngineMetrics | None:
+        """The server's engine figures from ``/metrics`` (None when it does not say)."""
+        try:
+            response = self._client.get("/metrics", timeout=PROBE_TIMEOUT_S)
+        except httpx.HTTPError:
+            return None
+        if response.status_code != 200:
+            return None
+        return engine_metrics_from(response.text, self._model)
+
+    def memory(self) -> MemoryFigures:
+        """What ``/v1/models`` says of the model's memory; always names the server."""
+        served_by = f"served by {self.remote_url}"
+        try:
+            cards = self.served_models()
+        except HintedError:
+            return MemoryFigures(served_by=served_by)
+        card = _pick(cards, self._model) or {}
+        predicted, available = _budget_parts(card)
+        return MemoryFigures(predicted=predicted, available=available, served_by=served_by)
+
+
+def _needs_this_process(before: ChatSettings, after: ChatSettings) -> bool:
+    """Whether going from ``before`` to ``after`` changes what only the server sets (all the
+    reload fields but the model's name: the server may serve others)."""
+    return any(getattr(before, f) != getattr(after, f) for f in RELOAD_FIELDS - {"model"})
+
+
+def _pick(cards: list[dict[str, Any]], wanted: str | None) -> dict[str, Any] | None:
+    """The card named ``wanted``; without a name, the first loaded one (else the first)."""
+    if wanted is not None:
+        return next((c for c in cards if c["id"] == wanted), None)
+    loaded = [c for c in cards if c.get("state") in (None, "loaded")]
+    return (loaded or cards or [None])[0]
+
+
+def _budget_parts(card: dict[str, Any]) -> tuple[MemoryParts | None, int | None]:
+    """The budget a card carries, if it carries one in `localinfer budget`'s names."""
+    budget = card.get("budget")
+    if not isinstance(budget, dict):
+        return None, None
+
+    def size(name: str) -> int | None:
+        value = budget.get(name)
+        return int(value) if isinstance(value, (int, float)) and value >= 0 else None
+
+    weights, kv, overhead = size("weights_bytes"), size("kv_cache_bytes"), size("overhead_bytes")
+    parts = None
+    if weights is not None and kv is not None:
+        parts = MemoryParts(weights, kv, overhead or 0)
+    return parts, size("available_bytes")
