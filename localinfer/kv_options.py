@@ -19,6 +19,10 @@ KV_DISK_HELP = (
     "directory for a disk tier of KV caches: kept at shutdown and when the RAM tier evicts, "
     "restored by a later process that sees the same prompt beginning (default: off)"
 )
+KV_DISK_CAP_HELP = (
+    "most bytes the --kv-disk tier keeps per model and KV layout, least recently used out first "
+    "(default: 4GiB)"
+)
 
 
 @dataclass(slots=True, frozen=True)
@@ -27,15 +31,23 @@ class KVTierOptions:
 
     ram: str | None = None  # --kv-ram as typed; None: the default share, "0": off
     disk: Path | None = None  # --kv-disk directory; None: no disk tier
+    disk_cap: str | None = None  # --kv-disk-cap as typed; None: 4 GiB
 
 
 def add_kv_options(parser: Parser, *, disk: bool = True) -> None:
-    """--kv-ram SIZE and (with ``disk``) --kv-disk DIR."""
+    """--kv-ram SIZE and (with ``disk``) --kv-disk DIR and --kv-disk-cap SIZE."""
     parser.add_argument("--kv-ram", default=None, metavar="SIZE", help=KV_RAM_HELP)
     if disk:
         parser.add_argument("--kv-disk", type=Path, default=None, metavar="DIR", help=KV_DISK_HELP)
+        parser.add_argument("--kv-disk-cap", default=None, metavar="SIZE", help=KV_DISK_CAP_HELP)
 
 
 def kv_settings(args: argparse.Namespace) -> dict[str, Any]:
     """open_session's keyword for what add_kv_options parsed."""
-    return {"kv": KVTierOptions(ram=args.kv_ram, disk=getattr(args, "kv_disk", None))}
+    return {
+        "kv": KVTierOptions(
+            ram=args.kv_ram,
+            disk=getattr(args, "kv_disk", None),
+            disk_cap=getattr(args, "kv_disk_cap", None),
+        )
+    }

@@ -15,6 +15,7 @@ So they agree on defaults, on the budget's verdict and on how a chat becomes tok
 from __future__ import annotations
 
 import dataclasses
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -28,6 +29,7 @@ from localinfer.budget.report import DEFAULT_CTX, BudgetReport
 from localinfer.engine import Engine
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
 from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
+from localinfer.kv_tiers import KVTierInfo, KVTiers, budgeted_kv_ram, build_kv_tiers
 from localinfer.loading.loader import load_model
 from localinfer.loading.model import LoadedModel
 from localinfer.resolve import resolve_model
@@ -54,6 +56,8 @@ __all__ = [
     "open_session",
 ]
 
+log = logging.getLogger(__name__)
+
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_SLOTS = 4
 
@@ -66,6 +70,7 @@ class Session:
     backend: str
     speculator: Speculator | None = None  # --draft: n-gram or a draft model (owns its runner)
     budget: BudgetReport | None = None  # the budget the session was let in on (None: --force)
+    tiers: KVTiers = field(default_factory=KVTiers)  # KV tiers below the slots (#24)
     _closed: bool = field(default=False, repr=False)
     _compiler: ConstraintCompiler | None = field(default=None, repr=False)
     _compiler_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -142,10 +147,29 @@ class Session:
             return result
         return dataclasses.replace(result, vectors=shortened(result.vectors, cut))
 
+    @property
+    def kv_tiers(self) -> list[KVTierInfo]:
+        """The KV tiers (RAM, disk) with their caps and what they hold now; [] when none."""
+        return self.tiers.describe()
+
+    def persist_kv(self, prompt_ids: Sequence[int]) -> int:
+        """Keep the KV of ``prompt_ids``' longest cached prefix in the tiers (a conversation the
+        chat closes); returns how many tokens were kept (0 without tiers)."""
+        if not self.tiers.stores:
+            return 0
+        return self.engine.persist_prefix(prompt_ids)
+
     def close(self) -> None:
+        """Stop the engine and free the runners; with a disk tier the slots' and the RAM tier's
+        KV are written to disk first (serve and chat both close through here)."""
         if self._closed:
             return
         self._closed = True
+        if self.tiers.disk is not None:
+            try:
+                self.engine.flush_kv()
+            except Exception:  # noqa: BLE001 - a full disk must not stop a shutdown
+                log.exception("writing the KV tiers to disk at close failed")
         self.engine.close()
         self.engine.runner.close()
         if self.speculator is not None:
@@ -170,6 +194,7 @@ class RunnerSettings:
     threads: int | None = None  # None: the backend's default (physical cores)
     device: str | None = None  # None: the device the backend choice implies
     force: bool = False  # load without asking the budget whether it fits
+    kv_ram: str | None = None  # budget a KV RAM tier: --kv-ram as typed, "auto"; None: none
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -220,13 +245,16 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
         threads=settings.threads,
         quant=settings.quant,
     )
-    report = None if settings.force else check_budget(model, config, choice.name)
+    report = None if settings.force else check_budget(model, config, choice.name, settings.kv_ram)
     return BuiltRunner(model, create_runner(model, config, choice), choice, config, report)
 
 
-def check_budget(model: LoadedModel, config: RunnerConfig, backend: str) -> BudgetReport:
-    """The budget of running ``model`` as ``config`` on ``backend`` (file headers only); raises
-    OutOfMemoryBudgetError with the budget's own explanation when it does not fit."""
+def check_budget(
+    model: LoadedModel, config: RunnerConfig, backend: str, kv_ram: str | None = None
+) -> BudgetReport:
+    """The budget of running ``model`` as ``config`` on ``backend`` (file headers only), with a
+    KV RAM tier when ``kv_ram`` asks for one; raises OutOfMemoryBudgetError with the budget's own
+    explanation when it does not fit."""
     request = BudgetRequest(  # model, ctx, concurrency, quant: as the runner is configured
         str(model.path),
         config.max_ctx,
@@ -235,6 +263,7 @@ def check_budget(model: LoadedModel, config: RunnerConfig, backend: str) -> Budg
         device=config.device,
         backend=backend,
         dtype=config.dtype,
+        kv_ram=kv_ram,
     )
     report = compute_budget(request, facts=facts_of_loaded(model))
     try:
@@ -281,7 +310,11 @@ def open_session(
     weight loads; ``force`` loads anyway. ``prefix_reuse`` (on by default) lets a new request
     reuse the KV of an idle slot that shares its prompt's beginning; ``cache_reuse`` N > 0 also
     moves cached chunks of N+ tokens found later in the prompt instead of prefilling them (an
-    approximation: see localinfer/engine/chunk_reuse.py). ``draft`` turns on
+    approximation: see localinfer/engine/chunk_reuse.py). ``kv`` (--kv-ram/--kv-disk; None: no
+    tiers) keeps slots' KV below the slots: a RAM tier (``kv.ram`` None: the budget's default
+    share, "0": off) spilling into a disk tier (``kv.disk``) that close() fills and a later
+    session restores from; they need prefix reuse and a runner with KVTransfer, else they are
+    off and ``Session.tiers.notice`` says why. ``draft`` turns on
     speculative decoding: ``"ngram"``, ``"auto"`` (the catalog's recommended draft model), a
     draft model spec, or None/``"off"``; a draft model runs on ``draft_backend`` (default: the
     target's); ``spec_config`` overrides the settings chosen for the backend.
@@ -292,11 +325,15 @@ def open_session(
         raise InvalidParameterError("--cache-reuse needs prefix reuse, which is off")
     # --quant none picks a catalog model's original weights (open_model), run as they are.
     runner_quant = quant if quant and quant.lower() != "none" else None
-    settings = RunnerSettings(backend, ctx, slots, dtype, runner_quant, threads, force=force)
+    kv_ram = budgeted_kv_ram(kv)  # checks the tier flags before any weight loads
+    settings = RunnerSettings(
+        backend, ctx, slots, dtype, runner_quant, threads, force=force, kv_ram=kv_ram
+    )
     opened = open_model(model_spec, quant)
     target = build_runner(opened.model, settings)
     speculator = None
     try:
+        tiers = build_kv_tiers(kv, target, prefix_reuse=prefix_reuse)
         speculator = _speculator(draft, opened.entry, target, settings, draft_backend, spec_config)
         engine = Engine(
             target.runner,
@@ -306,15 +343,15 @@ def open_session(
             prefix_reuse=prefix_reuse,
             cache_reuse=cache_reuse,
             speculator=speculator,
+            kv_stores=tiers.stores,
         )
     except Exception:
         target.runner.close()
         if speculator is not None:
             speculator.close()
         raise
-    return Session(
-        opened.model, engine, target.choice.notice, target.choice.name, speculator, target.budget
-    )
+    notice, name = target.choice.notice, target.choice.name
+    return Session(opened.model, engine, notice, name, speculator, target.budget, tiers)
 
 
 def _speculator(
@@ -349,6 +386,7 @@ def _speculator(
             ctx=target.config.max_ctx,
             dtype=target.config.dtype,
             quant=None,
+            kv_ram=None,  # the target's tier is the session's only one
         ),
     )
     proposer = DraftProposer(built.runner, vocab_size=draft_model.tokenizer.vocab_size)

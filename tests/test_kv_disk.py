@@ -84,6 +84,12 @@ def test_storing_a_key_supersedes_its_prefixes(tmp_path: Path) -> None:
         [entry_name((1, 2, 3, 4, 5)), entry_name((4, 5))]
     )
     assert store.load((1, 2, 3, 4, 5)) == snap(5, fill=1)
+    # Cells already on disk are not written again: a prefix of an entry, or the same key.
+    before = {p.name: p.stat().st_ino for p in (tmp_path / KEY).glob("*.kv")}
+    store.store((1, 2), snap(2))
+    store.store((1, 2, 3, 4, 5), snap(5, fill=9))
+    assert {p.name: p.stat().st_ino for p in (tmp_path / KEY).glob("*.kv")} == before
+    assert store.load((1, 2, 3, 4, 5)) == snap(5, fill=1)
 
 
 def test_the_cap_evicts_the_least_recently_used(

@@ -16,6 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from localinfer.budget.memory import cpu_memory, human_bytes, parse_size
+from localinfer.budget.report import BudgetReport
 from localinfer.errors import InvalidParameterError
 
 KV_RAM_SHARE = 0.25
@@ -73,3 +74,12 @@ def kv_ram_tier(asked: str | None, device_kind: str, available: int, model_total
     host_left = available - model_total if counted else cpu_memory()[0]
     fits = model_total <= available
     return KVRamTier(kv_ram_bytes(asked, host_left, model_fits=fits), counted)
+
+
+def without_kv_ram(report: BudgetReport) -> BudgetReport:
+    """``report`` without its RAM tier row (a session whose runner cannot use the tier)."""
+    if not report.kv_ram_bytes:
+        return report
+    total = report.total_bytes - (report.kv_ram_bytes if report.kv_ram_counted else 0)
+    update = {"kv_ram_bytes": 0, "kv_ram_counted": False, "total_bytes": total}
+    return report.model_copy(update={**update, "fits": total <= report.available_bytes})

@@ -117,6 +117,8 @@ class DiskKVStore:
             return snapshot
 
     def store(self, key: tuple[int, ...], snapshot: KVSnapshot) -> None:
+        """Write ``snapshot`` under ``key`` unless an entry already holds these cells (the same
+        key, or one that extends it: that entry is refreshed instead, as the RAM tier does)."""
         key = tuple(int(t) for t in key)
         if snapshot.n_tokens != len(key):
             raise ValueError(f"snapshot of {snapshot.n_tokens} tokens stored under {len(key)}")
@@ -130,6 +132,13 @@ class DiskKVStore:
             return
         with self._lock:
             index = self._entries()
+            covering = _covering(index, key)
+            if covering is not None and covering.path.exists():
+                # These cells are on disk already (a flush after a flush, a conversation
+                # persisted again): refresh the entry instead of writing it again.
+                covering.used = time.time()
+                _touch(covering)
+                return
             path = self.folder / entry_name(key)
             if not self._write(path, header, snapshot.payload):
                 return
@@ -249,6 +258,14 @@ class DiskKVStore:
     def _remove(path: Path) -> None:
         with contextlib.suppress(OSError):
             path.unlink()
+
+
+def _covering(index: dict[tuple[int, ...], _Entry], key: tuple[int, ...]) -> _Entry | None:
+    """An entry whose key starts with ``key`` (``key`` itself included)."""
+    if key in index:
+        return index[key]
+    n = len(key)
+    return next((e for k, e in index.items() if len(k) > n and k[:n] == key), None)
 
 
 def _shared(key: np.ndarray, prompt: np.ndarray) -> int:
