@@ -252,18 +252,19 @@ class SlotPlacer:
         if n < 1:
             return 0
         key = tuple(tokens[:n])
-        return n if self._snapshot_into(slot, n, key, self.stores) else 0
+        lacking = _lacking(self.stores, key)
+        return n if not lacking or self._snapshot_into(slot, n, key, lacking) else 0
 
     def flush(self) -> int:
         """Shutdown: every slot's cells into the tiers that outlive the process, and the RAM
         tiers' entries into their spill tiers; returns how many entries were written."""
         written = 0
         lasting = [s for s in self.stores if not isinstance(s, RamKVStore)]
-        if lasting:
-            for slot in self.slots.slots:
-                if len(slot.cached) >= self.min_transfer:
-                    key = tuple(slot.cached)
-                    written += int(self._snapshot_into(slot, len(key), key, lasting))
+        for slot in self.slots.slots:
+            key = tuple(slot.cached)
+            lacking = _lacking(lasting, key)  # a second flush, or a persisted prefix: no rewrite
+            if len(key) >= self.min_transfer and lacking:
+                written += int(self._snapshot_into(slot, len(key), key, lacking))
         for store in self.stores:
             if isinstance(store, RamKVStore):
                 written += store.spill_all()
@@ -280,3 +281,13 @@ def _store_all(stores: Sequence[KVStore], key: tuple[int, ...], snapshot: KVSnap
         except Exception as exc:  # noqa: BLE001 - a full disk costs the entry, not the engine
             log.warning("kv tier %s: storing %d tokens failed: %s", store.name, len(key), exc)
     return kept
+
+
+def _lacking(stores: Sequence[KVStore], key: tuple[int, ...]) -> list[KVStore]:
+    """The tiers that do not already hold all of ``key``'s cells."""
+    out = []
+    for store in stores:
+        match = store.best_match(key) if key else None
+        if match is None or match.shared < len(key):
+            out.append(store)
+    return out
