@@ -24,7 +24,7 @@ from tests.test_engine_model import ByteTokenizer
 from tests.tiny import tiny_model
 
 ARCHS = ["llama", "qwen2", "qwen3", "mistral"]
-BACKENDS = ["torch", "llamacpp"]
+BACKENDS = ["torch", "llamacpp", "mlx"]
 PAIRS = [(b, a) for b in BACKENDS for a in ARCHS]
 IDS = [f"{b}-{a}" for b, a in PAIRS]
 

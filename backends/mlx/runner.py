@@ -27,6 +27,7 @@ from localinfer.backends.mlx.device import device_label, recommended_working_set
 from localinfer.backends.mlx.embedding import MLXEmbeddingPass
 from localinfer.backends.mlx.kv_cache import SlotKVCache
 from localinfer.backends.mlx.kv_move import splice_cache
+from localinfer.backends.mlx.kv_transfer import MLXTransferMethods
 from localinfer.backends.mlx.model import MLX_ARCHS, LlamaModel
 from localinfer.backends.mlx.quant_spec import parse_quant
 from localinfer.backends.mlx.weights import load_weights
@@ -39,8 +40,9 @@ __all__ = ["MLXRunner", "create_runner", "recommended_working_set"]
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 
 
-class MLXRunner(InPlaceSlots):
-    """Runs a Llama-family model with a ``[slots, kv_heads, max_ctx, head_dim]`` cache per layer.
+class MLXRunner(MLXTransferMethods, InPlaceSlots):
+    """Runs a Llama-family model with a ``[slots, kv_heads, max_ctx, head_dim]`` cache per layer;
+    KV transfers between slots and to host memory come from MLXTransferMethods (kv_transfer.py).
 
     Not thread-safe: one engine thread owns it.
     """
