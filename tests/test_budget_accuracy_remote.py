@@ -1,0 +1,63 @@
+"""scripts/budget-accuracy's "remote = local" check (issue 22): run end to end against the fake
+Hub on 127.0.0.1, and its verdict on budgets that differ."""
+
+from __future__ import annotations
+
+import importlib.machinery
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "budget-accuracy"
+
+
+def load_script() -> ModuleType:
+    loader = importlib.machinery.SourceFileLoader("budget_accuracy", str(SCRIPT))
+    spec = importlib.util.spec_from_loader("budget_accuracy", loader)
+    assert spec is not None
+    module = importlib.util.module_from_spec(spec)
+    loader.exec_module(module)
+    return module
+
+
+def test_remote_equals_local_end_to_end(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(SCRIPT), "--remote-only", "--ctx", "1024", "--concurrency", "2"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "PASS: 3/3 remote budgets equal to local" in out
+    rows = [line for line in out.splitlines() if line.startswith("local/SmolLM2")]
+    assert len(rows) == 3 and all(row.endswith("| equal") for row in rows)
+    # Before the pull, the GGUF's header only (2 MiB of 94 MiB) and the safetensors header.
+    assert "SmolLM2-135M-Instruct.Q4_1.gguf 2,097,152 of " in out
+    assert "model.safetensors 100,001 of " in out
+
+
+def figures(weights: int, kv: int, kind: str) -> dict[str, object]:
+    return {"weights": weights, "kv": kv, "kind": kind, "source": "test"}
+
+
+@pytest.mark.parametrize(
+    ("pulled", "file", "words"),
+    [
+        (figures(100, 20, "gguf"), figures(100, 20, "gguf"), "| equal"),
+        (figures(100, 24, "gguf"), figures(100, 20, "gguf"), "kv pulled +4"),
+        (figures(100, 20, "gguf"), figures(90, 20, "gguf"), "weights file -10"),
+        (figures(100, 20, "hub_remote"), figures(100, 20, "gguf"), "not a before/after pair"),
+    ],
+)
+def test_the_verdict_names_each_difference(
+    capsys: pytest.CaptureFixture[str], pulled: dict, file: dict, words: str
+) -> None:
+    script = load_script()
+    remote = {"org/repo:Q4_1 llamacpp": {"remote": figures(100, 20, "hub_remote")}}
+    local = {"org/repo:Q4_1 llamacpp": {"pulled": pulled, "file": file}}
+    same = words == "| equal"
+    assert script.print_remote_table(remote, local) is same
+    out = capsys.readouterr().out
+    assert words in out
+    assert ("PASS: 1/1" if same else "FAIL: 0/1") in out
