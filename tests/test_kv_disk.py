@@ -163,17 +163,27 @@ def test_a_failed_or_interrupted_write_leaves_nothing(
     assert store.keys() == [(9,)]
 
 
-def test_a_killed_writers_temporary_is_swept(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], check=True,
-                          capture_output=True, text=True)  # fmt: skip
-    dead_pid = int(done.stdout)
+CRASHING_WRITER = """
+import os, sys
+from pathlib import Path
+from localinfer.backends.base import KVSnapshot
+from localinfer.engine import kv_disk
+kv_disk.os.fsync = lambda fd: os._exit(3)  # the process dies between write and rename
+store = kv_disk.DiskKVStore(Path(sys.argv[1]), sys.argv[2], 1 << 20)
+store.store((1, 2, 3), KVSnapshot("x", 3, b"cells" * 100))
+"""
+
+
+def test_a_writer_killed_mid_write_leaves_only_a_temporary_that_is_swept(tmp_path: Path) -> None:
+    crashed = subprocess.run([sys.executable, "-c", CRASHING_WRITER, str(tmp_path), KEY])
+    assert crashed.returncode == 3
     folder = tmp_path / KEY
-    folder.mkdir()
-    leftover = folder / f".tmp-{dead_pid}-0123456789ab.kvtmp"
-    leftover.write_bytes(b"half a snapshot")
+    (leftover,) = folder.iterdir()  # no entry: only the dead writer's temporary
+    assert leftover.name.startswith(".tmp-") and leftover.stat().st_size > 0
     live = folder / f".tmp-{os.getpid()}-ba9876543210.kvtmp"  # a live writer's: left alone
     live.write_bytes(b"being written")
-    assert store_at(tmp_path).best_match([1]) is None
+    store = store_at(tmp_path)
+    assert store.best_match([1, 2, 3]) is None and len(store) == 0
     assert not leftover.exists() and live.exists()
 
 
