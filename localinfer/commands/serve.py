@@ -1,8 +1,10 @@
-"""`localinfer serve [MODEL]`: the local OpenAI-compatible endpoint.
+"""`localinfer serve [MODEL ...]`: the local OpenAI-compatible endpoint.
 
 The socket is bound first (a busy port is a one-line error, not a traceback), uvicorn starts at
-once so ``/health`` answers "loading", and the model loads in the background. If loading fails the
-server stops and the command exits with the loader's one-line error.
+once so ``/health`` answers "loading", and the named models load in the background (the first is
+the default for requests that name none). If loading fails the server stops and the command exits
+with the loader's one-line error. Other models load when a request names them, within the memory
+budget (localinfer/server/model_pool.py).
 """
 
 from __future__ import annotations
@@ -31,13 +33,22 @@ if TYPE_CHECKING:
     from localinfer.server.limits import RequestLimits
 
 DEFAULT_HOST = "127.0.0.1"
+DEFAULT_KEEP_ALIVE = "5m"
+DEFAULT_LOAD_WAIT_S = 120.0
+_DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 DEFAULT_PORT = 8000
 API_KEY_ENV = "LOCALINFER_API_KEY"
 
 
 def register(subparsers: Any) -> None:
     p = command_parser(subparsers, "serve", run)
-    p.add_argument("model", nargs="?", help="catalog name, GGUF file or model folder")
+    p.add_argument(
+        "model",
+        nargs="*",
+        metavar="MODEL",
+        help="catalog name, GGUF file or model folder, loaded at start; the first serves "
+        "requests that name no model (default: the embedded SmolLM2-135M)",
+    )
     p.add_argument("--host", default=DEFAULT_HOST, help=f"address to bind (default {DEFAULT_HOST})")
     p.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"default {DEFAULT_PORT}")
     p.add_argument(
@@ -86,13 +97,56 @@ def register(subparsers: Any) -> None:
         help="seconds a client has to send a request's body (default 30)",
     )
     add_kv_options(p)
-    p.add_argument("--served-name", help="model id clients see (default: the model's name)")
+    p.add_argument(
+        "--served-name", help="model id clients see for the first MODEL (default: its name)"
+    )
     p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     add_model_options(p)
     add_cache_reuse_option(p)
     add_draft_options(p)
+    _add_pool_options(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+
+
+def _add_pool_options(p: argparse.ArgumentParser) -> None:
+    """What a request may load beyond the named models, and when models unload."""
+    p.add_argument(
+        "--models-from",
+        choices=("catalog", "local", "none"),
+        default="catalog",
+        help="what a request may load on demand: catalog models and cached Hugging Face repos on "
+        "this machine (catalog, the default), those and any model path (local), or only the "
+        "models named here (none). Nothing is downloaded",
+    )
+    p.add_argument(
+        "--pin",
+        action="append",
+        default=[],
+        metavar="MODEL",
+        help="never unload MODEL, for idleness or for another model's memory (repeatable)",
+    )
+    p.add_argument(
+        "--keep-alive",
+        default=DEFAULT_KEEP_ALIVE,
+        metavar="DURATION",
+        help="unload a model loaded on demand once idle this long, like 30s, 5m, 1h (default "
+        f"{DEFAULT_KEEP_ALIVE}; -1 never). Models named at start stay until their memory is needed",
+    )
+    p.add_argument(
+        "--device",
+        metavar="SIZE",
+        help="memory the loaded models share, like 8GiB (default: the device's free memory at "
+        "start); a model that does not fit beside the others unloads idle ones first",
+    )
+    p.add_argument(
+        "--load-wait",
+        type=float,
+        default=DEFAULT_LOAD_WAIT_S,
+        metavar="S",
+        help="seconds a request waits for its model to load, or for busy models to free the "
+        f"memory it needs, before a 503 with Retry-After (default {DEFAULT_LOAD_WAIT_S:g})",
+    )
 
 
 def _bind(host: str, port: int) -> socket.socket:
@@ -173,25 +227,27 @@ def run(args: argparse.Namespace) -> int:
 
     import uvicorn
 
-    from localinfer.resolve import ALIASES, resolve_model
     from localinfer.server import create_app
     from localinfer.server.host import uvicorn_config
-    from localinfer.session import DEFAULT_MODEL
+    from localinfer.server.model_loading import named_source
+    from localinfer.server.model_pool import ModelPool, PoolSettings
 
     # Resolving is cheap and catches the common mistakes (a typo in MODEL, a model that is not
     # downloaded) before anything starts listening.
-    spec = args.model or DEFAULT_MODEL
-    resolve_model(spec, args.quant).require_path()
-    aliases = {spec, *(alias for alias, target in ALIASES.items() if target == spec)}
+    supply, names = _supply(args)
+    sources = [named_source(supply, n, args.served_name if i == 0 else None) for i, n in names]
+    pins = [named_source(supply, name) for name in args.pin]
+    pool = ModelPool(
+        supply, PoolSettings(keep_alive_s=parse_keep_alive(args.keep_alive), wait_s=args.load_wait)
+    )
     sock = _bind(args.host, args.port)
     port = sock.getsockname()[1]
     servers: list[uvicorn.Server] = []  # the server once built: a failed load stops it
     app = create_app(
-        loader=functools.partial(_load_session, args, port, servers),
+        pool=pool,
+        start_up=functools.partial(_start_models, args, port, servers, sources, pins),
         api_key=api_key,
         cors_origins=args.cors_origin,
-        served_name=args.served_name,
-        aliases=aliases,
         allowed_hosts=allowed_hosts,
         limits=limits,
     )
@@ -202,7 +258,8 @@ def run(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     print(
-        f"localinfer: loading the model; /health says 'ok' when ready (port {port})",
+        f"localinfer: loading {len(sources)} model{'s' if len(sources) > 1 else ''}; /health "
+        f"says 'ok' when ready (port {port})",
         file=sys.stderr,
         flush=True,
     )
@@ -231,32 +288,86 @@ def _check_numbers(args: argparse.Namespace) -> None:
         raise InvalidParameterError(f"--cache-reuse must be >= 0, got {args.cache_reuse}")
     if not 0 <= args.port <= 65535:
         raise InvalidParameterError(f"--port must be 0..65535, got {args.port}")
+    if not (args.load_wait >= 0 and math.isfinite(args.load_wait)):
+        raise InvalidParameterError(f"--load-wait must be >= 0 seconds, got {args.load_wait}")
+    parse_keep_alive(args.keep_alive)
 
 
-def _load_session(args: argparse.Namespace, port: int, servers: list[Any]) -> Any:
-    """Open the session (in the server's loader thread) and say where it is served."""
-    from localinfer.session import open_session
-
+def parse_keep_alive(text: str) -> float | None:
+    """--keep-alive: '5m' -> 300.0, '30s', '1h', '500ms', a bare number of seconds; '-1' (any
+    negative) -> None, never."""
+    value = text.strip().lower()
+    units = sorted(_DURATION_UNITS, key=len, reverse=True)  # "ms" before "s"
+    unit = next((u for u in units if value.endswith(u)), "")
+    number = value[: len(value) - len(unit)].strip() if unit else value
     try:
-        session = open_session(
-            args.model,
-            slots=args.slots,
-            dtype=args.dtype,
-            max_queue=args.max_queue,
-            cache_reuse=args.cache_reuse,
-            **kv_settings(args),
-            **draft_settings(args),
-            **model_settings(args),
+        seconds = float(number) * _DURATION_UNITS.get(unit, 1.0)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds):
+        raise InvalidParameterError(
+            f"--keep-alive: cannot read '{text}' as a duration; write it like 30s, 5m, 1h or -1"
         )
+    return None if seconds < 0 else seconds
+
+
+def _supply(args: argparse.Namespace) -> tuple[Any, list[tuple[int, str]]]:
+    """The pool's supply for serve's flags, and the start-up model names, numbered."""
+    from localinfer.budget.memory import parse_size
+    from localinfer.server.model_loading import LoadSettings, ServeSupply
+    from localinfer.session import DEFAULT_MODEL
+
+    memory = None
+    if args.device is not None:
+        try:
+            memory = parse_size(args.device)
+        except InvalidParameterError as exc:
+            raise InvalidParameterError(f"--device: {exc}") from None
+    settings = LoadSettings(
+        memory=memory,
+        models_from=args.models_from,
+        slots=args.slots,
+        dtype=args.dtype,
+        max_queue=args.max_queue,
+        cache_reuse=args.cache_reuse,
+        **kv_settings(args),
+        **draft_settings(args),
+        **model_settings(args),
+    )
+    names = list(dict.fromkeys(args.model or [DEFAULT_MODEL]))
+    return ServeSupply(settings, [*names, *args.pin]), list(enumerate(names))
+
+
+def _start_models(
+    args: argparse.Namespace,
+    port: int,
+    servers: list[Any],
+    sources: list[Any],
+    pins: list[Any],
+    pool: Any,
+) -> None:
+    """Load the named models (in the server's start-up thread) and say where they are served."""
+    try:
+        pool.start(sources, pins)
     except BaseException:
         for server in servers:
             server.should_exit = True  # nothing to serve: stop and report
         raise
-    name = args.served_name or session.model.name
-    print(
-        f"localinfer: serving {name} at http://{args.host}:{port}/v1 "
-        f"({session.runner_notice}; {args.slots} slots x {session.engine.max_ctx} tokens)",
-        file=sys.stderr,
-        flush=True,
-    )
-    return session
+    for view in pool.views():
+        session = view.session
+        if session is None:
+            continue
+        notice = getattr(session, "runner_notice", "")
+        print(
+            f"localinfer: serving {view.id} at http://{args.host}:{port}/v1 "
+            f"({notice}; {args.slots} slots x {session.engine.max_ctx} tokens)",
+            file=sys.stderr,
+            flush=True,
+        )
+    if args.models_from != "none":
+        print(
+            f"localinfer: other models on this machine load when a request names them "
+            f"(--models-from {args.models_from}; GET /v1/models lists them)",
+            file=sys.stderr,
+            flush=True,
+        )

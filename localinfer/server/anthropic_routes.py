@@ -32,23 +32,21 @@ def add_anthropic_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post("/v1/messages")
     async def messages(body: MessagesRequest, request: Request) -> Response:
-        current = state.ready()
-        state.check_model(body.model)
+        current = await state.session_for(request, body.model)
         plan, params = await run_in_threadpool(plan_messages, current, body)
         given = GenerationInput(
             plan.prompt_ids,
             params,
             body.stream,
-            AnthropicRenderer(state.served_name, len(plan.prompt_ids)),
+            AnthropicRenderer(state.name_of(current), len(plan.prompt_ids)),
             constraint=plan.constraint,
             shape=plan.shape,
         )
         return await generate(state, current, request, given)
 
     @app.post("/v1/messages/count_tokens")
-    async def count_tokens(body: CountTokensRequest) -> TokenCount:
-        current = state.ready()
-        state.check_model(body.model)
+    async def count_tokens(body: CountTokensRequest, request: Request) -> TokenCount:
+        current = await state.session_for(request, body.model)
         plan = await run_in_threadpool(plan_prompt, current, body)
         return TokenCount(input_tokens=len(plan.prompt_ids))
 

@@ -3,7 +3,8 @@
     GET  /health                     {"status": "ok" | "loading" | "error"}
     GET  /metrics                    Prometheus text
     GET  /openapi.json               every route's schema
-    GET  /v1/models                  the one model served
+    GET  /v1/models                  the models served: loaded, loading, available (model_routes)
+    POST /v1/models/{id}/load        load a model now; /unload unloads an idle one (model_routes)
     POST /v1/chat/completions        chat (tools, response_format), streaming (SSE) or not
     POST /v1/completions             raw text completion (suffix: fill-in-the-middle)
     POST /v1/fim/completions         Mistral's FIM body (fim_routes)
@@ -35,16 +36,27 @@ from localinfer.server.errors import install_error_handlers
 from localinfer.server.fim_routes import add_fim_routes
 from localinfer.server.host_guard import HostGuardMiddleware, HostPolicy
 from localinfer.server.limits import BodyLimitMiddleware, RequestLimits
+from localinfer.server.model_pool import ModelPool
+from localinfer.server.model_routes import add_model_routes
 from localinfer.server.openai_routes import add_openai_routes
 from localinfer.server.ops_routes import add_ops_routes
 from localinfer.server.responses_routes import add_responses_routes
-from localinfer.server.state import ServedSession, ServerState, SessionLoader
+from localinfer.server.state import (
+    LeaseMiddleware,
+    ServedSession,
+    ServerState,
+    SessionLoader,
+    StartUp,
+    handed_pool,
+)
 
 
 def create_app(
     session: ServedSession | None = None,
     *,
     loader: SessionLoader | None = None,
+    pool: ModelPool | None = None,
+    start_up: StartUp | None = None,
     api_key: str | None = None,
     cors_origins: Iterable[str] = (),
     served_name: str | None = None,
@@ -53,12 +65,13 @@ def create_app(
     limits: RequestLimits | None = None,
 ) -> FastAPI:
     """The app for ``session`` (owned by the caller), or for the session ``loader`` builds in a
-    background thread once the server starts (owned, and closed, by the app).
+    background thread once the server starts (owned, and closed, by the app), or for ``pool``
+    (several models, loaded on demand; ``start_up`` loads its first ones in that thread).
 
     ``allowed_hosts`` adds names to the Host rule (``host_guard``; ``"*"`` turns it off and
     needs ``api_key``); ``limits`` bound what a request may send (``limits``)."""
-    if (session is None) == (loader is None):
-        raise ValueError("pass exactly one of session= or loader=")
+    if sum(x is not None for x in (session, loader, pool)) != 1:
+        raise ValueError("pass exactly one of session=, loader= or pool=")
     if api_key is not None and not api_key.strip():
         # An empty key must not quietly mean "no key".
         raise InvalidParameterError(
@@ -67,13 +80,13 @@ def create_app(
     origins = list(cors_origins)
     policy = HostPolicy.build(allowed_hosts, cors_origins=origins, has_api_key=bool(api_key))
     limits = limits or RequestLimits()
-    state = ServerState(
-        session, served_name=served_name, aliases=aliases, owns_session=loader is not None
-    )
+    if pool is None:
+        pool, start_up = handed_pool(session, loader, served_name, aliases)
+    state = ServerState(pool)
     app = FastAPI(
         title="localinfer",
         version=__version__,
-        lifespan=_lifespan(state, loader),
+        lifespan=_lifespan(state, start_up),
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
@@ -83,7 +96,9 @@ def create_app(
     count_error = state.metrics.count_error
     install_error_handlers(app, on_error=count_error)
     # Added innermost first. A request meets them as: Host/Origin, CORS (so refusals below
-    # carry its headers), the API key (before any body is read), the body limits.
+    # carry its headers), the API key (before any body is read), the body limits, and the
+    # model leases (given back when the response is over).
+    app.add_middleware(LeaseMiddleware)
     app.add_middleware(BodyLimitMiddleware, limits=limits, on_error=count_error)
     if api_key:
         app.add_middleware(APIKeyMiddleware, api_key=api_key)
@@ -97,6 +112,7 @@ def create_app(
     app.add_middleware(HostGuardMiddleware, policy=policy, on_error=count_error)
     # Registered on the app itself, in this order: a 404 lists app.routes as they stand.
     add_ops_routes(app, state)
+    add_model_routes(app, state)
     add_openai_routes(app, state)
     add_fim_routes(app, state)
     add_embedding_routes(app, state)
@@ -106,15 +122,16 @@ def create_app(
 
 
 def _lifespan(
-    state: ServerState, loader: SessionLoader | None
+    state: ServerState, start_up: StartUp | None
 ) -> Callable[[FastAPI], AbstractAsyncContextManager[None]]:
-    """Starts loading the session (when the app owns it) with the server; closes it after."""
+    """Starts loading the start-up models with the server; unloads what the pool loaded after."""
 
     @asynccontextmanager
     async def lifespan(_: FastAPI) -> AsyncIterator[None]:
-        if loader is not None:
+        if start_up is not None:
+            state.starting = True  # before the first request: it gets a 503, not a 404
             threading.Thread(
-                target=state.load, args=(loader,), name="localinfer-load", daemon=True
+                target=state.start, args=(start_up,), name="localinfer-load", daemon=True
             ).start()
         yield
         state.close()

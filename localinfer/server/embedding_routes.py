@@ -19,7 +19,7 @@ import base64
 from typing import Any, Literal
 
 import numpy as np
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, StrictInt
 from starlette.concurrency import run_in_threadpool
@@ -49,9 +49,8 @@ def add_embedding_routes(app: FastAPI, state: ServerState) -> None:
     """``POST /v1/embeddings`` on ``app``."""
 
     @app.post("/v1/embeddings", response_model=None)
-    async def embeddings(body: EmbeddingsBody) -> JSONResponse:
-        current = state.ready()
-        state.check_model(body.model)
+    async def embeddings(body: EmbeddingsBody, request: Request) -> JSONResponse:
+        current = await state.session_for(request, body.model)
         spec = embedding_spec(current.model)
         cut = spec.check_dimensions(body.dimensions)
         ids = await run_in_threadpool(input_ids, current, body.input)
@@ -66,7 +65,7 @@ def add_embedding_routes(app: FastAPI, state: ServerState) -> None:
             handle.abort()
             raise
         vectors = shortened(result.vectors, cut)
-        name, tokens = state.served_name, result.prompt_tokens
+        name, tokens = state.name_of(current), result.prompt_tokens
         return JSONResponse(embeddings_response(vectors, body.encoding_format, name, tokens))
 
 

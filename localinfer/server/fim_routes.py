@@ -42,8 +42,7 @@ def add_fim_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post("/v1/fim/completions")
     async def fim_completions(body: FimCompletionRequest, request: Request) -> Response:
-        current = state.ready()
-        state.check_model(body.model)
+        current = await state.session_for(request, body.model)
         # Mistral's default: the middle may run to the end of the context.
         completion = body.as_completion()
         return await run_completion(

@@ -1,12 +1,10 @@
-"""OpenAI's routes: the model list, chat completions and text completions.
+"""OpenAI's routes: chat completions and text completions (the model list: model_routes).
 
 Each handler checks the model name, templates and tokenizes the prompt off the event loop, and
 hands the rest to ``generation``.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import Response
@@ -32,23 +30,11 @@ COMPLETIONS_DEFAULT_MAX_TOKENS = 16
 
 
 def add_openai_routes(app: FastAPI, state: ServerState) -> None:
-    """The model list, ``/v1/chat/completions`` and ``/v1/completions`` on ``app``."""
-
-    @app.get("/v1/models")
-    async def list_models() -> dict[str, Any]:
-        current = state.ready()
-        return {"object": "list", "data": [model_card(state, current)]}
-
-    @app.get("/v1/models/{model_id:path}")
-    async def get_model(model_id: str) -> dict[str, Any]:
-        current = state.ready()
-        state.check_model(model_id)
-        return model_card(state, current)
+    """``/v1/chat/completions`` and ``/v1/completions`` on ``app``."""
 
     @app.post("/v1/chat/completions")
     async def chat_completions(body: ChatCompletionRequest, request: Request) -> Response:
-        current = state.ready()
-        state.check_model(body.model)
+        current = await state.session_for(request, body.model)
         logprobs = check_chat(body)
         plan = await run_in_threadpool(plan_chat, current, body)
         max_tokens = body.max_completion_tokens or body.max_tokens
@@ -64,8 +50,7 @@ def add_openai_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post("/v1/completions")
     async def completions(body: CompletionRequest, request: Request) -> Response:
-        current = state.ready()
-        state.check_model(body.model)
+        current = await state.session_for(request, body.model)
         return await run_completion(state, current, request, body, "completion")
 
 
@@ -80,7 +65,7 @@ async def run_completion(
     """A text completion (a fill-in-the-middle one with ``suffix``), answered as ``kind``:
     text completions, or chat completions for FIM APIs that answer that way (Mistral's)."""
     logprobs = check_completion(body)
-    prompt = await run_in_threadpool(completion_prompt, session, body, state.served_name)
+    prompt = await run_in_threadpool(completion_prompt, session, body, state.name_of(session))
     text = prompt.text
     if body.echo and not text:  # a token-id prompt: echo its text
         text = session.model.tokenizer.decode(prompt.ids)
@@ -129,20 +114,8 @@ def openai_builder(
     include_usage = bool(body.stream and body.stream_options and body.stream_options.include_usage)
     return ResponseBuilder(
         kind,
-        model=state.served_name,
+        model=state.name_of(session),
         token_bytes=session.model.tokenizer.token_bytes,
         want_logprobs=logprobs is not None,
         include_usage=include_usage,
     )
-
-
-def model_card(state: ServerState, session: ServedSession) -> dict[str, Any]:
-    engine = session.engine
-    return {
-        "id": state.served_name,
-        "object": "model",
-        "created": 0,
-        "owned_by": "localinfer",
-        "max_model_len": engine.max_ctx,  # per request (per slot)
-        "meta": {"backend": engine.runner.info.backend, "slots": engine.runner.info.slots},
-    }

@@ -1,11 +1,14 @@
-"""Routes for probes and scrapers: ``/health`` (load state and slot use) and ``/metrics``
-(Prometheus text). Neither needs the API key."""
+"""Routes for probes and scrapers: ``/health`` (start-up state and slot use) and ``/metrics``
+(Prometheus text, labelled by model). Neither needs the API key."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from localinfer.server.prometheus import ModelSample
 from localinfer.server.state import ServerState
 
 
@@ -14,27 +17,39 @@ def add_ops_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.get("/health")
     async def health() -> JSONResponse:
-        current = state.session
-        if current is not None:
-            m = current.engine.metrics()
-            return JSONResponse(
-                {
-                    "status": "ok",
-                    "model": state.served_name,
-                    "slots_total": m.slots_total,
-                    "slots_busy": m.slots_busy,
-                    "queue_depth": m.queue_depth,
-                }
-            )
+        """ "loading" (503) until the start-up models are in, "error" (500) when they failed,
+        else "ok": slot figures summed over the loaded models, and each model's state."""
         if state.load_error is not None:
             return JSONResponse({"status": "error", "error": state.load_error}, status_code=500)
-        return JSONResponse({"status": "loading"}, status_code=503)
+        if state.starting:
+            return JSONResponse({"status": "loading"}, status_code=503)
+        totals = {"slots_total": 0, "slots_busy": 0, "queue_depth": 0}
+        models: list[dict[str, Any]] = []
+        for view in state.pool.views():
+            models.append({"id": view.id, "state": view.state, "in_flight": view.in_flight})
+            if view.session is not None:
+                m = view.session.engine.metrics()
+                totals["slots_total"] += m.slots_total
+                totals["slots_busy"] += m.slots_busy
+                totals["queue_depth"] += m.queue_depth
+        body = {"status": "ok", "model": state.served_name, **totals, "models": models}
+        return JSONResponse(body)
 
     @app.get("/metrics")
     async def metrics() -> PlainTextResponse:
-        current = state.session
-        snapshot = current.engine.metrics() if current is not None else None
+        samples = [
+            ModelSample(
+                view.id,
+                view.state,
+                view.session.engine.metrics() if view.session is not None else None,
+                view.budget_bytes,
+                view.in_flight,
+                view.loads,
+                view.unloads,
+            )
+            for view in state.pool.views()
+        ]
         return PlainTextResponse(
-            state.metrics.render(snapshot, state.served_name),
+            state.metrics.render_models(samples),
             media_type="text/plain; version=0.0.4; charset=utf-8",
         )

@@ -10,7 +10,8 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from localinfer.engine.types import EngineMetrics, RequestMetrics
 
@@ -79,7 +80,67 @@ class ServerMetrics:
             self.disconnects += 1
 
     def render(self, engine: EngineMetrics | None, model: str) -> str:
-        """The whole exposition; ``engine`` is None while the model is still loading."""
+        """The whole exposition for one model (engine figures unlabelled); ``engine`` is None
+        while the model is still loading."""
+        loaded = [f'{PREFIX}_model_loaded{{model="{_escape(model)}"}} {0 if engine is None else 1}']
+        engines = [("", engine)] if engine is not None else []
+        return self._exposition(loaded, [], engines)
+
+    def render_models(self, models: Sequence[ModelSample]) -> str:
+        """The whole exposition for a pool of models: each one's state and budget, and each
+        loaded one's engine figures, labelled ``model``."""
+        loaded = []
+        pool: list[str] = []
+        engines = []
+        for s in models:
+            label = f'model="{_escape(s.model)}"'
+            loaded.append(f"{PREFIX}_model_loaded{{{label}}} {1 if s.state == 'loaded' else 0}")
+            if s.engine is not None:
+                engines.append((label, s.engine))
+        pool += _family(
+            "model_state",
+            "gauge",
+            "1 for the state each model is in (available, loading, loaded, unloading).",
+            [(f'model="{_escape(s.model)}",state="{s.state}"', 1) for s in models],
+        )
+        budgeted = [s for s in models if s.budget_bytes is not None]
+        pool += _family(
+            "model_budget_bytes",
+            "gauge",
+            "The budget's memory for each model at its slots x ctx.",
+            [(f'model="{_escape(s.model)}"', s.budget_bytes or 0) for s in budgeted],
+        )
+        pool += _family(
+            "model_requests_in_flight",
+            "gauge",
+            "Requests holding each model (it is never unloaded under them).",
+            [(f'model="{_escape(s.model)}"', s.in_flight) for s in models],
+        )
+        pool += _family(
+            "model_loads_total",
+            "counter",
+            "Loads of each model.",
+            [(f'model="{_escape(s.model)}"', s.loads) for s in models],
+        )
+        unloads = [
+            (f'model="{_escape(s.model)}",reason="{_escape(reason)}"', n)
+            for s in models
+            for reason, n in sorted(s.unloads.items())
+        ]
+        pool += _family(
+            "model_unloads_total",
+            "counter",
+            "Unloads of each model by reason (memory, keep_alive, request, shutdown).",
+            unloads,
+        )
+        return self._exposition(loaded, pool, engines)
+
+    def _exposition(
+        self,
+        loaded: list[str],
+        pool: list[str],
+        engines: Sequence[tuple[str, EngineMetrics]],
+    ) -> str:
         m: list[str] = []
 
         def metric(name: str, kind: str, help_text: str, samples: list[str]) -> None:
@@ -87,13 +148,8 @@ class ServerMetrics:
             m.append(f"# TYPE {PREFIX}_{name} {kind}")
             m.extend(samples)
 
-        label = f'model="{_escape(model)}"'
-        metric(
-            "model_loaded",
-            "gauge",
-            "1 once the model is loaded and serving.",
-            [f"{PREFIX}_model_loaded{{{label}}} {0 if engine is None else 1}"],
-        )
+        metric("model_loaded", "gauge", "1 once the model is loaded and serving.", loaded)
+        m.extend(pool)
         with self._lock:
             metric(
                 "time_to_first_token_seconds",
@@ -124,60 +180,106 @@ class ServerMetrics:
             "Requests aborted because the client went away.",
             [f"{PREFIX}_client_disconnects_total {disconnects}"],
         )
-        if engine is not None:
-            m.extend(_engine_lines(engine))
+        if engines:
+            m.extend(_engine_lines(engines))
         return "\n".join(m) + "\n"
 
 
-def _engine_lines(e: EngineMetrics) -> list[str]:
+@dataclass(frozen=True, slots=True)
+class ModelSample:
+    """One pool model as /metrics shows it."""
+
+    model: str
+    state: str  # available | loading | loaded | unloading
+    engine: EngineMetrics | None  # None unless loaded
+    budget_bytes: int | None
+    in_flight: int
+    loads: int
+    unloads: Mapping[str, int]
+
+
+def _family(name: str, kind: str, help_text: str, samples: list[tuple[str, float]]) -> list[str]:
+    """One metric's HELP, TYPE and samples (``labels`` without braces; "" for none)."""
+    lines = [f"# HELP {PREFIX}_{name} {help_text}", f"# TYPE {PREFIX}_{name} {kind}"]
+    for labels, value in samples:
+        braced = f"{{{labels}}}" if labels else ""
+        lines.append(f"{PREFIX}_{name}{braced} {value}")
+    return lines
+
+
+def _engine_lines(engines: Sequence[tuple[str, EngineMetrics]]) -> list[str]:
+    """The engine figures of each (labels, snapshot): labels "" for a lone unlabelled model."""
     m: list[str] = []
 
-    def one(name: str, kind: str, help_text: str, value: float | int) -> None:
-        m.append(f"# HELP {PREFIX}_{name} {help_text}")
-        m.append(f"# TYPE {PREFIX}_{name} {kind}")
-        m.append(f"{PREFIX}_{name} {value}")
+    def one(name: str, kind: str, help_text: str, value: Callable[[EngineMetrics], float]) -> None:
+        m.extend(_family(name, kind, help_text, [(labels, value(e)) for labels, e in engines]))
 
     one(
         "prompt_tokens_total",
         "counter",
         "Prompt tokens of finished requests.",
-        e.prompt_tokens_total,
+        lambda e: e.prompt_tokens_total,
     )
     one(
         "completion_tokens_total",
         "counter",
         "Generated tokens of finished requests.",
-        e.completion_tokens_total,
+        lambda e: e.completion_tokens_total,
     )
     one(
         "cached_prompt_tokens_total",
         "counter",
         "Prompt tokens reused from a slot's cache.",
-        e.cached_prompt_tokens_total,
+        lambda e: e.cached_prompt_tokens_total,
     )
-    one("prefix_hits_total", "counter", "Requests that reused a cached prefix.", e.prefix_hits)
-    m.append(f"# HELP {PREFIX}_requests_total Finished requests by finish reason.")
-    m.append(f"# TYPE {PREFIX}_requests_total counter")
-    reasons = {"stop": 0, "length": 0, "abort": 0, "error": 0, **e.finish_reasons}
-    for reason, n in sorted(reasons.items()):
-        m.append(f'{PREFIX}_requests_total{{finish_reason="{_escape(reason)}"}} {n}')
+    one(
+        "prefix_hits_total",
+        "counter",
+        "Requests that reused a cached prefix.",
+        lambda e: e.prefix_hits,
+    )
+    reasons = []
+    for labels, e in engines:
+        counts = {"stop": 0, "length": 0, "abort": 0, "error": 0, **e.finish_reasons}
+        for reason, n in sorted(counts.items()):
+            both = ",".join(x for x in (labels, f'finish_reason="{_escape(reason)}"') if x)
+            reasons.append((both, n))
+    m.extend(_family("requests_total", "counter", "Finished requests by finish reason.", reasons))
     one(
         "slots_total",
         "gauge",
         "Sequence slots (concurrent requests the engine runs).",
-        e.slots_total,
+        lambda e: e.slots_total,
     )
-    one("slots_busy", "gauge", "Slots running a request now.", e.slots_busy)
-    one("queue_depth", "gauge", "Requests waiting for a slot.", e.queue_depth)
-    one("kv_cache_cells_used", "gauge", "KV cache cells holding tokens.", e.kv_cells_used)
-    one("kv_cache_cells_total", "gauge", "KV cache cells allocated.", e.kv_cells_total)
-    usage = e.kv_cells_used / e.kv_cells_total if e.kv_cells_total else 0.0
-    one("kv_cache_usage_ratio", "gauge", "Fraction of KV cache cells in use.", round(usage, 6))
-    one("engine_steps_total", "counter", "Engine scheduler steps run.", e.steps)
-    one("spec_proposed_tokens_total", "counter", "Speculative tokens proposed.", e.spec_proposed)
-    one("spec_accepted_tokens_total", "counter", "Speculative tokens accepted.", e.spec_accepted)
-    rate = e.spec_accepted / e.spec_proposed if e.spec_proposed else 0.0
-    one("spec_acceptance_ratio", "gauge", "Accepted / proposed speculative tokens.", round(rate, 6))
+    one("slots_busy", "gauge", "Slots running a request now.", lambda e: e.slots_busy)
+    one("queue_depth", "gauge", "Requests waiting for a slot.", lambda e: e.queue_depth)
+    one("kv_cache_cells_used", "gauge", "KV cache cells holding tokens.", lambda e: e.kv_cells_used)
+    one("kv_cache_cells_total", "gauge", "KV cache cells allocated.", lambda e: e.kv_cells_total)
+    one(
+        "kv_cache_usage_ratio",
+        "gauge",
+        "Fraction of KV cache cells in use.",
+        lambda e: round(e.kv_cells_used / e.kv_cells_total if e.kv_cells_total else 0.0, 6),
+    )
+    one("engine_steps_total", "counter", "Engine scheduler steps run.", lambda e: e.steps)
+    one(
+        "spec_proposed_tokens_total",
+        "counter",
+        "Speculative tokens proposed.",
+        lambda e: e.spec_proposed,
+    )
+    one(
+        "spec_accepted_tokens_total",
+        "counter",
+        "Speculative tokens accepted.",
+        lambda e: e.spec_accepted,
+    )
+    one(
+        "spec_acceptance_ratio",
+        "gauge",
+        "Accepted / proposed speculative tokens.",
+        lambda e: round(e.spec_accepted / e.spec_proposed if e.spec_proposed else 0.0, 6),
+    )
     return m
 
 

@@ -32,8 +32,7 @@ def add_responses_routes(app: FastAPI, state: ServerState) -> None:
 
     @app.post("/v1/responses")
     async def create_response(body: ResponsesRequest, request: Request) -> Response:
-        current = state.ready()
-        state.check_model(body.model)
+        current = await state.session_for(request, body.model)
         translated = translate_request(body)
         plan = await run_in_threadpool(plan_responses, current, translated)
         params = sampling_params(
@@ -47,7 +46,7 @@ def add_responses_routes(app: FastAPI, state: ServerState) -> None:
             plan.prompt_ids,
             params,
             body.stream,
-            ResponsesRenderer(response_head(body, state.served_name)),
+            ResponsesRenderer(response_head(body, state.name_of(current))),
             constraint=plan.constraint,
             shape=plan.shape,
         )

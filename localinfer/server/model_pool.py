@@ -1,0 +1,381 @@
+"""The models one server holds: loaded at start or on demand, unloaded when another model needs
+their memory (idle ones, least recently used first) or when idle past the keep-alive.
+
+    pool = ModelPool(supply, PoolSettings(keep_alive_s=300))
+    pool.start([supply.find("smollm2")])       # the start-up models, in a background thread
+    lease = await pool.acquire("qwen3-0.6b")    # loads it if needed; 404 / 503 / 507 otherwise
+    ... lease.session.engine ...                # the model stays loaded while the lease is held
+    lease.release()
+
+Loads and unloads run in their own threads; requests for other models go on meanwhile, and
+requests for a loading model wait for that one load. A request holds a lease from lookup to the
+end of its response, so a model never unloads under it. Every load decision is
+``memory_plan.plan_load`` over the budget's figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from starlette.concurrency import run_in_threadpool
+
+from localinfer.errors import LocalinferError, OutOfMemoryBudgetError
+from localinfer.server.errors import RETRY_AFTER_S, APIError, from_localinfer_error
+from localinfer.server.memory_plan import LoadPlan, plan_load
+from localinfer.server.pool_model import (
+    AVAILABLE,
+    LOADED,
+    LOADING,
+    UNLOADING,
+    ModelSource,
+    ModelSupply,
+    ModelView,
+    PoolModel,
+)
+from localinfer.server.served_session import ServedSession
+
+log = logging.getLogger(__name__)
+
+WAIT_TICK_S = 0.02  # how often a waiting request looks again (loads take seconds)
+MAX_NAMES_SHOWN = 12  # in a 404's list of the models there are
+
+
+@dataclass(frozen=True, slots=True)
+class PoolSettings:
+    keep_alive_s: float | None = 300.0  # models loaded on demand unload idle this long; None: never
+    wait_s: float = 120.0  # how long a request waits for a load or for memory, then a 503
+
+
+class Lease:
+    """A request's hold on a loaded model; ``release`` (once) lets it unload again."""
+
+    def __init__(self, pool: ModelPool, model: PoolModel, session: ServedSession) -> None:
+        self._pool = pool
+        self.model = model
+        self.session = session
+        self._released = False
+
+    @property
+    def id(self) -> str:
+        return self.model.id
+
+    def release(self) -> None:
+        if not self._released:
+            self._released = True
+            self._pool._release(self.model)
+
+
+class ModelPool:
+    def __init__(self, supply: ModelSupply, settings: PoolSettings | None = None) -> None:
+        self.supply = supply
+        self.settings = settings or PoolSettings()
+        self._lock = threading.RLock()
+        self._models: list[PoolModel] = []  # in the order they became known
+        self._default: PoolModel | None = None
+        self._closed = False
+        self._stop = threading.Event()
+
+    # -- what there is ---------------------------------------------------------------------
+
+    @property
+    def default(self) -> PoolModel | None:
+        """The model a request without a known ``model`` field gets: the first named at start."""
+        return self._default
+
+    def views(self) -> list[ModelView]:
+        with self._lock:
+            return [m.view() for m in self._models]
+
+    def view_of(self, session: ServedSession) -> ModelView | None:
+        with self._lock:
+            return next((m.view() for m in self._models if m.session is session), None)
+
+    def add(self, source: ModelSource, *, resident: bool = False) -> PoolModel:
+        """The model of ``source``, known from now on (once per key)."""
+        with self._lock:
+            for model in self._models:
+                if model.source.key == source.key:
+                    model.aliases |= source.aliases
+                    model.resident |= resident
+                    return model
+            taken = {name for m in self._models for name in m.names()}
+            wanted = source.id or "loading"
+            model_id = wanted if wanted not in taken or wanted == "loading" else source.spec
+            model = PoolModel(source, model_id, set(source.aliases) - {model_id}, resident=resident)
+            self._models.append(model)
+            if resident and self._default is None:
+                self._default = model
+            return model
+
+    def add_loaded(self, source: ModelSource, session: ServedSession) -> PoolModel:
+        """A session the caller opened and will close: served as it is, never unloaded."""
+        model = self.add(source, resident=True)
+        with self._lock:
+            model.owned, model.need_known = False, True
+            self._became_loaded(model, session)
+        return model
+
+    def find_known(self, name: str | None) -> PoolModel | None:
+        with self._lock:
+            if not name:
+                return self._default
+            return next((m for m in self._models if name in m.names()), None)
+
+    def lookup(self, name: str | None) -> PoolModel:
+        """The model ``name`` selects (the default one when empty); a 404 listing the models
+        there are when none. Reads files: call off the event loop unless ``find_known`` hit."""
+        known = self.find_known(name)
+        if known is not None:
+            return known
+        source = self.supply.find(name) if name else None
+        if source is None:
+            raise self._not_found(name)
+        model = self.add(source)
+        with self._lock:
+            model.aliases.add(name)  # type: ignore[arg-type]  # name is set: find() found it
+        return model
+
+    def listed(self) -> list[PoolModel]:
+        """Every model known or loadable, each with its budget (reads files)."""
+        for source in self.supply.listed():
+            self.add(source)
+        with self._lock:
+            models = list(self._models)
+        for model in models:
+            self._know_need(model)
+        return models
+
+    def _not_found(self, name: str | None) -> APIError:
+        try:
+            names = [s.id or s.spec for s in self.supply.listed()]
+        except LocalinferError:
+            names = []
+        with self._lock:
+            names = list(dict.fromkeys([m.id for m in self._models] + names))
+        shown = ", ".join(names[:MAX_NAMES_SHOWN])
+        more = ""
+        if len(names) > MAX_NAMES_SHOWN:
+            more = f" and {len(names) - MAX_NAMES_SHOWN} more (GET /v1/models)"
+        what = f"model '{name}' is not served here" if name else "no model is served yet"
+        return APIError(
+            404, f"{what}; available: {shown}{more}", code="model_not_found", param="model"
+        )
+
+    # -- using a model ---------------------------------------------------------------------
+
+    async def acquire(self, name: str | None) -> Lease:
+        """A lease on the loaded model ``name`` selects, loading it first when it is not."""
+        model = self.find_known(name) or await run_in_threadpool(self.lookup, name)
+        lease = await self._wait_loaded(model, take_lease=True)
+        assert lease is not None
+        return lease
+
+    async def load(self, name: str) -> ModelView:
+        """Load ``name`` (POST /v1/models/{id}/load): as a request would, without holding it."""
+        model = self.find_known(name) or await run_in_threadpool(self.lookup, name)
+        await self._wait_loaded(model, take_lease=False)
+        return model.view()
+
+    async def _wait_loaded(self, model: PoolModel, *, take_lease: bool) -> Lease | None:
+        await run_in_threadpool(self._know_need, model)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.settings.wait_s
+        watching: int | None = None  # the load attempt this request waits on
+        blocked: str | None = None
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise APIError(503, "the server is shutting down", code="shutting_down")
+                if model.state == LOADED:
+                    assert model.session is not None
+                    model.last_used = time.monotonic()
+                    if not take_lease:
+                        return None
+                    model.leases += 1
+                    return Lease(self, model, model.session)
+                if model.state == AVAILABLE:
+                    if watching is not None and model.failed_attempt == watching:
+                        raise _load_failed(model)
+                    blocked = self._begin_load(model)
+                if model.state == LOADING:
+                    watching, blocked = model.attempts, None
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                raise _still_waiting(model, blocked)
+            await asyncio.sleep(min(WAIT_TICK_S, remaining))
+
+    def _release(self, model: PoolModel) -> None:
+        with self._lock:
+            model.leases -= 1
+            model.last_used = time.monotonic()
+
+    # -- loading and unloading -------------------------------------------------------------
+
+    def _know_need(self, model: PoolModel) -> None:
+        if model.need_known:
+            return
+        need = self.supply.need(model.source)  # reads the file's headers
+        with self._lock:
+            model.need, model.need_known = need, True
+
+    def _begin_load(self, model: PoolModel) -> str | None:
+        """Start loading ``model`` (under the lock), unloading what the plan says first; the
+        reason it must wait instead, if it must. Raises 507 when it can never fit."""
+        plan = self._plan(model)
+        if plan.blocked:
+            return plan.blocked
+        victims = [m for m in self._models if m.id in plan.victims]
+        for victim in victims:
+            victim.state = UNLOADING
+        model.state = LOADING
+        model.attempts += 1
+        name = f"localinfer-load-{model.id}"
+        threading.Thread(target=self._load, args=(model, victims), name=name, daemon=True).start()
+        return None
+
+    def _plan(self, model: PoolModel) -> LoadPlan:
+        if model.need is None:
+            return LoadPlan()
+        holders = [h for m in self._models if m is not model and (h := m.holder()) is not None]
+        return plan_load(model.id, model.need, holders)
+
+    def _load(self, model: PoolModel, victims: Sequence[PoolModel]) -> None:
+        """In its own thread: unload ``victims``, then load ``model``. A failure is kept on the
+        model for the requests waiting on this attempt."""
+        for victim in victims:
+            self._unload_now(victim, "memory")
+        try:
+            session = self.supply.open(model.source)
+        except Exception as exc:  # noqa: BLE001 - handed to every request waiting on this load
+            log.error("loading %s failed: %s", model.id, exc)
+            with self._lock:
+                model.state, model.failure = AVAILABLE, exc
+                model.failed_attempt = model.attempts
+            return
+        with self._lock:
+            if not self._closed:
+                self._became_loaded(model, session)
+                return
+        session.close()  # the server stopped while it loaded
+
+    def _became_loaded(self, model: PoolModel, session: ServedSession) -> None:
+        loaded = session.model
+        if model.source.id is None and model.id == "loading":
+            taken = {name for m in self._models if m is not model for name in m.names()}
+            model.id = loaded.name if loaded.name not in taken else str(loaded.path)
+        model.aliases |= {loaded.name, loaded.path.name, loaded.path.stem} - {model.id}
+        model.session, model.state, model.failure = session, LOADED, None
+        model.loads += 1
+        model.last_used = time.monotonic()
+        log.info("model %s loaded", model.id)
+
+    def _unload_now(self, model: PoolModel, reason: str) -> None:
+        """Close ``model``'s session (marked UNLOADING by the caller, under the lock)."""
+        session = model.session
+        if session is not None:
+            session.close()
+        with self._lock:
+            model.session, model.state = None, AVAILABLE
+            model.unloads[reason] += 1
+        log.info("model %s unloaded (%s)", model.id, reason)
+
+    def unload(self, name: str) -> ModelView:
+        """Unload ``name`` now (POST /v1/models/{id}/unload); 409 while it serves requests, is
+        pinned, or is loading. Blocking: closes the session."""
+        model = self.lookup(name)
+        with self._lock:
+            if model.state == AVAILABLE:
+                return model.view()
+            why = model.kept_because()
+            if why:
+                retry = {"headers": {"Retry-After": str(RETRY_AFTER_S)}}
+                raise APIError(
+                    409,
+                    f"model '{model.id}' is not unloaded: {why}",
+                    code="model_in_use",
+                    **(retry if why not in ("pinned", "handed in") else {}),  # type: ignore[arg-type]
+                )
+            model.state = UNLOADING
+        self._unload_now(model, "request")
+        return model.view()
+
+    # -- start, keep-alive, close ----------------------------------------------------------
+
+    def start(self, sources: Sequence[ModelSource], pins: Sequence[ModelSource] = ()) -> None:
+        """Load ``sources`` in order (blocking: the server's start-up thread); the first is the
+        default model. They must fit together: a refusal says what each needs."""
+        for source in pins:
+            self.add(source).pinned = True
+        models = [self.add(source, resident=True) for source in sources]
+        for model in models:
+            self._know_need(model)
+            with self._lock:
+                plan = self._plan(model)
+                if plan.blocked or plan.victims:
+                    raise OutOfMemoryBudgetError(_not_together(models))
+                model.state = LOADING
+                model.attempts += 1
+            self._load(model, ())
+            if model.failure is not None:
+                raise model.failure
+        if self.settings.keep_alive_s is not None:
+            name = "localinfer-keep-alive"
+            threading.Thread(target=self._keep_alive, name=name, daemon=True).start()
+
+    def _keep_alive(self) -> None:
+        ttl = self.settings.keep_alive_s
+        assert ttl is not None
+        while not self._stop.wait(max(0.05, min(1.0, ttl / 4))):
+            now = time.monotonic()
+            with self._lock:
+                expired = [
+                    m
+                    for m in self._models
+                    if m.state == LOADED and not m.resident and not m.kept_because()
+                    and now - m.last_used >= ttl
+                ]  # fmt: skip
+                for model in expired:
+                    model.state = UNLOADING
+            for model in expired:
+                self._unload_now(model, "keep_alive")
+
+    def close(self) -> None:
+        """Unload every model the pool opened (server shutdown)."""
+        self._stop.set()
+        with self._lock:
+            self._closed = True
+            owned = [m for m in self._models if m.owned and m.session is not None]
+            for model in owned:
+                model.state = UNLOADING
+        for model in owned:
+            self._unload_now(model, "shutdown")
+
+
+def _load_failed(model: PoolModel) -> APIError:
+    failure = model.failure
+    if isinstance(failure, LocalinferError):
+        return from_localinfer_error(failure)
+    return APIError(500, f"loading model '{model.id}' failed: {failure}", code="model_error")
+
+
+def _still_waiting(model: PoolModel, blocked: str | None) -> APIError:
+    retry = {"Retry-After": str(RETRY_AFTER_S)}
+    if blocked:
+        message = f"model '{model.id}' cannot load yet: {blocked}; retry when they finish"
+        return APIError(503, message, code="memory_in_use", headers=retry)
+    message = f"model '{model.id}' is still loading; retry shortly"
+    return APIError(503, message, code="model_loading", headers=retry)
+
+
+def _not_together(models: Sequence[PoolModel]) -> str:
+    from localinfer.budget.memory import human_bytes
+
+    parts = [f"{m.id} {human_bytes(m.need.bytes)}" for m in models if m.need is not None]
+    cap = next((m.need for m in models if m.need is not None), None)
+    room = f" in the {human_bytes(cap.capacity)} of {cap.device}" if cap else ""
+    return f"the models named at start do not fit together{room}: {', '.join(parts)}"
