@@ -84,6 +84,7 @@ class SlotPlacer:
             log.info("KV tiers %s unused: %s", [s.name for s in stores], why)
         self.stores: tuple[KVStore, ...] = tuple(stores) if self.transfer else ()
         self.ram = next((s for s in self.stores if s.name == "ram"), None)
+        self.copy = True  # copies between slots (scripts/bench-prefix turns it off to compare)
         self.failures = 0  # copies and restores that fell back to a cold prefill
 
     # -- choosing --------------------------------------------------------------------------
@@ -124,7 +125,7 @@ class SlotPlacer:
         if self.transfer:
             others = [s for s in self.slots.slots if s is not slot]
             src = max(others, key=lambda s: held[s.index], default=None)
-            if src is not None and held[src.index] >= self.min_transfer:
+            if self.copy and src is not None and held[src.index] >= self.min_transfer:
                 options.append(Placement(slot, held[src.index], "copy", 1, src_slot=src.index))
             if tier is not None:
                 options.append(dataclasses.replace(tier, slot=slot))
