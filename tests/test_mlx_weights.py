@@ -17,6 +17,8 @@ mx = pytest.importorskip("mlx.core")
 
 import gguf  # noqa: E402
 
+from localinfer.backends.mlx.quant_affine import affine_quantize  # noqa: E402
+from localinfer.facts.quant import mlx_recipe_layout  # noqa: E402
 from localinfer.loading.loader import load_model  # noqa: E402
 from localinfer.loading.model import DictWeights, LoadedModel  # noqa: E402
 from tests.mlx_helpers import feed, make_runner, torch_runner  # noqa: E402
@@ -41,16 +43,32 @@ def test_half_dtypes_track_fp32(dtype, atol):
     assert (half.argmax(-1) == full.argmax(-1)).mean() >= 0.9
 
 
-def _affine_reference(model: LoadedModel, bits: int, group: int) -> LoadedModel:
-    """The model with every matrix replaced by its own quantize -> dequantize round trip (scales
-    and offsets rounded to float16, as the runner stores them beside float32 activations)."""
+_ROLE_OF = {"q_proj": "qkv", "k_proj": "qkv", "v_proj": "qkv", "o_proj": "o", "down_proj": "down"}
+
+
+def _role(name: str, tied: bool) -> str:
+    if "embed_tokens" in name:
+        return "head" if tied else "embed"
+    if "lm_head" in name:
+        return "head"
+    stem = name.split(".")[-2]
+    return _ROLE_OF.get(stem, "gate_up")
+
+
+def _affine_reference(model: LoadedModel, quant: str) -> LoadedModel:
+    """The model with every matrix replaced by its own quantize -> dequantize round trip in its
+    role's layout (scales and offsets in float16, as the runner stores them beside float32
+    activations)."""
+    layout = mlx_recipe_layout(quant, model.config.tied_embeddings)
+    assert layout is not None
     tensors = {}
     for name in model.weights.names():
         w = model.weights.get(name)
-        if w.ndim == 2 and w.shape[1] % group == 0:
-            q, s, b = mx.quantize(mx.array(w), group_size=group, bits=bits)
-            s, b = s.astype(mx.float16).astype(mx.float32), b.astype(mx.float16).astype(mx.float32)
-            w = np.array(mx.dequantize(q, s, b, group_size=group, bits=bits))
+        mq = layout[_role(name, model.config.tied_embeddings)] if w.ndim == 2 else None
+        if mq is not None and w.shape[1] % mq.group == 0:
+            q, s, b = affine_quantize(mx.array(w), mq.bits, mq.group, mx.float16)
+            s, b = s.astype(mx.float32), b.astype(mx.float32)
+            w = np.array(mx.dequantize(q, s, b, group_size=mq.group, bits=mq.bits))
         tensors[name] = w
     return LoadedModel(**{**_fields(model), "weights": DictWeights(tensors)})
 
@@ -60,18 +78,26 @@ def _fields(model: LoadedModel) -> dict[str, object]:
 
 
 @pytest.mark.parametrize(
-    "quant, bits, group", [("int4", 4, 64), ("int8-g32", 8, 32), ("int4-g128", 4, 128)]
+    "quant, label, bits, group",
+    [
+        ("int4", "int4", 4, 32),  # the mixed recipe: the untied head at 8 bits
+        ("int4-g64", "int4-g64", 4, 64),
+        ("int8-g32", "int8-g32", 8, 32),
+        ("int4-g128", "int4-g128", 4, 128),
+    ],
 )
-def test_quantize_on_load_equals_dequantized_weights(quant, bits, group):
+def test_quantize_on_load_equals_dequantized_weights(quant, label, bits, group):
     """int4/int8 on load runs the quantized kernels on exactly the weights a float runner gets
     from the quantize -> dequantize round trip: same logits up to float32 rounding."""
     model = tiny_model("llama", hidden_size=128, head_dim=32, ffn_size=256, tied_embeddings=False)
     tokens = random_tokens(24)
     quantized = make_runner(model, quant=quant)
-    assert quantized.info.quant == f"int{bits}-g{group}"
+    assert quantized.info.quant == label
     ours = feed(quantized, 0, tokens, [20, 1, 3])
-    expected = feed(make_runner(_affine_reference(model, bits, group)), 0, tokens, [20, 1, 3])
+    expected = feed(make_runner(_affine_reference(model, quant)), 0, tokens, [20, 1, 3])
     np.testing.assert_allclose(ours, expected, rtol=1e-4, atol=2e-4)
+    if quant == "int4":  # mixed widths: its bytes are checked in test_mlx_quant_recipe.py
+        return
     # And the quantized model is smaller than the float one by about the bit ratio.
     full = make_runner(model)
     ratio = quantized.memory().weights / full.memory().weights

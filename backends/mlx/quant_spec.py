@@ -6,42 +6,60 @@ Three ways to hold the weights:
   (MLX's affine format is exactly those blocks: group 32, one scale and one offset per group);
   other quantized GGUF types are dequantized to the compute dtype; float files stay float.
 * ``float`` — every tensor dequantized to the compute dtype (``quant="none"``).
-* ``affine`` — quantized on load with ``mx.quantize`` (``int4`` / ``int8``, group 64 by default;
-  ``int4-g32``, ``int8-g128`` ... pick the group; ``mlx-4bit``, ``mlx-8bit-g32`` are accepted as
-  the budget spells them). GGUF type names of other files map to the MLX layout with the same
-  block size: ``Q4_0`` / ``Q4_1`` -> 4-bit group 32, ``Q8_0`` -> 8-bit group 32.
+* ``affine`` — quantized on load (backends/mlx/quant_affine.py), each matrix by its role's
+  layout (localinfer/facts/quant.py ``mlx_recipe_layout``, the table the budget counts):
+  ``int4`` is the mixed recipe shared with torch (the LM head — the table too when tied — at
+  8 bits, layer matrices at 4 bits, groups of 32); ``int8`` / ``int4-g32`` / ``int8-g128`` ...
+  quantize every matrix alike (group 64 unless named); ``mlx-4bit``, ``mlx-8bit-g32`` are
+  accepted as the budget spells them. GGUF type names of other files map to the MLX layout with
+  the same block size: ``Q4_0`` / ``Q4_1`` -> 4-bit group 32, ``Q8_0`` -> 8-bit group 32.
 """
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Literal
 
 from localinfer.errors import UnsupportedModelError
+from localinfer.facts.quant import (
+    MLX_GGUF_BITS,
+    MLX_GROUPS,
+    MLX_MIXED_NAMES,
+    MLX_NAME_RE,
+    MatrixQuant,
+    mlx_recipe_layout,
+)
 
 # GGUF block types MLX's GGUF reader keeps quantized: type -> bits (group size is always 32).
-NATIVE_GGUF_BITS = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}
+NATIVE_GGUF_BITS = MLX_GGUF_BITS
 GGUF_GROUP_SIZE = 32
-GROUP_SIZES = (32, 64, 128)
-DEFAULT_GROUP_SIZE = 64
+GROUP_SIZES = MLX_GROUPS
 
 _FLOAT_NAMES = {"none", "float", "fp32", "f32", "float32", "bf16", "bfloat16", "fp16", "f16"}
-_AFFINE_RE = re.compile(r"^(?:int|mlx-|q)?(4|8)(?:bit|b)?(?:[-_:]?g(\d+))?$")
+MIXED_LABEL = "int4"
 
 
 @dataclass(slots=True, frozen=True)
 class QuantSpec:
     mode: Literal["native", "float", "affine"]
-    bits: int = 0  # affine only
-    group_size: int = 0  # affine only
+    bits: int = 0  # affine: the layer matrices' width
+    group_size: int = 0  # affine: the layer matrices' group
+    mixed: bool = False  # affine: the mixed int4 recipe (roles differ) rather than uniform
 
     @property
     def label(self) -> str:
         """Short name for RunnerInfo.quant (native is labelled by the caller with the file type)."""
         if self.mode == "affine":
-            return f"int{self.bits}-g{self.group_size}"
+            return MIXED_LABEL if self.mixed else f"int{self.bits}-g{self.group_size}"
         return self.mode
+
+    def layout(self, tied: bool) -> dict[str, MatrixQuant]:
+        """Role -> MatrixQuant (affine only); ``tied``: the table is the LM head."""
+        if self.mixed:
+            layout = mlx_recipe_layout(MIXED_LABEL, tied)
+            assert layout is not None
+            return layout
+        return mlx_recipe_layout(f"int{self.bits}-g{self.group_size}") or {}
 
 
 def parse_quant(quant: str | None, file_quant: str) -> QuantSpec:
@@ -55,18 +73,17 @@ def parse_quant(quant: str | None, file_quant: str) -> QuantSpec:
         return QuantSpec("native")
     if q.lower() in _FLOAT_NAMES:
         return QuantSpec("float")
-    if q.upper() in NATIVE_GGUF_BITS:
-        return QuantSpec("affine", NATIVE_GGUF_BITS[q.upper()], GGUF_GROUP_SIZE)
-    m = _AFFINE_RE.match(q.lower())
-    if m:
-        bits = int(m.group(1))
-        group = int(m.group(2)) if m.group(2) else DEFAULT_GROUP_SIZE
-        if group not in GROUP_SIZES:
-            raise UnsupportedModelError(
-                f"MLX quantization group size must be one of {GROUP_SIZES}, got {group}"
-            )
-        return QuantSpec("affine", bits, group)
+    layout = mlx_recipe_layout(q)
+    if layout is not None:
+        layers = layout["gate_up"]
+        return QuantSpec("affine", layers.bits, layers.group, q.lower() in MLX_MIXED_NAMES)
+    m = MLX_NAME_RE.match(q.lower())
+    if m:  # a width MLX has, in a group it has not
+        raise UnsupportedModelError(
+            f"MLX quantization group size must be one of {GROUP_SIZES}, got {m.group(2)}"
+        )
     raise UnsupportedModelError(
-        f"the mlx runner cannot quantize to {quant!r}; use int4, int8 (optionally "
-        f"-g32/-g64/-g128), Q4_0, Q4_1, Q8_0, none, or the file's own type ({file_quant})"
+        f"the mlx runner cannot quantize to {quant!r}; use int4 (the mixed recipe), int8 or "
+        f"int4/int8 with -g32/-g64/-g128, Q4_0, Q4_1, Q8_0, none, or the file's own type "
+        f"({file_quant})"
     )

@@ -13,6 +13,7 @@ import mlx.core as mx
 
 from localinfer.backends.mlx.layers import Matrix, Projection
 from localinfer.backends.mlx.native import dequantized, is_mlx_quantized_dir, native_matrices
+from localinfer.backends.mlx.quant_affine import affine_quantize
 from localinfer.backends.mlx.quant_spec import NATIVE_GGUF_BITS, QuantSpec
 from localinfer.errors import ModelFileError
 from localinfer.loading.model import LoadedModel
@@ -55,11 +56,14 @@ class ModelWeights:
 
 
 class _Builder:
-    """Builds each Matrix the way the QuantSpec says; remembers which formats it produced."""
+    """Builds each Matrix the way the QuantSpec says (by the matrix's role: facts/quant.py);
+    remembers which formats it produced."""
 
     def __init__(self, model: LoadedModel, spec: QuantSpec, dtype: mx.Dtype) -> None:
         self.source = model.weights
         self.spec = spec
+        # The untied layout: a tied table asks for the "head" role itself.
+        self.layout = spec.layout(tied=False) if spec.mode == "affine" else {}
         self.dtype = dtype
         # Quantization scales: the compute dtype when it is 16-bit; float16 beside float32
         # activations (MLX promotes), so a quantized model is as small as the budget says.
@@ -76,7 +80,7 @@ class _Builder:
     def maybe_vector(self, name: str) -> mx.array | None:
         return self.vector(name) if name in self.names else None
 
-    def matrix(self, name: str, bias: str | None = None) -> Matrix:
+    def matrix(self, name: str, role: str, bias: str | None = None) -> Matrix:
         b = self.maybe_vector(bias) if bias else None
         stored = self.native.pop(name, None)
         if stored is not None and self.spec.mode == "native":
@@ -88,17 +92,13 @@ class _Builder:
             w = dequantized(stored[0], self.dtype)
         else:
             w = mx.array(self.source.get(name)).astype(self.dtype)  # [out, in]
-        if self.spec.mode == "affine" and w.shape[-1] % self.spec.group_size == 0:
-            q, scales, biases = mx.quantize(w, group_size=self.spec.group_size, bits=self.spec.bits)
+        mq = self.layout.get(role)
+        if mq is not None and w.shape[-1] % mq.group == 0:
+            q, scales, biases = affine_quantize(w, mq.bits, mq.group, self.scale_dtype)
+            # Now, not at the end: the float source of every matrix would otherwise stay alive.
+            mx.eval(q, scales, biases)
             self.formats.add(self.spec.label)
-            return Matrix(
-                q,
-                scales.astype(self.scale_dtype),
-                biases.astype(self.scale_dtype),
-                b,
-                group_size=self.spec.group_size,
-                bits=self.spec.bits,
-            )
+            return Matrix(q, scales, biases, b, group_size=mq.group, bits=mq.bits)
         # Too narrow for the group size (only tiny test models): stays float.
         self.formats.add("float")
         return Matrix(w, bias=b)
@@ -108,19 +108,18 @@ def load_weights(model: LoadedModel, spec: QuantSpec, dtype: mx.Dtype) -> ModelW
     """Build and evaluate every array the model runs on."""
     c: ModelConfig = model.config
     b = _Builder(model, spec, dtype)
+    tied = c.tied_embeddings or "lm_head.weight" not in (b.names | set(b.native))
     try:
-        embed = b.matrix("model.embed_tokens.weight")
-        if c.tied_embeddings or "lm_head.weight" not in (b.names | set(b.native)):
-            lm_head = embed
-        else:
-            lm_head = b.matrix("lm_head.weight")
+        # A tied table is the LM head too: it is quantized as the head is.
+        embed = b.matrix("model.embed_tokens.weight", "head" if tied else "embed")
+        lm_head = embed if tied else b.matrix("lm_head.weight", "head")
         layers = []
         for i in range(c.n_layers):
             p = f"model.layers.{i}."
             a = p + "self_attn."
             bias = c.attention_bias
             qkv = [
-                b.matrix(a + f"{n}_proj.weight", a + f"{n}_proj.bias" if bias else None)
+                b.matrix(a + f"{n}_proj.weight", "qkv", a + f"{n}_proj.bias" if bias else None)
                 for n in ("q", "k", "v")
             ]
             layers.append(
@@ -129,12 +128,15 @@ def load_weights(model: LoadedModel, spec: QuantSpec, dtype: mx.Dtype) -> ModelW
                     qkv=Projection(qkv),
                     q_norm=b.vector(a + "q_norm.weight") if c.qk_norm else None,
                     k_norm=b.vector(a + "k_norm.weight") if c.qk_norm else None,
-                    o=b.matrix(a + "o_proj.weight"),
+                    o=b.matrix(a + "o_proj.weight", "o"),
                     post_norm=b.vector(p + "post_attention_layernorm.weight"),
                     gate_up=Projection(
-                        [b.matrix(p + "mlp.gate_proj.weight"), b.matrix(p + "mlp.up_proj.weight")]
+                        [
+                            b.matrix(p + "mlp.gate_proj.weight", "gate_up"),
+                            b.matrix(p + "mlp.up_proj.weight", "gate_up"),
+                        ]
                     ),
-                    down=b.matrix(p + "mlp.down_proj.weight"),
+                    down=b.matrix(p + "mlp.down_proj.weight", "down"),
                     sliding=i in c.sliding_layers and c.sliding_window is not None,
                 )
             )

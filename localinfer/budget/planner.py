@@ -11,7 +11,7 @@ from localinfer.budget.memory import human_bytes
 from localinfer.budget.model_facts import ModelFacts
 from localinfer.budget.quant import KVDtype
 from localinfer.facts.arch import ArchSpec, active_ffn_width
-from localinfer.facts.quant import torch_quant_bytes
+from localinfer.facts.quant import mlx_quant_bytes, torch_quant_bytes
 
 MAX_SEQUENCES = 4096  # upper end of the max-concurrency search
 ACTIVATION_BYTES = 4  # activations and logits are float32 on every backend
@@ -139,17 +139,18 @@ class Planner:
             return None
         return header.kept_block_bytes if self.profile.keeps_blocks() else None
 
-    def torch_recipe_bytes(self, quant: str) -> int | None:
-        """The torch runner's int8 / int4 bytes, exactly (every matrix in its recipe's layout);
-        None on other backends or for other names."""
-        if (
-            not self.profile.holds_compute_dtype
-            or self.facts.header is not None
-            and (quant == self.facts.header.quant)
-        ):
+    def recipe_bytes(self, quant: str) -> int | None:
+        """The torch or MLX runner's bytes for a quantization it makes on load (int8, int4 ...),
+        exactly (every matrix in its recipe's layout); None on llama.cpp, for the file's own
+        quantization and for other names."""
+        if self.facts.header is not None and quant == self.facts.header.quant:
             return None
         float_bytes = 4 if self.compute_dtype() == "float32" else 2
-        return torch_quant_bytes(self.facts.arch, quant, float_bytes)
+        if self.profile.holds_compute_dtype:
+            return torch_quant_bytes(self.facts.arch, quant, float_bytes)
+        if self.profile.name == "mlx":
+            return mlx_quant_bytes(self.facts.arch, quant, float_bytes)
+        return None
 
     def breakdown(self, quant: str, ctx: int, sequences: int, kv: KVDtype) -> Breakdown:
         kept = self.kept_blocks(quant)
@@ -162,9 +163,10 @@ class Planner:
         stored = self.stored_quant(quant)
         weights, source = self.facts.weights(stored)
         arch = self.facts.arch
-        exact = self.torch_recipe_bytes(stored)
+        exact = self.recipe_bytes(stored)
         if exact is not None:
-            weights, source = exact, f"torch {stored} recipe, matrix by matrix (facts/quant.py)"
+            weights = exact
+            source = f"{self.profile.name} {stored} recipe, matrix by matrix (facts/quant.py)"
         if stored != quant:
             source = f"torch dequantizes {quant} to {stored}: {source}"
         if (

@@ -151,10 +151,7 @@ def torch_recipe_layout(quant: str, tied: bool = True) -> dict[str, MatrixQuant]
         return None
     bits, group = int(m.group(1)), int(m.group(2) or 0)
     if bits == 4 and not group:
-        mixed = dict(MIXED_INT4)
-        if tied:
-            mixed["embed"] = mixed["head"]
-        return mixed
+        return mixed_int4_layout(tied)
     if group and group not in TORCH_INT_GROUPS:
         return None
     one = MatrixQuant(bits, group)
@@ -185,4 +182,80 @@ def torch_quant_bytes(arch: ArchSpec, quant: str, float_bytes: int = 4) -> int |
     total = arch.n_layers * layer + layout["embed"].nbytes(arch.vocab_size, h) + 4 * h
     if not arch.tied_embeddings:
         total += layout["head"].nbytes(arch.vocab_size, h)
+    return total
+
+
+# -- The MLX runner's recipes: the same role table, MLX's affine storage ------------------------
+# MLX stores every quantized matrix as codes plus a 16-bit scale and bias per group (float16
+# beside float32 activations, else the compute dtype): 4-bit g32 is 5.0 bits per weight, 8-bit
+# g32 9.0. ``int4`` is MIXED_INT4 itself; the quantizer is min/max as torch's int4 is
+# (backends/mlx/quant_affine.py), so both backends hold the same 4-bit codes for the layers.
+
+MLX_GROUPS = (32, 64, 128)
+MLX_DEFAULT_GROUP = 64  # of the uniform names (int8, int4-gN's default, mlx-4bit, mlx-8bit)
+MLX_GGUF_BITS = {"Q4_0": 4, "Q4_1": 4, "Q8_0": 8}  # GGUF names -> the same block size (32)
+MLX_MIXED_NAMES = ("int4", "q4")
+MLX_NAME_RE = re.compile(r"^(?:int|mlx-|q)?(4|8)(?:bit|b)?(?:[-_:]?g(\d+))?$")
+
+
+def mixed_int4_layout(tied: bool) -> dict[str, MatrixQuant]:
+    """MIXED_INT4, whose table is held as the head where the model is ``tied``."""
+    mixed = dict(MIXED_INT4)
+    if tied:
+        mixed["embed"] = mixed["head"]
+    return mixed
+
+
+def mlx_recipe_layout(quant: str, tied: bool = True) -> dict[str, MatrixQuant] | None:
+    """Role -> MatrixQuant of the MLX runner's affine ``quant``: ``int4`` (``q4``) the mixed
+    recipe shared with torch; ``int8``, ``int4-gN``, ``mlx-4bit(-gN)``, ``mlx-8bit`` every
+    matrix alike (group 64 unless named); ``Q4_0`` / ``Q4_1`` / ``Q8_0`` every matrix at that
+    width in groups of 32. None for a name MLX does not quantize to (a bad group included)."""
+    name = quant.strip()
+    if name.upper() in MLX_GGUF_BITS:
+        return dict.fromkeys(TORCH_ROLES, MatrixQuant(MLX_GGUF_BITS[name.upper()], 32))
+    m = MLX_NAME_RE.match(name.lower())
+    if not m:
+        return None
+    if name.lower() in MLX_MIXED_NAMES:
+        return mixed_int4_layout(tied)
+    group = int(m.group(2) or MLX_DEFAULT_GROUP)
+    if group not in MLX_GROUPS:
+        return None
+    return dict.fromkeys(TORCH_ROLES, MatrixQuant(int(m.group(1)), group))
+
+
+def mlx_matrix_bytes(mq: MatrixQuant, rows: int, cols: int, float_bytes: int) -> int:
+    """Bytes MLX holds for one ``[rows, cols]`` matrix stored as ``mq``: packed codes and a
+    16-bit scale and bias per group; a matrix whose width is not a whole number of groups stays
+    in the compute dtype (as backends/mlx/weights.py leaves it)."""
+    if cols % mq.group:
+        return rows * cols * float_bytes
+    return rows * cols * mq.bits // 8 + rows * (cols // mq.group) * 2 * 2
+
+
+def mlx_quant_bytes(arch: ArchSpec, quant: str, float_bytes: int = 4) -> int | None:
+    """Exactly the bytes the MLX runner holds for ``arch`` quantized on load as ``quant``: every
+    matrix in its role's layout, the tied head shared with the table, norms and q|k|v biases in
+    the compute dtype (``float_bytes``). None for other names and for MoE / MLA models."""
+    layout = mlx_recipe_layout(quant, arch.tied_embeddings)
+    if layout is None or arch.is_moe or arch.is_mla:
+        return None
+    h, f, hd = arch.hidden_size, arch.ffn_size, arch.head_dim
+    q, kv = arch.n_heads * hd, arch.n_kv_heads * hd
+
+    def mat(role: str, rows: int, cols: int) -> int:
+        return mlx_matrix_bytes(layout[role], rows, cols, float_bytes)
+
+    layer = (
+        mat("qkv", q + 2 * kv, h)
+        + mat("o", h, q)
+        + mat("gate_up", 2 * f, h)
+        + mat("down", h, f)
+        + float_bytes * (2 * h + (2 * hd if arch.qk_norm else 0))
+        + (float_bytes * (q + 2 * kv) if arch.attention_bias else 0)
+    )
+    total = arch.n_layers * layer + mat("embed", arch.vocab_size, h) + float_bytes * h
+    if not arch.tied_embeddings:
+        total += mat("head", arch.vocab_size, h)
     return total

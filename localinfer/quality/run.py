@@ -129,7 +129,7 @@ def measure_quality(model: LoadedModel, opts: QualityOptions) -> QualityReport:
             rows.append(
                 QualityRow(
                     r.info.backend, r.info.quant, s.perplexity, s.mean_kl, s.top1_agreement,
-                    r.memory().weights, budget_weights(c.model, _budget_name(r), r.info.backend),
+                    r.memory().weights, budget_weights(c.model, r.info.quant, r.info.backend),
                     speed(r),
                 )
             )  # fmt: skip
@@ -137,13 +137,3 @@ def measure_quality(model: LoadedModel, opts: QualityOptions) -> QualityReport:
     finally:
         for r in [reference, *(c.runner for c in candidates)]:
             r.close()
-
-
-def _budget_name(runner: Runner) -> str:
-    """The budget's name for what a runner holds: torch's labels are the budget's own
-    (int8, int4-g64 ...); MLX's affine int4-gN / int8-gN map to mlx-4bit / mlx-8bit names."""
-    label, backend = runner.info.quant, runner.info.backend
-    if backend == "mlx" and label.startswith("int"):
-        bits, _, group = label[3:].partition("-g")
-        return f"mlx-{bits}bit" + ("" if group in ("", "64") else f"-g{group}")
-    return label
