@@ -182,7 +182,8 @@ class ModelPool:
         return model.view()
 
     async def _wait_loaded(self, model: PoolModel, *, take_lease: bool) -> Lease | None:
-        await run_in_threadpool(self._know_need, model)
+        if not model.need_known:  # once per model: it reads the file's headers
+            await run_in_threadpool(self._know_need, model)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.wait_s
         watching: int | None = None  # the load attempt this request waits on
