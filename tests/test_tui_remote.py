@@ -243,3 +243,22 @@ def test_chat_url_flags_are_checked_before_anything_starts(argv, flag):
 
 def test_a_v1_address_means_the_same_server():
     assert chat_command._remote_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000"
+
+
+def test_the_memory_panel_shows_what_the_server_lists():
+    import httpx
+
+    card = {"id": "m", "object": "model", "state": "loaded", "budget_bytes": 3 << 30}
+    card["device"] = "cpu"
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        assert request.url.path == "/v1/models"
+        return httpx.Response(200, json={"object": "list", "data": [card]})
+
+    host = RemoteHost("http://server", transport=httpx.MockTransport(answer))
+    host.load(host.settings)
+    shown = render_memory(host.memory()).plain
+    assert shown.splitlines() == ["served by http://server", "budget      3.0 GiB (loaded) on cpu"]
+    del card["budget_bytes"]
+    assert "publishes no memory figures" in render_memory(host.memory()).plain
+    host.close()

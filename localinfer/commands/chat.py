@@ -8,9 +8,15 @@ from __future__ import annotations
 
 import argparse
 import os
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from localinfer.command_help import command_parser
+from localinfer.kv_options import add_kv_options
 from localinfer.model_options import DRAFT_HELP, add_model_options
+
+if TYPE_CHECKING:
+    from localinfer.kv_options import KVTierOptions
 
 API_KEY_ENV = "LOCALINFER_API_KEY"  # as `localinfer serve` reads it
 
@@ -28,6 +34,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--draft", default=None, metavar="ngram|auto|MODEL|off", help=DRAFT_HELP)
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=512)
+    # The chat's disk tier is on by default (beside the conversations): see kv_tiers().
+    add_kv_options(parser)
     parser.add_argument(
         "--url",
         default=None,
@@ -68,6 +76,35 @@ def _api_key(args: argparse.Namespace) -> str | None:
     return key
 
 
+def kv_tiers(args: argparse.Namespace, conversations: Path) -> KVTierOptions:
+    """The chat's KV tiers: what --kv-ram/--kv-disk/--kv-disk-cap say, the disk tier in
+    ``conversations``/kv unless --kv-disk names another folder or ``off``. A conversation left
+    is kept there, so reopening it restores its prompt instead of computing it again."""
+    from dataclasses import replace
+
+    from localinfer.kv_options import kv_settings
+
+    options: KVTierOptions = kv_settings(args)["kv"]
+    disk = options.disk
+    if disk is None:
+        disk = conversations / "kv"
+    elif str(disk) == "off":
+        disk = None
+    return replace(options, disk=disk)
+
+
+def _no_kv_flags_with_url(args: argparse.Namespace) -> None:
+    from localinfer.errors import InvalidParameterError
+
+    given = [f for f in ("kv_ram", "kv_disk", "kv_disk_cap") if getattr(args, f, None) is not None]
+    if given and args.url is not None:
+        flag = "--" + given[0].replace("_", "-")
+        raise InvalidParameterError(
+            f"{flag} is for a model loaded here; with --url the server keeps its own KV "
+            "(`localinfer serve --kv-disk DIR`)"
+        )
+
+
 def run(args: argparse.Namespace) -> int:
     from functools import partial
 
@@ -81,6 +118,7 @@ def run(args: argparse.Namespace) -> int:
     if args.slots < 1:
         raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
     api_key = _api_key(args)
+    _no_kv_flags_with_url(args)
     settings = ChatSettings(
         model=args.model,
         backend=args.backend,
@@ -101,7 +139,11 @@ def run(args: argparse.Namespace) -> int:
     else:
         # The model starts loading now, while the engine and Textual import and the window comes
         # up; the app's load worker collects it and shows progress until then.
-        local = ChatHost(settings, opener=partial(open_with_settings, force=args.force))
+        from localinfer.conversations import default_root
+
+        kv = kv_tiers(args, default_root())
+        opener = partial(open_with_settings, force=args.force, kv=kv)
+        local = ChatHost(settings, opener=opener)
         local.load_in_background(settings)
         host = local
     try:

@@ -8,6 +8,8 @@ the threading rule they follow.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from pathlib import Path
 
 from textual.app import ComposeResult
@@ -23,6 +25,10 @@ from localinfer.tui.memory_bar import MemoryBar
 from localinfer.tui.model_actions import ModelActions
 from localinfer.tui.prompt_input import PromptInput
 from localinfer.tui.stats_panel import StatsPanel
+
+# How long quitting waits for the conversation's KV to be kept (the session's close writes the
+# tiers to disk after that).
+QUIT_KV_WAIT_S = 5.0
 
 CHAT_ACTIONS = frozenset(
     {
@@ -98,4 +104,9 @@ class ChatApp(AnswerActions, ModelActions):
     async def action_quit(self) -> None:
         if self._request_id is not None and self.answering:
             self.host.abort(self._request_id)
+        keeping = self.keep_conversation_kv()
+        if keeping is not None:
+            # Bounded: a slow disk costs the next open a prefill, never a hung quit.
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(keeping.wait(), QUIT_KV_WAIT_S)
         self.exit()

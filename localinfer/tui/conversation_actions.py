@@ -1,9 +1,18 @@
 """The chat's conversation keys: new (Ctrl+N), open (Ctrl+O), system prompt (Ctrl+T), copy
-the last answer (Ctrl+R), and saving each answered turn in a worker."""
+the last answer (Ctrl+R), and saving each answered turn in a worker.
+
+A conversation the chat leaves (a new one, another opened, the chat quit) has its KV kept in
+the session's KV tiers (the disk tier beside the conversations by default), so opening it again
+later, in this process or the next, restores its prompt instead of computing it again. Keeping
+runs in a worker: the engine thread does it between steps.
+"""
 
 from __future__ import annotations
 
+import logging
+
 from textual import on, work
+from textual.worker import Worker
 
 from localinfer.conversations import Conversation, ConversationError
 from localinfer.errors import LocalinferError
@@ -12,6 +21,8 @@ from localinfer.tui.conversations_screen import ConversationsScreen
 from localinfer.tui.live_stats import StatsSnapshot
 from localinfer.tui.messages import ConversationsListed
 from localinfer.tui.system_prompt_screen import SystemPromptScreen
+
+log = logging.getLogger(__name__)
 
 
 class ConversationActions(ChatAppBase):
@@ -24,10 +35,27 @@ class ConversationActions(ChatAppBase):
                 self.notify, f"Could not save the conversation: {exc}", severity="error"
             )
 
+    def keep_conversation_kv(self) -> Worker[int] | None:
+        """Keep the current conversation's KV in the session's tiers (None: nothing to keep)."""
+        if not self.host.loaded or not any(
+            m.role == "assistant" for m in self.conversation.messages
+        ):
+            return None
+        return self.persist_kv(self.conversation.prompt_messages())
+
+    @work(thread=True, group="persist-kv")  # not exclusive: two closed conversations keep both
+    def persist_kv(self, messages: list[dict[str, str]]) -> int:
+        try:
+            return self.host.persist_kv(messages)
+        except Exception:  # noqa: BLE001 - only a later prefill is lost; the text is saved
+            log.exception("keeping the conversation's KV failed")
+            return 0
+
     def action_new_conversation(self) -> None:
         if self.answering:
             self.notify("Stop the answer first (Esc).", severity="warning")
             return
+        self.keep_conversation_kv()
         self.conversation = Conversation(system_prompt=self.conversation.system_prompt)
         self.view.clear()
         self.stats.show_answer(StatsSnapshot())
@@ -56,6 +84,8 @@ class ConversationActions(ChatAppBase):
         except ConversationError as exc:
             self.view.add_notice(str(exc), error=True)
             return
+        if conversation.id != self.conversation.id:
+            self.keep_conversation_kv()
         self.conversation = conversation
         self.view.show_conversation(conversation)
         answers = [m.content for m in conversation.messages if m.role == "assistant"]

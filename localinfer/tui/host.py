@@ -24,6 +24,7 @@ __all__ = ["ChatHost", "MemoryFigures", "MemoryParts", "ModelChoice", "open_with
 if TYPE_CHECKING:  # the engine package is heavy; `localinfer chat` imports it in the preload
     from localinfer.budget.measured import LoadGrowth
     from localinfer.engine.types import EngineMetrics, Request, SamplingParams
+    from localinfer.kv_options import KVTierOptions
 
 
 class EngineLike(Protocol):
@@ -74,6 +75,8 @@ class MemoryFigures:
     reserved: int | None = None
     library_preloaded: bool = False  # the growth lacks the backend's library (loaded before)
     served_by: str | None = None  # "served by URL": the model lives in another process
+    served_budget: int | None = None  # the server's budget total for its model, if it says
+    served_state: str | None = None  # the server's word for its model: loaded, loading...
 
 
 Opener = Callable[[ChatSettings], SessionLike]
@@ -88,14 +91,19 @@ class _Opened:
     growth: LoadGrowth | None  # the process's RSS growth over the load
 
 
-def open_with_settings(settings: ChatSettings, *, force: bool = False) -> SessionLike:
+def open_with_settings(
+    settings: ChatSettings, *, force: bool = False, kv: KVTierOptions | None = None
+) -> SessionLike:
     """Open a session the way `localinfer chat` does (imports the engine stack on first call);
-    ``force``: load even what the budget says does not fit (`chat --force`)."""
+    ``force``: load even what the budget says does not fit (`chat --force`); ``kv``: the KV
+    tiers (--kv-ram/--kv-disk), where a closed conversation's KV is kept."""
     from localinfer.session import open_session
 
     draft = {"off": None, "ngram": "ngram", "draft": settings.draft}[settings.speculative]
     sizes = {name: getattr(settings, name) for name in ("backend", "ctx", "slots", "threads")}
-    return open_session(settings.model, quant=settings.quant, draft=draft, force=force, **sizes)
+    return open_session(
+        settings.model, quant=settings.quant, draft=draft, force=force, kv=kv, **sizes
+    )
 
 
 class ChatHost:
@@ -227,7 +235,20 @@ class ChatHost:
         return str(self.session.model.name)
 
     def notice(self) -> str | None:
-        return getattr(self.session, "runner_notice", None)
+        session = self.session
+        # The runner's choice, and why KV tiers asked for are off (when they are).
+        notices = [getattr(session, "runner_notice", None)]
+        notices.append(getattr(getattr(session, "tiers", None), "notice", None))
+        return " · ".join(n for n in notices if n) or None
+
+    def persist_kv(self, messages: Sequence[dict[str, str]]) -> int:
+        """Keep the KV of the conversation ``messages`` in the session's KV tiers (the chat
+        closes it); how many tokens were kept, 0 without tiers. Blocks: call from a worker."""
+        session = self._session
+        persist = getattr(session, "persist_kv", None)  # a session without tiers may lack it
+        if session is None or persist is None:
+            return 0
+        return int(persist(session.chat_prompt_ids(messages)))
 
     # -- answering ---------------------------------------------------------------------------
 

@@ -44,15 +44,11 @@ def _bar(parts: MemoryParts, scale: int, width: int) -> Text:
 def render_memory(figures: MemoryFigures, width: int = BAR_WIDTH) -> Text:
     """Budget and measured bars on one scale (the larger total), then the machine's share.
     A model served by another process: what its server says, if anything, under its name."""
+    if figures.served_by:
+        return _render_served(figures)
     rows = [("budget", figures.predicted), ("measured", figures.measured)]
     scale = max((p.total for _, p in rows if p is not None), default=0)
     out = Text()
-    if figures.served_by:
-        out.append(figures.served_by, style="bold")
-        if figures.predicted is None and figures.measured is None:
-            out.append("\nthe server publishes no memory figures", style="dim")
-            return out
-        out.append("\n")
     for label, parts in rows:
         out.append(f"{label:<9}")
         if parts is None:
@@ -87,6 +83,20 @@ def render_memory(figures: MemoryFigures, width: int = BAR_WIDTH) -> Text:
         out.append(f"{'free':<9}{human_bytes(free):>10}")
     else:
         out.append("unavailable", style="dim")
+    if figures.device:
+        out.append(f" on {figures.device}", style="dim")
+    return out
+
+
+def _render_served(figures: MemoryFigures) -> Text:
+    """A model in another process: what its server lists of it (nothing is measured here)."""
+    out = Text(figures.served_by or "", style="bold")
+    if figures.served_budget is None:
+        out.append("\nthe server publishes no memory figures", style="dim")
+        return out
+    out.append(f"\n{'budget':<9}{human_bytes(figures.served_budget):>10}")
+    if figures.served_state:
+        out.append(f" ({figures.served_state})", style="dim")
     if figures.device:
         out.append(f" on {figures.device}", style="dim")
     return out

@@ -18,7 +18,7 @@ import httpx
 from localinfer.engine.types import EngineMetrics, SamplingParams, StreamEvent
 from localinfer.errors import LocalinferError
 from localinfer.tui.answer_source import HintedError, PreparedPrompt
-from localinfer.tui.host import MemoryFigures, MemoryParts
+from localinfer.tui.host import MemoryFigures
 from localinfer.tui.model_list import ModelChoice
 from localinfer.tui.remote_metrics import engine_metrics_from
 from localinfer.tui.remote_stream import RemoteAnswer, error_message, refusal, unreachable
@@ -128,6 +128,9 @@ class RemoteHost:
             parts.append(f"ctx {self._card['max_model_len']}")
         return " · ".join(parts)
 
+    def persist_kv(self, messages: Sequence[dict[str, str]]) -> int:
+        return 0  # the server's KV tiers are its own business (`serve --kv-disk`)
+
     def model_choices(self, ctx: int | None = None) -> list[ModelChoice]:
         raise HintedError(
             f"the model is chosen where `localinfer serve` runs ({self.remote_url})",
@@ -202,15 +205,22 @@ class RemoteHost:
         return engine_metrics_from(response.text, self._model)
 
     def memory(self) -> MemoryFigures:
-        """What ``/v1/models`` says of the model's memory; always names the server."""
+        """What ``/v1/models`` says of the model (its budget's total, state and device, where
+        the server lists them); always names the server."""
         served_by = f"served by {self.remote_url}"
         try:
             cards = self.served_models()
         except HintedError:
             return MemoryFigures(served_by=served_by)
         card = _pick(cards, self._model) or {}
-        predicted, available = _budget_parts(card)
-        return MemoryFigures(predicted=predicted, available=available, served_by=served_by)
+        budget = card.get("budget_bytes")
+        device = card.get("device")
+        return MemoryFigures(
+            device=device if isinstance(device, str) else "",
+            served_by=served_by,
+            served_budget=budget if isinstance(budget, int) and budget >= 0 else None,
+            served_state=str(card["state"]) if card.get("state") else None,
+        )
 
 
 def _needs_this_process(before: ChatSettings, after: ChatSettings) -> bool:
@@ -225,20 +235,3 @@ def _pick(cards: list[dict[str, Any]], wanted: str | None) -> dict[str, Any] | N
         return next((c for c in cards if c["id"] == wanted), None)
     loaded = [c for c in cards if c.get("state") in (None, "loaded")]
     return (loaded or cards or [None])[0]
-
-
-def _budget_parts(card: dict[str, Any]) -> tuple[MemoryParts | None, int | None]:
-    """The budget a card carries, if it carries one in `localinfer budget`'s names."""
-    budget = card.get("budget")
-    if not isinstance(budget, dict):
-        return None, None
-
-    def size(name: str) -> int | None:
-        value = budget.get(name)
-        return int(value) if isinstance(value, (int, float)) and value >= 0 else None
-
-    weights, kv, overhead = size("weights_bytes"), size("kv_cache_bytes"), size("overhead_bytes")
-    parts = None
-    if weights is not None and kv is not None:
-        parts = MemoryParts(weights, kv, overhead or 0)
-    return parts, size("available_bytes")
