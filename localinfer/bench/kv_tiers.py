@@ -153,7 +153,10 @@ def alternating_row(open_kw: dict[str, Any], turns: int, answer_tokens: int) -> 
         off.close()
     ram = after.get("ram", 0) - before.get("ram", 0)
     c, p = statistics.median(x[0] for x in cached), statistics.median(x[1] for x in cached)
-    note = f"{len(warm)} turns; cached median {c:.0f} of {p:.0f} prompt tokens ({ram} from RAM)"
+    note = (
+        f"{on.backend}; {len(warm)} turns; cached median {c:.0f} of {p:.0f} prompt tokens "
+        f"({ram} from RAM)"
+    )
     return TierRow(name, statistics.median(warm), statistics.median(cold), note, TARGET)
 
 
@@ -186,8 +189,10 @@ def shared_system_row(open_kw: dict[str, Any], answer_tokens: int) -> TierRow:
     ]
     answer = SamplingParams(max_tokens=answer_tokens)
     results: dict[bool, list[Any]] = {}
+    backend = ""
     for copy in (True, False):
         with open_session(**open_kw, slots=4) as s:
+            backend = s.backend
             s.engine._scheduler.placer.copy = copy  # the one switch this row compares
             warm_up(s)
             prompts = [
@@ -205,8 +210,8 @@ def shared_system_row(open_kw: dict[str, Any], answer_tokens: int) -> TierRow:
     on = statistics.median(r.metrics.ttft_s for r in results[True])
     off = statistics.median(r.metrics.ttft_s for r in results[False])
     note = (
-        f"copy on vs off; {shared}-token shared prefix prefilled {sys_prefilled[True]} vs "
-        f"{sys_prefilled[False]} tokens in all"
+        f"{backend}; copy on vs off; {shared}-token shared prefix prefilled "
+        f"{sys_prefilled[True]} vs {sys_prefilled[False]} tokens in all"
     )
     return TierRow(name, on, off, note)
 
@@ -240,6 +245,7 @@ def disk_restart_row(
                 {"role": "user", "content": "And in one word?"},
             ]
             nxt = s.chat_prompt_ids(messages)
+            backend = s.backend
         ids_file = Path(tmp) / "ids.json"
         ids_file.write_text(json.dumps(nxt))
         log(f"disk row: {stored} tokens written by the first process; prompt {len(nxt)} tokens")
@@ -251,7 +257,7 @@ def disk_restart_row(
             cold.append(c["ttft_s"])
             cached.append(w["cached"])
     note = (
-        f"prompt {len(nxt)} tokens, {statistics.median(cached):.0f} restored from disk "
+        f"{backend}; prompt {len(nxt)} tokens, {statistics.median(cached):.0f} restored from disk "
         f"(first process stored {stored}); medians of {repeats} new processes each"
     )
     return TierRow(name, statistics.median(warm), statistics.median(cold), note, TARGET)
