@@ -8,6 +8,7 @@ the memory limit is the budget's own figures for these models, so "fits only one
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import threading
@@ -29,7 +30,7 @@ from tests.serve_process import running_server
 from tests.test_server_support import wait_until
 
 SMOL = "smollm2-135m"
-SETTINGS = LoadSettings(slots=1, ctx=256, threads=1, models_from="local")
+SETTINGS = LoadSettings(slots=1, ctx=256, models_from="local", options={"threads": 1})
 
 
 @pytest.fixture(scope="module")
@@ -97,7 +98,7 @@ def served(
     models_from: str = "local",
 ) -> Iterator[Pool]:
     """`serve START... --device memory --keep-alive ... --pin ...` as its pool, on a socket."""
-    settings = LoadSettings(slots=1, ctx=256, threads=1, models_from=models_from, memory=memory)
+    settings = dataclasses.replace(SETTINGS, models_from=models_from, memory=memory)
     supply = ServeSupply(settings, [*start, *pins])
     pool = ModelPool(supply, PoolSettings(keep_alive_s=keep_alive, wait_s=wait))
     sources = [named_source(supply, name) for name in start]
@@ -336,7 +337,7 @@ def test_load_and_unload_routes(tiny: tuple[str, str]) -> None:
 def test_start_up_models_that_do_not_fit_together_stop_the_server(
     tiny: tuple[str, str], needs: dict[str, int]
 ) -> None:
-    settings = LoadSettings(slots=1, ctx=256, threads=1, memory=needs[SMOL])
+    settings = dataclasses.replace(SETTINGS, memory=needs[SMOL])
     supply = ServeSupply(settings, [SMOL, tiny[0]])
     pool = ModelPool(supply, PoolSettings(keep_alive_s=None))
     sources = [named_source(supply, name) for name in (SMOL, tiny[0])]

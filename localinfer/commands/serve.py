@@ -323,16 +323,22 @@ def _supply(args: argparse.Namespace) -> tuple[Any, list[tuple[int, str]]]:
             memory = parse_size(args.device)
         except InvalidParameterError as exc:
             raise InvalidParameterError(f"--device: {exc}") from None
-    settings = LoadSettings(
-        memory=memory,
-        models_from=args.models_from,
-        slots=args.slots,
-        dtype=args.dtype,
-        max_queue=args.max_queue,
-        cache_reuse=args.cache_reuse,
+    options = {
+        "slots": args.slots,
+        "dtype": args.dtype,
+        "max_queue": args.max_queue,
+        "cache_reuse": args.cache_reuse,
         **kv_settings(args),
         **draft_settings(args),
         **model_settings(args),
+    }
+    typed = {name: options.pop(name) for name in ("slots", "ctx", "backend", "quant", "dtype")}
+    settings = LoadSettings(
+        **typed,
+        force=options.pop("force"),
+        memory=memory,
+        models_from=args.models_from,
+        options=options,
     )
     names = list(dict.fromkeys(args.model or [DEFAULT_MODEL]))
     return ServeSupply(settings, [*names, *args.pin]), list(enumerate(names))

@@ -15,8 +15,8 @@ counted against that device's free memory read once, or against ``--device SIZE`
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,7 +30,6 @@ from localinfer.server.memory_plan import BudgetNeed
 from localinfer.server.pool_model import ModelSource
 
 if TYPE_CHECKING:
-    from localinfer.kv_options import KVTierOptions
     from localinfer.server.served_session import ServedSession
 
 MODELS_FROM = ("catalog", "local", "none")
@@ -45,15 +44,11 @@ class LoadSettings:
     backend: str | None = None
     quant: str | None = None
     dtype: str | None = None
-    threads: int | None = None
-    max_queue: int = 64
-    cache_reuse: int = 0
-    kv: KVTierOptions | None = None
-    draft: str | None = None
-    draft_backend: str | None = None
     force: bool = False  # load without the budget: models are then not counted either
     memory: int | None = None  # --device SIZE: what the models share; None: the device's free
     models_from: str = "catalog"
+    # open_session's other keywords, passed as they are: threads, max_queue, kv, draft, ...
+    options: Mapping[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.models_from not in MODELS_FROM:
@@ -63,10 +58,8 @@ class LoadSettings:
 
     def session_options(self) -> dict[str, Any]:
         """open_session's keywords."""
-        fields = ("slots", "ctx", "backend", "quant", "dtype", "threads", "max_queue")
-        options = {name: getattr(self, name) for name in fields}
-        more = ("cache_reuse", "kv", "draft", "draft_backend", "force")
-        return options | {name: getattr(self, name) for name in more}
+        fields = ("slots", "ctx", "backend", "quant", "dtype", "force")
+        return {**self.options, **{name: getattr(self, name) for name in fields}}
 
 
 class ServeSupply:

@@ -147,7 +147,10 @@ class ModelPool:
         with self._lock:
             models = list(self._models)
         for model in models:
-            self._know_need(model)
+            try:
+                self._know_need(model)
+            except LocalinferError as exc:  # listed without a budget; a request says why
+                log.warning("no budget for %s: %s", model.id, exc)
         return models
 
     def _not_found(self, name: str | None) -> APIError:
