@@ -21,7 +21,7 @@ from localinfer.errors import LocalinferError
 from localinfer.facts.arch import count_params
 from localinfer.facts.hf_config import arch_from_hf_config
 from localinfer.loading.embedded import embedded_model_path
-from tests.hub_server import GATE_TOKEN, FakeHub
+from tests.hub_server import FakeHub
 
 GGUF_REPO = "someone/Smol-135M-GGUF"
 Q4_1 = "Smol-135M-Q4_1.gguf"
@@ -290,38 +290,6 @@ def _closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-# --- one-line errors ---------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("model", "words"),
-    [
-        ("nobody/missing", "nobody/missing is not on the Hub"),
-        (f"{GGUF_REPO}:IQ2_XS", "has no IQ2_XS GGUF; it has Q4_1"),
-        ("someone/gated-model", "is gated: accept its terms at http://127.0.0.1"),
-        ("someone/broken-config", "config.json lacks num_hidden_layers"),
-    ],
-)
-def test_bad_input_is_one_line(
-    online: FakeHub, capsys: pytest.CaptureFixture[str], model: str, words: str
-) -> None:
-    online.add_file("someone/gated-model", "config.json", json.dumps(TINY_QWEN3).encode())
-    online.gate("someone/gated-model")
-    broken = {k: v for k, v in TINY_QWEN3.items() if k != "num_hidden_layers"}
-    online.add_file("someone/broken-config", "config.json", json.dumps(broken).encode())
-    assert main(["budget", model, "--device", "8GiB"]) == 1
-    err = capsys.readouterr().err
-    assert err.startswith("localinfer: error: ") and err.count("\n") == 1, err
-    assert words in err
-
-
-def test_a_gated_repo_with_a_token(online: FakeHub, monkeypatch: pytest.MonkeyPatch) -> None:
-    online.add_file("someone/gated-model", "config.json", json.dumps(TINY_QWEN3).encode())
-    online.gate("someone/gated-model")
-    monkeypatch.setenv("HF_TOKEN", GATE_TOKEN)
-    assert budget("someone/gated-model").params == count_params(arch_from_hf_config(TINY_QWEN3))
 
 
 def test_pull_budgets_a_repo_outside_the_catalog_first(online: FakeHub) -> None:

@@ -44,9 +44,10 @@ def arch_fields_from_gguf(
             return max((int(v) for v in value), default=default)
         return value
 
-    for key in _REQUIRED:
-        if get(key) is None:
-            raise ModelFileError(path, f"missing metadata key '{arch}.{key}'")
+    missing = [f"'{arch}.{key}'" for key in _REQUIRED if get(key) is None]
+    if missing:  # every one named: an architecture the budget does not know lacks several
+        keys = "key" if len(missing) == 1 else "keys"
+        raise ModelFileError(path, f"missing metadata {keys} {', '.join(missing)}")
     n_layers, hidden, n_heads = (int(get(key)) for key in _REQUIRED)
     check_layer_count(path, arch, n_layers, tensors)
     fields: ArchFields = {
