@@ -211,7 +211,7 @@ def test_eight_conversations_sharing_a_system_prompt_prefill_it_once_per_slot() 
     assert total == len(system) + 8 * 20
     assert sources[0] == (0, "cold") and sources[1:4] == [(200, "copy")] * 3
     assert all(s == (200, "slot") for s in sources[4:])  # the LRU slot keeps the system prompt
-    # All at once: the first four prefill it side by side (once per slot), the rest reuse it.
+    # All at once: the first prefills it while the others wait, then they copy it.
     for reuse in (True, False):
         _, engine = tiers_engine(4, RamKVStore(1 << 20), reuse=reuse)
         handles = engine.submit_all([Request(p, greedy(4)) for p in prompts])
@@ -220,7 +220,24 @@ def test_eight_conversations_sharing_a_system_prompt_prefill_it_once_per_slot() 
             reports.append(engine.step())
         for h, p in zip(handles, prompts, strict=True):
             assert list(h.result().token_ids) == reference_greedy(p, 4)
-        assert prefilled(reports) == (4 if reuse else 8) * len(system) + 8 * 20
+        assert prefilled(reports) == (1 if reuse else 8) * len(system) + 8 * 20
+
+
+def test_a_request_waits_for_a_shared_beginning_being_prefilled_not_forever() -> None:
+    runner, engine = tiers_engine(2)
+    system = seq(150, 1)
+    a, b = system + seq(10, 2), system + seq(10, 3)
+    h_a, h_b = engine.submit_all([Request(a, greedy(20)), Request(b, greedy(4))])
+    first = engine.step()
+    assert first.admitted == [h_a.request_id] and first.prefilled == {h_a.request_id: 64}
+    assert engine.step().admitted == []  # b waits: slot 1 stays free
+    h_a.abort()  # the slot it waited on stops prefilling: it goes ahead with what is there
+    reports = []
+    while engine.has_work():
+        reports.append(engine.step())
+    assert list(h_b.result().token_ids) == reference_greedy(b, 4)
+    assert h_a.result().finish_reason == "abort"
+    assert source_of(reports) == (128, "slot")  # a's idle slot holds just b's beginning
 
 
 def test_copy_from_a_busy_and_from_an_idle_slot() -> None:

@@ -89,6 +89,29 @@ class SlotPlacer:
 
     # -- choosing --------------------------------------------------------------------------
 
+    def should_wait(self, prompt: Sequence[int], limit: int) -> bool:
+        """Whether ``prompt`` should stay queued a few steps because a busy slot is still
+        prefilling a long beginning it shares (conversations arriving together with one system
+        prompt): once those cells exist they are copied, instead of prefilled once per slot. The
+        wait costs little: the earlier request's prefill gets the step's prompt budget first
+        anyway, so the later one would finish its own copy of that work no sooner."""
+        if not (self.transfer and self.copy):
+            return False
+        coming = 0
+        for slot in self.slots.busy():
+            seq = slot.seq
+            assert seq is not None
+            if seq.num_output == 0:  # still prefilling: its prompt is where its cells are going
+                soon = min(shared_prefix(seq.prompt_ids, prompt), limit)
+                if soon > len(slot.cached):
+                    coming = max(coming, soon)
+        if coming < self.min_transfer:
+            return False
+        now = max(min(shared_prefix(s.cached, prompt), limit) for s in self.slots.slots)
+        tier = self._best_tier(prompt, limit)
+        now = max(now, tier.reuse if tier is not None else 0)
+        return coming > now
+
     def choose(self, prompt: Sequence[int], limit: int) -> Placement:
         """The idle slot for ``prompt`` and its best source (``limit``: most tokens reusable).
         Reads only; raises RuntimeError when no slot is idle."""

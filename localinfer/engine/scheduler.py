@@ -204,6 +204,8 @@ class Scheduler:
                 if not self.waiting or not self.slots.free():
                     return
                 seq = self.waiting[0]
+            if self.placer.should_wait(seq.prompt_ids, limit=seq.prompt_len - 1):
+                return  # a busy slot is prefilling this prompt's beginning: copy it then
             # Only this thread takes from `waiting` or changes slots, so the choice (which may
             # ask the KV tiers) needs no lock; add_all meanwhile only appends.
             # At least the last prompt token is always fed: its logits give the first token.
