@@ -16,6 +16,7 @@ from localinfer.budget import BudgetRequest, compute_budget
 from localinfer.budget.file_headers import read_gguf_header
 from localinfer.errors import ModelFileError
 from localinfer.loading.embedded import embedded_model_path
+from localinfer.loading.gguf_split import gguf_part_paths
 from localinfer.loading.loader import load_model
 from localinfer.resolve import resolve_model
 from localinfer.session import RunnerSettings, build_runner, open_model
@@ -46,6 +47,11 @@ def test_the_parts_hold_the_model_between_them(parts: list[Path]) -> None:
         "Hello, split world"
     )
     assert split.chat_template.source == whole.chat_template.source
+
+
+def test_the_parts_of_a_set_by_name(parts: list[Path]) -> None:
+    assert gguf_part_paths(parts[0]) == parts == gguf_part_paths(parts[2])
+    assert gguf_part_paths(embedded_model_path()) == [embedded_model_path()]
 
 
 def test_a_folder_holding_the_set_resolves_to_its_first_part(

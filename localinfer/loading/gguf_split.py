@@ -44,6 +44,14 @@ def open_gguf(path: str | Path) -> GGUFFile:
     return SplitGGUFFile(path)
 
 
+def gguf_part_paths(path: str | Path) -> list[Path]:
+    """Every file of the GGUF model at ``path``: a split GGUF's parts in order (from any part's
+    name), else the file itself. For readers of their own (MLX's mx.load) that take one file."""
+    path = Path(path)
+    names = split_part_names(path.name)
+    return [path.parent / name for name in names] if names else [path]
+
+
 class GGUFPart(GGUFFile):
     """A later part of a split GGUF: its split.* keys and tensor directory; the architecture
     and the header checks belong to the first part."""
