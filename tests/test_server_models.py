@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import threading
+from collections import Counter
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,6 +26,8 @@ from localinfer.server import ServerThread, create_app
 from localinfer.server.memory_plan import BudgetNeed, Holder, plan_load
 from localinfer.server.model_loading import LoadSettings, ServeSupply, named_source
 from localinfer.server.model_pool import ModelPool, PoolSettings
+from localinfer.server.pool_model import ModelSource
+from localinfer.server.served_session import ServedSession
 from tests.model_files import tiny_checkpoint, write_gguf
 from tests.serve_process import running_server
 from tests.test_server_support import wait_until
@@ -58,6 +61,7 @@ class Pool:
 
     def __init__(self, url: str, pool: ModelPool, headers: dict[str, str]) -> None:
         self.url, self.pool, self.headers = url, pool, headers
+        self.supply = pool.supply
 
     def models(self) -> dict[str, dict]:
         r = httpx.get(self.url + "/v1/models", headers=self.headers, timeout=60)
@@ -86,6 +90,21 @@ class Pool:
         return httpx.get(self.url + "/metrics").text
 
 
+class GatedSupply(ServeSupply):
+    """serve's supply, except that loading ``gated`` waits for ``gate``: a load held open."""
+
+    def __init__(self, settings: LoadSettings, named: Sequence[str], gated: str) -> None:
+        super().__init__(settings, named)
+        self.gated, self.gate = gated, threading.Event()
+        self.opened: Counter[str] = Counter()
+
+    def open(self, source: ModelSource) -> ServedSession:
+        self.opened[source.spec] += 1
+        if source.spec == self.gated:
+            self.gate.wait(300)
+        return super().open(source)
+
+
 @contextmanager
 def served(
     start: Sequence[str],
@@ -96,10 +115,12 @@ def served(
     pins: Sequence[str] = (),
     api_key: str | None = None,
     models_from: str = "local",
+    gated: str | None = None,
 ) -> Iterator[Pool]:
     """`serve START... --device memory --keep-alive ... --pin ...` as its pool, on a socket."""
     settings = dataclasses.replace(SETTINGS, models_from=models_from, memory=memory)
-    supply = ServeSupply(settings, [*start, *pins])
+    named = [*start, *pins]
+    supply = GatedSupply(settings, named, gated) if gated else ServeSupply(settings, named)
     pool = ModelPool(supply, PoolSettings(keep_alive_s=keep_alive, wait_s=wait))
     sources = [named_source(supply, name) for name in start]
     pinned = [named_source(supply, name) for name in pins]
@@ -169,7 +190,7 @@ def test_models_from_decides_what_a_request_may_load(tiny: tuple[str, str]) -> N
 
 
 def test_on_demand_load_states_and_404(tiny: tuple[str, str]) -> None:
-    with served([SMOL]) as s:
+    with served([SMOL, "embedded"]) as s:  # two names of one model: one model, loaded once
         cards = s.models()
         assert cards[SMOL]["state"] == "loaded" and cards[SMOL]["budget_bytes"] > 0
         assert cards[SMOL]["object"] == "model" and cards[SMOL]["meta"]["slots"] == 1
@@ -193,6 +214,24 @@ def test_on_demand_load_states_and_404(tiny: tuple[str, str]) -> None:
         health = httpx.get(s.url + "/health").json()
         assert health["status"] == "ok" and health["model"] == SMOL
         assert health["slots_total"] == 2
+
+
+def test_other_models_serve_while_one_loads_once(tiny: tuple[str, str]) -> None:
+    with served([SMOL], gated=tiny[0]) as s:
+        answers: list[httpx.Response] = []
+        waiting = [threading.Thread(target=lambda: answers.append(s.chat(tiny[0]))) for _ in "ab"]
+        for thread in waiting:
+            thread.start()
+        wait_until(lambda: s.supply.opened[tiny[0]] == 1, 60, "the load to start")
+        assert s.state(tiny_id(tiny[0])) == "loading"
+        assert s.chat(SMOL).status_code == 200  # served while the other model loads
+        assert httpx.get(s.url + "/health").json()["status"] == "ok"
+        s.supply.gate.set()
+        for thread in waiting:
+            thread.join(300)
+        assert [a.status_code for a in answers] == [200, 200]
+        assert s.supply.opened[tiny[0]] == 1  # both requests waited for the one load
+        assert f'localinfer_model_loads_total{{model="{tiny_id(tiny[0])}"}} 1' in s.metrics()
 
 
 def test_lru_eviction_under_a_limit(tiny: tuple[str, str], needs: dict[str, int]) -> None:

@@ -315,8 +315,8 @@ class ModelPool:
         default model. They must fit together: a refusal says what each needs."""
         for source in pins:
             self.add(source).pinned = True
-        models = [self.add(source, resident=True) for source in sources]
-        for model in models:
+        models = list(dict.fromkeys(self.add(source, resident=True) for source in sources))
+        for model in models:  # (two names of one model load it once)
             self._know_need(model)
             with self._lock:
                 plan = self._plan(model)
