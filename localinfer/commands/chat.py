@@ -19,6 +19,11 @@ if TYPE_CHECKING:
     from localinfer.kv_options import KVTierOptions
 
 API_KEY_ENV = "LOCALINFER_API_KEY"  # as `localinfer serve` reads it
+CHAT_KV_DISK_HELP = (
+    "directory where each conversation's KV cache is kept when the chat leaves it, so reopening "
+    "it (Ctrl+O) restores its prompt instead of computing it again (default: kv/ in the "
+    "conversations folder; off: none)"
+)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -36,6 +41,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--max-tokens", type=int, default=512)
     # The chat's disk tier is on by default (beside the conversations): see kv_tiers().
     add_kv_options(parser)
+    for action in parser._actions:  # the shared help says "default: off", as serve has it
+        if action.dest == "kv_disk":
+            action.help, action.metavar = CHAT_KV_DISK_HELP, "DIR|off"
     parser.add_argument(
         "--url",
         default=None,
