@@ -59,7 +59,9 @@ class SeqFormat:
 
     @classmethod
     def of(cls, runner: LlamaCppRunner) -> SeqFormat:
-        raw = _read(runner, 0)  # the header and stream table come even for an empty slot
+        # The header and stream table come even for an empty slot: read the shortest one.
+        lengths = runner._lengths
+        raw = _read(runner, min(range(len(lengths)), key=lengths.__getitem__))
         empty = from_llama(raw)
         llama, model = runner._llama, runner._model_ptr
         n_layer = int(llama.llama_model_n_layer(model))
@@ -211,11 +213,14 @@ def _model_identity(runner: LlamaCppRunner) -> str:
     desc = ctypes.create_string_buffer(256)
     llama.llama_model_desc(model, desc, len(desc))
     path = Path(runner.model_path)
-    size = path.stat().st_size
-    digest = hashlib.sha256(str(size).encode())
-    with path.open("rb") as f:
-        digest.update(f.read(1 << 16))
-        f.seek(max(0, size - (1 << 20)))
-        digest.update(f.read())
+    digest = hashlib.sha256()
+    try:
+        size = path.stat().st_size
+        with path.open("rb") as f:
+            digest.update(str(size).encode() + f.read(1 << 16))
+            f.seek(max(0, size - (1 << 20)))
+            digest.update(f.read())
+    except OSError:  # the file went away after loading: the description must do
+        digest.update(b"file unreadable")
     name = desc.value.decode("utf-8", errors="replace").replace(" ", "_").replace(";", ",")
     return f"{name}-{int(llama.llama_model_n_params(model))}-{digest.hexdigest()[:12]}"
