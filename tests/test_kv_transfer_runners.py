@@ -201,7 +201,11 @@ def test_refusals_leave_the_target_slot_as_it_was(maker: Maker) -> None:
 # -- the embedded model -------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+# MLX on a CPU takes ~25 s for this one (48 one-token forwards of a 135M model).
+EMBEDDED = [pytest.param(b, marks=pytest.mark.slow) if b == "mlx" else b for b in BACKENDS]
+
+
+@pytest.mark.parametrize("backend", EMBEDDED)
 def test_embedded_model_restored_and_copied_decode_as_cold(backend: str) -> None:
     from localinfer.loading.embedded import embedded_model_path
     from localinfer.loading.loader import load_model
