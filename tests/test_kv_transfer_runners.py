@@ -8,6 +8,9 @@ the torch, llama.cpp and MLX runners, with tiny random models and the embedded m
   slot, continues as the original would; greedy decoding is token-identical for 20 tokens.
 - Refusals: another model's or dtype's snapshot, a short or mislabelled payload, a prefix out of
   range, a slot copied onto itself: ValueError, and the target slot keeps what it held.
+- 16-bit caches (bf16) restore bit for bit on torch and MLX.
+- llama.cpp: a snapshot moves between contexts with and without flash attention (V stored
+  transposed or not), and a transfer right after a splice waits for the decode that turns keys.
 """
 
 from __future__ import annotations
