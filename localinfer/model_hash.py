@@ -17,6 +17,7 @@ import os
 import tempfile
 from pathlib import Path
 
+from localinfer.loading.gguf_split import gguf_part_paths
 from localinfer.paths import cache_dir
 
 SIDE_FILE = "model_hashes.json"
@@ -45,7 +46,7 @@ def model_content_hash(path: Path) -> str:
 def _files(path: Path) -> list[Path]:
     if path.is_dir():
         return sorted(p for p in path.iterdir() if p.is_file() and not p.name.startswith("."))
-    return [path]
+    return gguf_part_paths(path)  # a split GGUF is all its parts; any other file is itself
 
 
 def _fingerprint(path: Path) -> list[list[object]]:

@@ -63,8 +63,10 @@ def test_a_folder_holding_the_set_resolves_to_its_first_part(
     assert resolved.kind == "gguf" and resolved.path == tmp_path / parts[0].name
 
 
-@pytest.mark.parametrize("backend", ["llamacpp", "torch"])
+@pytest.mark.parametrize("backend", ["llamacpp", "torch", "mlx"])
 def test_the_split_set_runs_as_the_whole_file(parts: list[Path], backend: str) -> None:
+    if backend == "mlx":
+        pytest.importorskip("mlx.core")
     settings = RunnerSettings(backend=backend, ctx=256, slots=1, threads=1)
     logits, budgets = [], []
     for spec in (embedded_model_path(), parts[0]):

@@ -219,7 +219,7 @@ def test_parse_quant():
     assert parse_quant(None, "Q4_1") == QuantSpec("native")
     assert parse_quant("q4_1", "Q4_1") == QuantSpec("native")
     assert parse_quant("none", "Q4_1") == QuantSpec("float")
-    assert parse_quant("int4", "F16") == QuantSpec("affine", 4, 64)
+    assert parse_quant("int4", "F16") == QuantSpec("affine", 4, 32, mixed=True)
     assert parse_quant("int8-g32", "F16") == QuantSpec("affine", 8, 32)
     assert parse_quant("mlx-4bit-g128", "F16") == QuantSpec("affine", 4, 128)
     assert parse_quant("Q8_0", "F16") == QuantSpec("affine", 8, 32)

@@ -22,6 +22,7 @@ import numpy as np
 from localinfer.backends.mlx.layers import Matrix
 from localinfer.backends.mlx.quant_spec import GGUF_GROUP_SIZE, NATIVE_GGUF_BITS
 from localinfer.errors import ModelFileError, UnsupportedModelError
+from localinfer.loading.gguf_split import gguf_part_paths
 from localinfer.loading.gguf_weights import PERMUTED_QK_ARCHS, unpermute_qk
 from localinfer.loading.model import LoadedModel
 
@@ -50,7 +51,9 @@ def _gguf_matrices(model: LoadedModel, scale_dtype: mx.Dtype) -> dict[str, tuple
     if not wanted:
         return {}
     try:
-        arrays = mx.load(str(model.path))
+        arrays: dict[str, mx.array] = {}
+        for part in gguf_part_paths(model.path):  # a split GGUF: every part's tensors
+            arrays.update(mx.load(str(part)))
     except (RuntimeError, ValueError) as exc:
         # A type MLX's GGUF reader rejects: everything is dequantized by our own reader instead.
         log.warning("mx.load cannot read %s natively (%s); dequantizing instead", model.path, exc)
