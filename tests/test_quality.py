@@ -88,7 +88,7 @@ def test_compare_chunking_does_not_change_results() -> None:
 
 def test_decode_speed_runs_streams() -> None:
     r = make("int8", slots=2)
-    speed = decode_speed(r, [1, 2, 3], steps=3, streams=2, repeats=1)
+    speed = decode_speed(r, [1, 2, 3], steps=3, streams=2, repeats=2)  # one prefill, two runs
     assert speed.streams == 2 and speed.tokens_per_s > 0
     assert r.slot_length(0) == r.slot_length(1) == 0
 
@@ -123,3 +123,33 @@ def test_quality_command_rejects_bad_arguments(capsys: pytest.CaptureFixture[str
 
     assert main(["quality", "--quant", ",", "--tokens", "64"]) == 1
     assert main(["quality", "--tokens", "1"]) == 1
+
+
+def test_slow_rows_score_fewer_tokens_against_the_same_reference_tokens() -> None:
+    """mlx[cpu] rows score the first SLOW_TOKENS by default, beside the reference on those same
+    tokens; every other row scores the whole text; --tokens puts every row on the same N."""
+    pytest.importorskip("mlx.core")
+    from localinfer.backends.mlx.runner import MLXRunner
+    from localinfer.quality.run import SLOW_TOKENS, QualityOptions, score
+
+    model = tiny_model(name="tiny", format="gguf")
+    mlx = MLXRunner(model, RunnerConfig(slots=1, max_ctx=80, dtype="float32", device="cpu"))
+    ids = np.random.default_rng(2).integers(0, 256, size=SLOW_TOKENS + 40).tolist()
+    opts = QualityOptions(window=64, chunk=32)
+    ref, (torch_row, mlx_row), note = score(make(), [make("int8"), mlx], ids, opts)
+    assert ref.tokens == torch_row.sums.tokens == torch_row.reference.tokens
+    assert mlx_row.sums.tokens == mlx_row.reference.tokens < SLOW_TOKENS < ref.tokens
+    assert note is not None and f"first {mlx_row.sums.tokens} tokens" in note
+    # the same model on another backend: no loss against the reference on its own tokens
+    assert mlx_row.sums.perplexity == pytest.approx(mlx_row.reference.perplexity, rel=1e-3)
+    assert mlx_row.sums.top1_agreement == 1.0
+    every = QualityOptions(window=64, chunk=32, max_tokens=SLOW_TOKENS + 20)
+    ref, rows, note = score(make(), [make("int8"), mlx], ids, every)
+    assert note is None and {r.sums.tokens for r in rows} == {ref.tokens}
+
+
+def test_report_compares_a_row_with_the_reference_on_its_own_tokens() -> None:
+    short = QualityRow("mlx", "int4", 12.0, 0.01, 0.99, 100, 100, None, reference_perplexity=12.0)
+    report = QualityReport("m", 100, [row("fp32", 10.0, 0, 1, ref=True), short])
+    assert short.perplexity_rise(report.reference) == 0.0
+    assert report.warnings() == [] and "+0.0%" in report.render()

@@ -23,6 +23,12 @@ class QualityRow:
     budget_bytes: int | None  # the budget's prediction for the same quantization
     decode_tok_s: float | None  # single stream, greedy
     reference: bool = False
+    # The reference's perplexity on the tokens this row was scored on, where they are fewer
+    # than the table's (mlx[cpu] rows by default: run.py); None: the reference row's.
+    reference_perplexity: float | None = None
+
+    def perplexity_rise(self, reference: QualityRow) -> float:
+        return self.perplexity / (self.reference_perplexity or reference.perplexity) - 1
 
     @property
     def budget_error(self) -> float | None:
@@ -48,7 +54,7 @@ class QualityReport:
         for r in self.rows:
             if r.reference:
                 continue
-            rise = r.perplexity / ref.perplexity - 1
+            rise = r.perplexity_rise(ref)
             reasons = []
             if rise > PPL_INCREASE_WARN:
                 reasons.append(f"perplexity +{rise:.1%}")
@@ -72,7 +78,7 @@ class QualityReport:
         )
         lines = [f"{self.model}: {self.tokens} tokens of the evaluation text", head]
         for r in self.rows:
-            rise = r.perplexity / ref.perplexity - 1
+            rise = r.perplexity_rise(ref)
             err = r.budget_error
             lines.append(
                 f"{r.backend:<9} {r.quant + (' (ref)' if r.reference else ''):<10} "

@@ -11,6 +11,7 @@ from localinfer.errors import LocalinferError
 from localinfer.loading.model import LoadedModel
 from localinfer.quality.evaluate import compare, decode_speed, eval_text, eval_windows
 from localinfer.quality.gguf_files import quantized_model
+from localinfer.quality.metrics import MetricSums
 from localinfer.quality.report import QualityReport, QualityRow
 from localinfer.session import RunnerSettings
 
@@ -37,7 +38,7 @@ def build_runner(
     reference. Built without the budget's check: every runner here holds one short window."""
     settings = RunnerSettings(
         backend=backend,
-        ctx=max(opts.window, 64) + 64,
+        ctx=max(opts.window, 64) + 64 + opts.speed_steps,
         slots=opts.slots,
         dtype="float32",
         quant=quant,
@@ -98,24 +99,77 @@ def build_candidates(model: LoadedModel, opts: QualityOptions, notes: list[str])
     return out
 
 
+# mlx[cpu] runs ~0.1 CPU-second a token on the embedded model (a reference BLAS and plain
+# quantized kernels: a 128-token forward costs 128 decode steps), 50x torch's float32; scored on
+# the whole text (2,758 tokens) two MLX rows took over 5 minutes. By default they score this
+# many tokens, beside the reference on the same tokens, and the table says so.
+SLOW_TOKENS = 256
+
+
+def slow_here(runner: Runner) -> bool:
+    """Scoring on this runner costs a decode step per token (MLX on the CPU)."""
+    return runner.info.backend == "mlx" and runner.info.device == "cpu"
+
+
+@dataclass(slots=True)
+class Scored:
+    sums: MetricSums  # the candidate's
+    reference: MetricSums  # the reference's, on the same tokens
+
+
+def score(
+    reference: Runner, candidates: Sequence[Runner], ids: Sequence[int], opts: QualityOptions
+) -> tuple[MetricSums, list[Scored], str | None]:
+    """Every candidate against the reference on the first ``opts.max_tokens`` ids (None: all),
+    except that without a ``max_tokens`` a slow candidate scores the first SLOW_TOKENS only.
+    Returns the reference's sums on the table's tokens, each candidate's, and a note on the
+    slow ones (None when there are none)."""
+    short = opts.max_tokens is None and len(ids) > SLOW_TOKENS
+    slow = [i for i, r in enumerate(candidates) if short and slow_here(r)]
+    fast = [i for i in range(len(candidates)) if i not in slow]
+    out: dict[int, Scored] = {}
+    ref_sums: MetricSums | None = None
+    if fast or not slow:
+        windows = eval_windows(ids, opts.window, opts.max_tokens)
+        ref_sums, sums = compare(reference, [candidates[i] for i in fast], windows, opts.chunk)
+        out.update({i: Scored(s, ref_sums) for i, s in zip(fast, sums, strict=True)})
+    note = None
+    if slow:
+        windows = eval_windows(ids, opts.window, SLOW_TOKENS)
+        ref_short, sums = compare(reference, [candidates[i] for i in slow], windows, opts.chunk)
+        out.update({i: Scored(s, ref_short) for i, s in zip(slow, sums, strict=True)})
+        ref_sums = ref_sums or ref_short
+        if fast:
+            note = (
+                f"mlx rows (on the CPU): the first {ref_short.tokens} tokens, against the "
+                f"reference on the same tokens (ppl {ref_short.perplexity:.3f}); --tokens N "
+                "scores every row on N"
+            )
+        else:
+            note = f"mlx on the CPU: the first {ref_short.tokens} tokens; --tokens N for more"
+    assert ref_sums is not None
+    return ref_sums, [out[i] for i in range(len(candidates))], note
+
+
 def measure_quality(model: LoadedModel, opts: QualityOptions) -> QualityReport:
     """Reference: the torch runner with the model dequantized to float32. One row each for the
     reference and every ``opts.quants`` entry on ``opts.backend`` (``all``: every backend)."""
     ids = model.tokenizer.encode(opts.text or eval_text(), add_special_tokens=True)
-    windows = eval_windows(ids, opts.window, opts.max_tokens)
     reference = build_runner(model, "torch", "none", opts)
     notes: list[str] = []
     candidates: list[Candidate] = []
     try:
         candidates = build_candidates(model, opts, notes)
-        runners = [c.runner for c in candidates]
-        ref_sums, sums = compare(reference, runners, windows, opts.chunk)
+        ref_sums, scored, note = score(reference, [c.runner for c in candidates], ids, opts)
+        notes += [note] if note else []
         prompt = model.tokenizer.encode(SPEED_PROMPT, add_special_tokens=True)
 
         def speed(r: Runner) -> float | None:
             if not opts.speed_steps:
                 return None
-            return decode_speed(r, prompt, opts.speed_steps).tokens_per_s
+            # One timed run, not the median of three, where a step costs a tenth of a second.
+            repeats = 1 if slow_here(r) else 3
+            return decode_speed(r, prompt, opts.speed_steps, repeats=repeats).tokens_per_s
 
         rows = [
             QualityRow(
@@ -124,16 +178,23 @@ def measure_quality(model: LoadedModel, opts: QualityOptions) -> QualityReport:
                 speed(reference), reference=True,
             )
         ]  # fmt: skip
-        for c, s in zip(candidates, sums, strict=True):
+        for c, s in zip(candidates, scored, strict=True):
             r = c.runner
             rows.append(
                 QualityRow(
-                    r.info.backend, r.info.quant, s.perplexity, s.mean_kl, s.top1_agreement,
-                    r.memory().weights, budget_weights(c.model, r.info.quant, r.info.backend),
-                    speed(r),
+                    r.info.backend, r.info.quant, s.sums.perplexity, s.sums.mean_kl,
+                    s.sums.top1_agreement, r.memory().weights,
+                    budget_weights(c.model, r.info.quant, r.info.backend), speed(r),
+                    reference_perplexity=s.reference.perplexity,
                 )
             )  # fmt: skip
         return QualityReport(model.name, ref_sums.tokens, rows, notes)
     finally:
         for r in [reference, *(c.runner for c in candidates)]:
             r.close()
+
+
+def _budget_name(runner: Runner) -> str:
+    """The budget's name for what a runner holds: its own label, MLX's included (the budget
+    knows MLX's int4 recipe and int4-gN / int8-gN: facts/quant.py). Kept for scripts/bench-quant."""
+    return runner.info.quant
