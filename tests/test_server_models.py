@@ -285,7 +285,7 @@ def test_no_eviction_under_an_in_flight_stream(
 ) -> None:
     limit = max(needs[SMOL], needs[tiny[0]]) + min(needs[SMOL], needs[tiny[0]]) // 2
     with served([SMOL], memory=limit, wait=0) as s:
-        stream = stream_chat(s.url, SMOL, 160)
+        stream = stream_chat(s.url, SMOL, 200)
         assert stream.status_code == 200
         lines = stream.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
@@ -312,7 +312,7 @@ def test_a_waiting_request_loads_once_the_stream_ends(
 ) -> None:
     limit = max(needs[SMOL], needs[tiny[0]]) + min(needs[SMOL], needs[tiny[0]]) // 2
     with served([SMOL], memory=limit, wait=300) as s:
-        stream = stream_chat(s.url, SMOL, 160)
+        stream = stream_chat(s.url, SMOL, 200)
         lines = stream.iter_lines()
         first = next(line for line in lines if line.startswith("data: "))
         answers: list[httpx.Response] = []
