@@ -40,6 +40,7 @@ from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.backends.llamacpp.kv_splice import splice_slot
 from localinfer.backends.llamacpp.kv_transfer import SeqFormat, SeqTransferMethods
+from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
@@ -123,6 +124,7 @@ class LlamaCppRunner(SeqTransferMethods):
             )
         if not path.is_file():
             raise ModelFileError(path, "file not found")
+        prepare_omp_wait()  # before llama_cpp loads libgomp, which reads it once (omp_wait.py)
         self._llama = native.lib()
         self._config = config
         self._threads = config.threads or physical_cores()
