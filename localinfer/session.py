@@ -21,21 +21,26 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from localinfer.backends.base import Runner, RunnerConfig
-from localinfer.backends.select import BackendChoice, choose_backend, create_runner
-from localinfer.budget.compute import BudgetRequest, compute_budget, ensure_fits
-from localinfer.budget.model_facts import facts_of_loaded
 from localinfer.budget.report import DEFAULT_CTX, BudgetReport
 from localinfer.engine import Engine
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
-from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
+from localinfer.errors import InvalidParameterError
 from localinfer.kv_tiers import KVTierInfo, KVTiers, budgeted_kv_ram, build_kv_tiers
-from localinfer.loading.loader import load_model
 from localinfer.loading.model import LoadedModel
-from localinfer.resolve import resolve_model
+from localinfer.runner_setup import (
+    DEFAULT_MODEL,
+    DEFAULT_SLOTS,
+    BuiltRunner,
+    OpenedModel,
+    RunnerSettings,
+    build_runner,
+    check_budget,
+    open_model,
+)
 from localinfer.speculation import NGRAM, check_draft_model, default_spec_config, draft_source
 
 if TYPE_CHECKING:
+    from localinfer.budget.memory import DeviceMemory
     from localinfer.catalog import CatalogEntry
     from localinfer.constraints import CompiledConstraint, ConstraintCompiler, ConstraintSpec
     from localinfer.engine import EmbeddingResult
@@ -57,9 +62,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-DEFAULT_MODEL = "smollm2-135m"
-DEFAULT_SLOTS = 4
 
 
 @dataclass(slots=True)
@@ -182,108 +184,6 @@ class Session:
         self.close()
 
 
-@dataclass(frozen=True, slots=True)
-class RunnerSettings:
-    """How to run a model, as the command line asks it; None picks the default."""
-
-    backend: str | None = None  # torch | llamacpp | mlx; None: choose_backend's pick
-    ctx: int | None = None  # per slot; None: min(DEFAULT_CTX, the model's trained context)
-    slots: int = DEFAULT_SLOTS
-    dtype: str | None = None  # None: the backend's default on its device (profile)
-    quant: str | None = None  # RunnerConfig.quant: None keeps the file's own, "none" floats
-    threads: int | None = None  # None: the backend's default (physical cores)
-    device: str | None = None  # None: the device the backend choice implies
-    force: bool = False  # load without asking the budget whether it fits
-    kv_ram: str | None = None  # budget a KV RAM tier: --kv-ram as typed, "auto"; None: none
-
-    def __post_init__(self) -> None:
-        if self.slots < 1:
-            raise InvalidParameterError(f"--slots must be at least 1, got {self.slots}")
-
-
-@dataclass(frozen=True, slots=True)
-class OpenedModel:
-    """A resolved model with its headers and tokenizer read; the weights stay on disk."""
-
-    model: LoadedModel
-    entry: CatalogEntry | None  # its catalog entry (the recommended draft), when named there
-
-
-@dataclass(slots=True)
-class BuiltRunner:
-    """A model's runner and the choices it was built with."""
-
-    model: LoadedModel
-    runner: Runner
-    choice: BackendChoice
-    config: RunnerConfig
-    budget: BudgetReport | None  # None when forced
-
-
-def open_model(model_spec: str | None, quant: str | None = None) -> OpenedModel:
-    """Resolve ``model_spec`` (default: the embedded model; ``quant`` picks among a catalog
-    model's files) and read its headers and tokenizer."""
-    resolved = resolve_model(model_spec or DEFAULT_MODEL, quant)
-    model = load_model(resolved.require_path(), name=resolved.name)
-    return OpenedModel(model, resolved.entry)
-
-
-def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
-    """Choose the backend once, ask the budget (unless forced), then load the weights.
-
-    ``settings.ctx`` beyond what the model was trained for is an error, never a silent clamp.
-    Raises OutOfMemoryBudgetError, with what would fit, before any weight is read.
-    """
-    ctx = _context(model, settings.ctx)
-    choice = choose_backend(settings.backend, model.format, model.file_quant, model.config.arch)
-    device = settings.device or choice.device
-    config = RunnerConfig(
-        slots=settings.slots,
-        max_ctx=ctx,
-        dtype=settings.dtype or choice.profile.default_dtype(device),
-        device=device,
-        threads=settings.threads,
-        quant=settings.quant,
-    )
-    report = None if settings.force else check_budget(model, config, choice.name, settings.kv_ram)
-    return BuiltRunner(model, create_runner(model, config, choice), choice, config, report)
-
-
-def check_budget(
-    model: LoadedModel, config: RunnerConfig, backend: str, kv_ram: str | None = None
-) -> BudgetReport:
-    """The budget of running ``model`` as ``config`` on ``backend`` (file headers only), with a
-    KV RAM tier when ``kv_ram`` asks for one; raises OutOfMemoryBudgetError with the budget's own
-    explanation when it does not fit."""
-    request = BudgetRequest(  # model, ctx, concurrency, quant: as the runner is configured
-        str(model.path),
-        config.max_ctx,
-        config.slots,
-        config.quant,
-        device=config.device,
-        backend=backend,
-        dtype=config.dtype,
-        kv_ram=kv_ram,
-    )
-    report = compute_budget(request, facts=facts_of_loaded(model))
-    try:
-        return ensure_fits(report)
-    except OutOfMemoryBudgetError as exc:
-        raise OutOfMemoryBudgetError(f"{exc}; --force loads it anyway") from None
-
-
-def _context(model: LoadedModel, asked: int | None) -> int:
-    trained = model.config.max_ctx
-    ctx = min(DEFAULT_CTX, trained) if asked is None else asked
-    if ctx < 2:
-        raise InvalidParameterError(f"--ctx must be at least 2, got {ctx}")
-    if ctx > trained:
-        raise InvalidParameterError(
-            f"--ctx {ctx} is more than {model.name} was trained for ({trained} tokens)"
-        )
-    return ctx
-
-
 def open_session(
     model_spec: str | None = None,
     *,
@@ -302,6 +202,7 @@ def open_session(
     draft_backend: str | None = None,
     spec_config: SpecConfig | None = None,
     force: bool = False,
+    budget_memory: DeviceMemory | None = None,
 ) -> Session:
     """Resolve, budget, load and start ``model_spec`` (default: the embedded SmolLM2-135M).
 
@@ -318,6 +219,8 @@ def open_session(
     speculative decoding: ``"ngram"``, ``"auto"`` (the catalog's recommended draft model), a
     draft model spec, or None/``"off"``; a draft model runs on ``draft_backend`` (default: the
     target's); ``spec_config`` overrides the settings chosen for the backend.
+    ``budget_memory`` is what the budget counts against (serve's pool: --device SIZE or the free
+    memory before any of its models loaded); None: this device's free memory now.
     """
     if cache_reuse < 0:
         raise InvalidParameterError(f"--cache-reuse must be >= 0, got {cache_reuse}")
@@ -327,7 +230,15 @@ def open_session(
     runner_quant = quant if quant and quant.lower() != "none" else None
     kv_ram = budgeted_kv_ram(kv)  # checks the tier flags before any weight loads
     settings = RunnerSettings(
-        backend, ctx, slots, dtype, runner_quant, threads, force=force, kv_ram=kv_ram
+        backend,
+        ctx,
+        slots,
+        dtype,
+        runner_quant,
+        threads,
+        force=force,
+        kv_ram=kv_ram,
+        memory=budget_memory,
     )
     opened = open_model(model_spec, quant)
     target = build_runner(opened.model, settings)

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from localinfer import runner_setup
 from localinfer import session as session_module
 from localinfer.backends.base import KVTransfer
 from localinfer.budget.kv_tier import default_kv_ram_bytes
@@ -155,7 +156,7 @@ def test_bad_tier_sizes_are_refused_before_any_weight_loads(
     def no_weights(*args: object) -> None:
         raise AssertionError("a runner was built for bad --kv flags")
 
-    monkeypatch.setattr(session_module, "create_runner", no_weights)
+    monkeypatch.setattr(runner_setup, "create_runner", no_weights)
     with pytest.raises(InvalidParameterError, match=flag):
         open_session(ctx=64, slots=1, kv=kv)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from localinfer import session as session_module
+from localinfer import runner_setup as session_module
 from localinfer.budget import compute
 from localinfer.budget.memory import DeviceMemory
 from localinfer.cli import main

@@ -25,6 +25,7 @@ from localinfer.budget.memory import DeviceMemory, device_memory, human_bytes
 from localinfer.budget.model_facts import model_facts
 from localinfer.catalog import ALIASES, load_catalog
 from localinfer.errors import InvalidParameterError, LocalinferError
+from localinfer.kv_tiers import budgeted_kv_ram
 from localinfer.resolve import ResolvedModel, list_cached_repos, resolve_model
 from localinfer.server.memory_plan import BudgetNeed
 from localinfer.server.pool_model import ModelSource
@@ -69,6 +70,7 @@ class ServeSupply:
         self.settings = settings
         self._named = set(named)  # the names given on the command line (and --pin)
         self._memory: dict[str, DeviceMemory] = {}  # per device, read once
+        self._devices: dict[str, str] = {}  # model key -> the device its budget was asked on
 
     def find(self, name: str) -> ModelSource | None:
         allowed = self.settings.models_from
@@ -120,8 +122,10 @@ class ServeSupply:
             device=choice.device,
             backend=choice.name,
             dtype=s.dtype or choice.profile.default_dtype(choice.device),
+            kv_ram=budgeted_kv_ram(s.options.get("kv")),  # the session's own budget rows
         )
         memory = self.memory_for(choice.device)
+        self._devices[source.key] = choice.device
         report = compute_budget(request, memory, facts)
         summary = f"{source.id or report.model} at {report.ctx} ctx x {report.concurrency} slots"
         return BudgetNeed(memory.device, report.total_bytes, memory.available, summary)
@@ -142,7 +146,11 @@ class ServeSupply:
     def open(self, source: ModelSource) -> ServedSession:
         from localinfer.session import open_session
 
-        return open_session(source.spec, **self.settings.session_options())
+        # The session's budget counts against the memory this pool shares out (its plan made room
+        # for the model beside the others), not against what is free once they have loaded.
+        device = self._devices.get(source.key)
+        memory = self.memory_for(device) if device is not None else None
+        return open_session(source.spec, budget_memory=memory, **self.settings.session_options())
 
 
 def named_source(supply: ServeSupply, name: str, served_name: str | None = None) -> ModelSource:
