@@ -34,11 +34,16 @@ class KVTierOptions:
     disk_cap: str | None = None  # --kv-disk-cap as typed; None: 4 GiB
 
 
-def add_kv_options(parser: Parser, *, disk: bool = True) -> None:
-    """--kv-ram SIZE and (with ``disk``) --kv-disk DIR and --kv-disk-cap SIZE."""
+def add_kv_options(
+    parser: Parser, *, disk: bool = True, disk_help: str = KV_DISK_HELP, disk_metavar: str = "DIR"
+) -> None:
+    """--kv-ram SIZE and (with ``disk``) --kv-disk DIR and --kv-disk-cap SIZE; a command whose
+    disk tier is on by default (chat) says so with ``disk_help``/``disk_metavar``."""
     parser.add_argument("--kv-ram", default=None, metavar="SIZE", help=KV_RAM_HELP)
     if disk:
-        parser.add_argument("--kv-disk", type=Path, default=None, metavar="DIR", help=KV_DISK_HELP)
+        parser.add_argument(
+            "--kv-disk", type=Path, default=None, metavar=disk_metavar, help=disk_help
+        )
         parser.add_argument("--kv-disk-cap", default=None, metavar="SIZE", help=KV_DISK_CAP_HELP)
 
 

@@ -40,10 +40,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--max-tokens", type=int, default=512)
     # The chat's disk tier is on by default (beside the conversations): see kv_tiers().
-    add_kv_options(parser)
-    for action in parser._actions:  # the shared help says "default: off", as serve has it
-        if action.dest == "kv_disk":
-            action.help, action.metavar = CHAT_KV_DISK_HELP, "DIR|off"
+    add_kv_options(parser, disk_help=CHAT_KV_DISK_HELP, disk_metavar="DIR|off")
     parser.add_argument(
         "--url",
         default=None,
