@@ -5,8 +5,8 @@ Each step:
 1. requests whose abort was asked leave (queue or slot) and finish with ``"abort"``;
 2. waiting requests take idle slots (first come, first served), so a slot freed by the previous
    step is refilled now. With ``prefix_reuse`` a finished slot keeps its KV, and a request starts
-   from the longest prefix of its prompt held by its slot, another slot (copied) or a KV tier
-   (restored), and prefills only the rest (``kv_placement`` chooses the slot and the source).
+   from the longest prefix of its prompt held by its slot, another slot (copied; or it waits
+   while a busy slot prefills it) or a KV tier (restored), and prefills the rest (kv_placement).
    The last prompt token is always fed again, because its logits give the first new token.
    With ``cache_reuse`` N, cached chunks of N+ tokens found later in the prompt are moved into
    place rather than prefilled (``chunk_reuse``: an approximation, off by default);
