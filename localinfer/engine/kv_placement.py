@@ -18,7 +18,9 @@ Which idle slot to take: the one with the most reuse; among those, one whose cel
 (an empty slot, or one whose whole cache is the prompt's beginning), then one reusing its own
 cells, then the least recently used. So conversations that share only a system prompt do not
 evict each other: a new one takes an empty slot and copies the system prompt from where it is.
-A slot's cells that a new request is about to drop go to the RAM tier first (``_save``).
+When they arrive together, the later ones wait until the first has prefilled it
+(``should_wait``). A slot's cells that a new request is about to drop go to the RAM tier first
+(``_save``).
 
 Any failed copy or restore costs the reuse, never the request: one log line, the slot emptied,
 a cold prefill.
