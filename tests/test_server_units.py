@@ -48,8 +48,15 @@ def test_metrics_text_from_engine_snapshot_and_requests() -> None:
         slots_total=4, slots_busy=1, queue_depth=2, kv_cells_used=128, kv_cells_total=512,
         requests_finished=2, prompt_tokens_total=10, completion_tokens_total=4,
         finish_reasons={"stop": 1, "length": 1}, spec_proposed=10, spec_accepted=7,
+        reused_tokens_by_source={"copy": 40, "ram": 600}, kv_transfer_failures=1,
+        kv_ram_bytes=4096,
     )  # fmt: skip
     s = parse_prometheus(m.render(engine, "tiny"))
+    assert s['localinfer_reused_prompt_tokens_total{source="ram"}'] == 600
+    assert s['localinfer_reused_prompt_tokens_total{source="copy"}'] == 40
+    assert s['localinfer_reused_prompt_tokens_total{source="disk"}'] == 0
+    assert s["localinfer_kv_transfer_failures_total"] == 1
+    assert s["localinfer_kv_ram_tier_bytes"] == 4096
     assert s['localinfer_model_loaded{model="tiny"}'] == 1
     assert s["localinfer_time_to_first_token_seconds_count"] == 2
     assert s["localinfer_time_per_output_token_seconds_count"] == 1

@@ -238,6 +238,27 @@ def _engine_lines(engines: Sequence[tuple[str, EngineMetrics]]) -> list[str]:
         "Requests that reused a cached prefix.",
         lambda e: e.prefix_hits,
     )
+    sources = []
+    for labels, e in engines:
+        counts = {"slot": 0, "copy": 0, "ram": 0, "disk": 0, **e.reused_tokens_by_source}
+        for source, n in sorted(counts.items()):
+            both = ",".join(x for x in (labels, f'source="{_escape(source)}"') if x)
+            sources.append((both, n))
+    m.extend(
+        _family(
+            "reused_prompt_tokens_total",
+            "counter",
+            "Prompt tokens not prefilled, by where their KV came from (slot, copy, ram, disk).",
+            sources,
+        )
+    )
+    one(
+        "kv_transfer_failures_total",
+        "counter",
+        "KV copies and restores that failed and fell back to a cold prefill.",
+        lambda e: e.kv_transfer_failures,
+    )
+    one("kv_ram_tier_bytes", "gauge", "Bytes the host-RAM KV tier holds.", lambda e: e.kv_ram_bytes)
     reasons = []
     for labels, e in engines:
         counts = {"stop": 0, "length": 0, "abort": 0, "error": 0, **e.finish_reasons}
