@@ -25,6 +25,29 @@ def layout_key(backend: str, **fields: object) -> str:
     return ";".join([backend, *(f"{name}={value}" for name, value in fields.items())])
 
 
+def static_cache_layout(
+    backend: str,
+    dtype: str,
+    shape: tuple[int, ...],
+    n_layers: int,
+    quant: str,
+    config: ModelConfig,
+    norm_bytes: bytes,
+) -> str:
+    """The layout of a torch or MLX static cache (every layer ``[slots, kv_heads, max_ctx,
+    head_dim]`` of ``dtype``): the cache's form, the weights' form and the model (its config and
+    its final norm's bytes)."""
+    return layout_key(
+        backend,
+        dtype=dtype,
+        layers=n_layers,
+        kv_heads=shape[1],
+        head_dim=shape[3],
+        quant=quant,
+        model=model_identity(config, norm_bytes),
+    )
+
+
 def check_copy(lengths: SlotLengths, src: int, dst: int, n_tokens: int) -> None:
     """``copy_prefix``'s arguments: two distinct slots, ``1 <= n_tokens <= length(src)``."""
     held = lengths.checked(src)

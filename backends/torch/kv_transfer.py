@@ -18,8 +18,7 @@ from localinfer.backends.kv_transfer_checks import (
     check_copy,
     check_restore,
     check_snapshot,
-    layout_key,
-    model_identity,
+    static_cache_layout,
 )
 from localinfer.backends.torch.kv_cache import StaticKVCache
 
@@ -31,14 +30,14 @@ def kv_layout(runner: TorchRunner) -> str:
     """The runner's snapshot compatibility key: cache dtype and shape, weight form, model."""
     keys = runner._cache.keys[0]  # [slots, kv_heads, max_ctx, head_dim]
     norm = runner._model.weights.norm.detach().float().cpu().numpy()
-    return layout_key(
+    return static_cache_layout(
         "torch",
-        dtype=str(keys.dtype).removeprefix("torch."),
-        layers=len(runner._cache.keys),
-        kv_heads=keys.shape[1],
-        head_dim=keys.shape[3],
-        quant=runner.info.quant,
-        model=model_identity(runner.model_config, norm.tobytes()),
+        str(keys.dtype).removeprefix("torch."),
+        tuple(keys.shape),
+        len(runner._cache.keys),
+        runner.info.quant,
+        runner.model_config,
+        norm.tobytes(),
     )
 
 

@@ -238,12 +238,9 @@ def _engine_lines(engines: Sequence[tuple[str, EngineMetrics]]) -> list[str]:
         "Requests that reused a cached prefix.",
         lambda e: e.prefix_hits,
     )
-    sources = []
-    for labels, e in engines:
-        counts = {"slot": 0, "copy": 0, "ram": 0, "disk": 0, **e.reused_tokens_by_source}
-        for source, n in sorted(counts.items()):
-            both = ",".join(x for x in (labels, f'source="{_escape(source)}"') if x)
-            sources.append((both, n))
+    sources = _by_label(
+        engines, "source", ("slot", "copy", "ram", "disk"), lambda e: e.reused_tokens_by_source
+    )
     m.extend(
         _family(
             "reused_prompt_tokens_total",
@@ -259,12 +256,9 @@ def _engine_lines(engines: Sequence[tuple[str, EngineMetrics]]) -> list[str]:
         lambda e: e.kv_transfer_failures,
     )
     one("kv_ram_tier_bytes", "gauge", "Bytes the host-RAM KV tier holds.", lambda e: e.kv_ram_bytes)
-    reasons = []
-    for labels, e in engines:
-        counts = {"stop": 0, "length": 0, "abort": 0, "error": 0, **e.finish_reasons}
-        for reason, n in sorted(counts.items()):
-            both = ",".join(x for x in (labels, f'finish_reason="{_escape(reason)}"') if x)
-            reasons.append((both, n))
+    reasons = _by_label(
+        engines, "finish_reason", ("stop", "length", "abort", "error"), lambda e: e.finish_reasons
+    )
     m.extend(_family("requests_total", "counter", "Finished requests by finish reason.", reasons))
     one(
         "slots_total",
@@ -302,6 +296,23 @@ def _engine_lines(engines: Sequence[tuple[str, EngineMetrics]]) -> list[str]:
         lambda e: round(e.spec_accepted / e.spec_proposed if e.spec_proposed else 0.0, 6),
     )
     return m
+
+
+def _by_label(
+    engines: Sequence[tuple[str, EngineMetrics]],
+    label: str,
+    always: Sequence[str],
+    counts_of: Callable[[EngineMetrics], Mapping[str, int]],
+) -> list[tuple[str, float]]:
+    """One sample per value of ``label`` per engine (the ``always`` values even at 0), after the
+    engine's own labels."""
+    samples: list[tuple[str, float]] = []
+    for labels, e in engines:
+        counts = {**dict.fromkeys(always, 0), **counts_of(e)}
+        for value, n in sorted(counts.items()):
+            both = ",".join(x for x in (labels, f'{label}="{_escape(value)}"') if x)
+            samples.append((both, n))
+    return samples
 
 
 def _escape(value: str) -> str:
