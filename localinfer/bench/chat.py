@@ -40,6 +40,7 @@ class ChatBenchConfig:
     keys: int = 20  # keys typed while streaming
     key_interval_s: float = 0.25  # between two typed keys
     size: tuple[int, int] = (120, 40)  # terminal columns x rows
+    earlier: int = 0  # finished answers on screen above the measured one (earlier_answer())
 
     def settings(self) -> ChatSettings:
         return ChatSettings(
@@ -72,6 +73,23 @@ class ChatRun:
     def window_rate(self, first: bool, window: int) -> float | None:
         """Tokens/s over the first (or last) ``window`` token intervals that reached the app."""
         return window_rate(self.arrivals, first, window)
+
+
+def earlier_answer(index: int, paragraphs: int = 6) -> str:
+    """A finished answer of about 1,000 tokens of the embedded model's tokenizer (~4,600
+    characters) as the chat shows it: paragraphs, a list and a fenced code block. Deterministic,
+    so runs with earlier answers on screen lay out the same text."""
+    sentence = (
+        "The robot number {i} mixed a careful blue with the grey of the workshop floor, "
+        "and watched the colour dry as the light moved across the window. "
+    )
+    parts = [f"## Part {index + 1}"]
+    for p in range(paragraphs):
+        parts.append("".join(sentence.format(i=index * 100 + p * 5 + k) for k in range(5)))
+        if p == paragraphs // 2:
+            parts.append("\n".join(f"- step {k}: choose a brush, wet it, paint" for k in range(6)))
+            parts.append("```python\nfor stroke in range(10):\n    canvas.paint(stroke)\n```")
+    return "\n\n".join(parts)
 
 
 def window_rate(arrivals: list[float], first: bool, window: int) -> float | None:
@@ -182,6 +200,10 @@ async def run_chat(session: Any, config: ChatBenchConfig, store: Any) -> ChatRun
     async with app.run_test(size=config.size) as pilot:
         await pilot.pause()
         await app.workers.wait_for_complete()  # the memory reading after mount
+        for i in range(config.earlier):  # on screen only: the request stays the same
+            app.view.add_user(config.prompt)
+            app.view.start_answer(earlier_answer(i))
+        await pilot.pause()
         prompt = app.query_one(PromptInput)
         prompt.load_text(config.prompt)
         prompt.focus()
