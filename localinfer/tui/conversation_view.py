@@ -25,19 +25,41 @@ _Paragraph = Markdown.BLOCKS["paragraph_open"]
 
 
 class StreamParagraph(_Paragraph):  # type: ignore[misc,valid-type]
-    """A paragraph that asks for a layout only when its height changes.
+    """A paragraph that asks for a layout only when its height changes, and that, while it is
+    the streaming answer's last block, holds ``RESERVE_LINES`` blank lines to grow into.
 
     While an answer streams, its last paragraph gets a few more words many times a second.
     Textual's paragraph asks for a layout on every update, and a layout places every widget on
-    the screen again (the whole conversation, a cost that grows with it); most updates only fill
-    the paragraph's last line, and repainting the paragraph is enough for them.
+    the screen again (every block of every answer in the conversation: the cost grows with it),
+    twice when sizes change (a widget whose size changed asks for another). Most updates only
+    fill the paragraph's last line, and repainting the paragraph is enough for them; with the
+    reserve, a new line costs a layout once per ``RESERVE_LINES`` lines instead of every line.
     """
+
+    RESERVE_LINES = 4
+    reserved = False  # min-height holds blank lines below the text (AnswerTurn releases it)
 
     def set_content(self, content: Content) -> None:
         self._content = content
         width, height = self.content_size
-        fits = bool(width) and content.get_height(self.styles, width) == height
-        self.update(content, layout=not fits)
+        needed = content.get_height(self.styles, width) if width else None
+        if needed is not None and (needed == height or (self.reserved and needed < height)):
+            self.update(content, layout=False)
+            return
+        if needed is not None and self._grows_in_a_stream():
+            self.reserved = True
+            self.styles.min_height = needed + self.RESERVE_LINES
+        self.update(content, layout=True)
+
+    def _grows_in_a_stream(self) -> bool:
+        parent = self.parent
+        return isinstance(parent, AnswerTurn) and parent.streaming
+
+    def release(self) -> None:
+        """Drop the blank lines below the text (the paragraph is done growing)."""
+        if self.reserved:
+            self.reserved = False
+            self.styles.min_height = None
 
 
 class AnswerTurn(Markdown):
@@ -68,7 +90,20 @@ class AnswerTurn(Markdown):
 
     def append(self, markdown: str) -> AwaitComplete:
         self.renders += 1
-        return super().append(markdown)
+        appended = super().append(markdown)
+
+        async def then_release() -> None:
+            await appended
+            self._release_paragraphs(keep_last=True)
+
+        return AwaitComplete(then_release())
+
+    def _release_paragraphs(self, keep_last: bool) -> None:
+        # Only the last block grows; one that a new block now follows gives its reserve back.
+        blocks = list(self.children)
+        for block in blocks[:-1] if keep_last else blocks:
+            if isinstance(block, StreamParagraph):
+                block.release()
 
     async def write(self, delta: str) -> None:
         """Append ``delta`` (never empty) soon; merged with other writes while one renders."""
@@ -81,6 +116,7 @@ class AnswerTurn(Markdown):
         stream, self._stream = self._stream, None
         if stream is not None:
             await stream.stop()
+        self._release_paragraphs(keep_last=False)
         if self._reserved:
             self._reserved = 0
             self.styles.min_height = None
