@@ -2,8 +2,8 @@
 
 llama-cpp-python's Linux build runs ggml's CPU graph on OpenMP (libggml-cpu links libgomp.so.1):
 every node of the graph ends in ``#pragma omp barrier`` and the workers wait for the next graph
-in libgomp's dock. libgomp spins before it sleeps, 300,000 ``pause`` loops by default (about
-10 ms here), and ggml's own threadpool ``poll`` setting does not apply to OpenMP builds. A thread
+in libgomp's dock. libgomp spins before it sleeps, 300,000 ``pause`` loops by default (several
+ms), and ggml's own threadpool ``poll`` setting does not apply to OpenMP builds. A thread
 that spins holds its core while the chat's UI thread or the HTTP server's needs a slice, and when
 the machine is busier than its cores a worker spins through the slices its partner needs to
 reach the barrier: the whole team crawls. scripts/bench-chat-wait measured it (see
@@ -25,9 +25,16 @@ SPIN_ENV = "GOMP_SPINCOUNT"
 POLICY_ENV = "OMP_WAIT_POLICY"
 LIBGOMP = "libgomp.so.1"  # the system libgomp llama-cpp-python links (torch bundles its own)
 
-# Spins before a waiting llama.cpp thread sleeps. Measured with scripts/bench-chat-wait on the
-# project's 2-core machine (see the README of #23's closing note for the table).
-DEFAULT_SPINCOUNT = 10_000
+# Spins before a waiting llama.cpp thread sleeps: about 50 us of ``pause`` here, far longer than
+# two running threads wait for each other at a graph node's barrier, far shorter than a slice
+# another thread takes. scripts/bench-chat-wait on the project's 2-core machine while other
+# programs kept it busy (load 5-7), the embedded model, 150 tokens, median of 2 rounds, tok/s
+# alone / beside a UI-like thread (3 ms of GIL-holding Python every 33 ms):
+#   libgomp's 300,000: 8.4 / 3.4    10,000: 13.5 / 12.6    1,000: 31.5 / 28.9
+#   OMP_WAIT_POLICY=PASSIVE (0): 35.4 / 32.8    one thread: 32.9 / 30.3
+# PASSIVE sleeps at every barrier (a futex wake per graph node, hundreds per token) and costs
+# that on a quiet machine too; 1,000 keeps the barriers between running threads a spin.
+DEFAULT_SPINCOUNT = 1_000
 
 
 @dataclass(slots=True, frozen=True)
