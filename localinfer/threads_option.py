@@ -13,6 +13,13 @@ Two threads are twice as fast while the neighbour idles and even at half its tim
 neighbour that takes a whole core makes one thread better (2x). The chat UI must not take a core
 (the chat issue's coalesced rendering), so the default stays at the cores; ``--threads N`` is for
 a machine shared with other busy programs.
+
+Those figures were taken with libgomp spinning 300,000 times before a llama.cpp thread sleeps;
+it now spins 1,000 (backends/llamacpp/omp_wait.py): the spin is what a busy neighbour or a busy
+machine stalled. Under load 5-7 (other programs), two threads then decode about as fast as one
+(31.5 vs 32.9 tok/s alone, 28.9 vs 30.3 beside a UI-like thread; scripts/bench-chat-wait), not
+4-10x slower. The default stays at the cores, for `chat`, `generate` and `serve` alike; the
+spin count's cost on a quiet machine is still to be measured there (bench-chat-wait).
 """
 
 from __future__ import annotations
