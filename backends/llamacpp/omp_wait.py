@@ -32,8 +32,10 @@ LIBGOMP = "libgomp.so.1"  # the system libgomp llama-cpp-python links (torch bun
 # alone / beside a UI-like thread (3 ms of GIL-holding Python every 33 ms):
 #   libgomp's 300,000: 8.4 / 3.4    10,000: 13.5 / 12.6    1,000: 31.5 / 28.9
 #   OMP_WAIT_POLICY=PASSIVE (0): 35.4 / 32.8    one thread: 32.9 / 30.3
-# PASSIVE sleeps at every barrier (a futex wake per graph node, hundreds per token) and costs
-# that on a quiet machine too; 1,000 keeps the barriers between running threads a spin.
+# Another run (load 4.6-6) ranked them alike (1,000: 21.4 / 19.3, 300,000: 8.4 / 1.0). PASSIVE
+# sleeps at every barrier (a futex wake per graph node, hundreds per token), a cost a quiet
+# machine would pay too (not measured yet: the machine was never quiet); 1,000 keeps the
+# barriers between two running threads a spin. bench-chat at load 4.6: chat 0.94x generate.
 DEFAULT_SPINCOUNT = 1_000
 
 
