@@ -282,6 +282,9 @@ def test_long_forwards_on_blocks_run_torch_ops_on_dequantized_matrices(
     hybrid = TorchRunner(model, cfg, native_max_tokens=4, stored_blocks=True)
     native = TorchRunner(model, cfg, native_max_tokens=BIG, stored_blocks=True)
     assert hybrid._model.weights.has_blocks() and hybrid.native_max_tokens == 4
+    # F.linear on each freshly dequantized matrix, not oneDNN's plain path (slower there: the
+    # BlockForm comment has the figures).
+    assert not hybrid._model.weights.onednn_dense
     prompt = seq(40, 11)
     work = [SlotWork(0, prompt, 0, logits="all"), SlotWork(1, seq(7, 12), 0, logits="all")]
     for got, want in zip(hybrid.forward(work), native.forward(work), strict=True):

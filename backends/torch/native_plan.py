@@ -182,7 +182,17 @@ def native_block_tokens() -> int:
     forward pays once. scripts/bench-native-kernels part 3 (embedded model, 2 threads): a
     17-token verification forward cost 5.7 one-token steps on the kernels (AVX2 build: 8.8)
     against 12.1 (11.2) through dequantized torch ops, while a 512-token prefill ran at 588
-    (272) tok/s on the kernels against 1058 (751) through torch ops."""
+    (272) tok/s on the kernels against 1058 (751) through torch ops.
+
+    Where a long chunk's time goes (512 tokens, 1 thread, CPU time): the matrix products are
+    the same GEMM as torch ops on float32 weights (709 vs 709 ms), and the dequantization of
+    every block matrix into the reused buffer adds 30-36 ms (3.5%: it writes 424 MB of float32,
+    bound by memory bandwidth, not by the decode). A block LM head saves back about 3 ms. So
+    the kept blocks' long chunks are torch ops' speed less that pass, at best: about 1.00x with
+    F.linear on the dequantized matrix (weight_forms.BlockForm), 0.97-0.98x with the AVX-512
+    kernels and MKL hidden. Tried and slower: rows decoded in L2-sized tiles with a torch GEMM
+    each (0.95-0.99x), streaming stores (the GEMM then reads from memory), and a native
+    register-tiled product on tiles decoded into L2 (64-78% of oneDNN's fp32 GEMM)."""
     return DEFAULT_MAX_TOKENS
 
 

@@ -123,11 +123,18 @@ class BlockForm(WeightForm):
         arena: HugePageArena | None,
         onednn_dense: bool,
     ) -> None:
+        """``onednn_dense`` is not taken: long chunks multiply each block matrix, dequantized
+        into one reused buffer, with F.linear (the planner passes the flag to every form)."""
         # Matrices not kept as blocks stay float32 on the CPU, off the arena.
         super().__init__(TensorCopier(torch.float32, torch.device("cpu")))
         self.blocks = blocks
         self.arena = arena
-        self.onednn_dense = onednn_dense
+        # F.linear (MKL) rather than oneDNN on a freshly dequantized plain matrix: measured
+        # (scripts/bench-native-kernels --only-prefill, embedded model, 1 thread, CPU time) a
+        # 512-token prefill 0.97x torch ops on the float32 weights through oneDNN, 1.00x through
+        # F.linear (64 tokens 0.95x vs 0.98x, 256: 0.96x vs 0.99x). The non-block matrices of
+        # such a model are few and multiply as fast either way at these sizes.
+        self.onednn_dense = False
 
     def matrix(self, m: StoredMatrix) -> Matrix:
         kept = block_matrix(self.blocks, m.parts, m.shape, m.name, self._alloc)
