@@ -238,24 +238,7 @@ def _engine_lines(engines: Sequence[tuple[str, EngineMetrics]]) -> list[str]:
         "Requests that reused a cached prefix.",
         lambda e: e.prefix_hits,
     )
-    sources = _by_label(
-        engines, "source", ("slot", "copy", "ram", "disk"), lambda e: e.reused_tokens_by_source
-    )
-    m.extend(
-        _family(
-            "reused_prompt_tokens_total",
-            "counter",
-            "Prompt tokens not prefilled, by where their KV came from (slot, copy, ram, disk).",
-            sources,
-        )
-    )
-    one(
-        "kv_transfer_failures_total",
-        "counter",
-        "KV copies and restores that failed and fell back to a cold prefill.",
-        lambda e: e.kv_transfer_failures,
-    )
-    one("kv_ram_tier_bytes", "gauge", "Bytes the host-RAM KV tier holds.", lambda e: e.kv_ram_bytes)
+    m.extend(_kv_tier_lines(engines))
     reasons = _by_label(
         engines, "finish_reason", ("stop", "length", "abort", "error"), lambda e: e.finish_reasons
     )
@@ -296,6 +279,33 @@ def _engine_lines(engines: Sequence[tuple[str, EngineMetrics]]) -> list[str]:
         lambda e: round(e.spec_accepted / e.spec_proposed if e.spec_proposed else 0.0, 6),
     )
     return m
+
+
+def _kv_tier_lines(engines: Sequence[tuple[str, EngineMetrics]]) -> list[str]:
+    """Where reused prompt tokens came from (slot, copy, ram, disk) and the KV tiers' state."""
+    sources = _by_label(
+        engines, "source", ("slot", "copy", "ram", "disk"), lambda e: e.reused_tokens_by_source
+    )
+    return [
+        *_family(
+            "reused_prompt_tokens_total",
+            "counter",
+            "Prompt tokens not prefilled, by where their KV came from (slot, copy, ram, disk).",
+            sources,
+        ),
+        *_family(
+            "kv_transfer_failures_total",
+            "counter",
+            "KV copies and restores that failed and fell back to a cold prefill.",
+            [(labels, e.kv_transfer_failures) for labels, e in engines],
+        ),
+        *_family(
+            "kv_ram_tier_bytes",
+            "gauge",
+            "Bytes the host-RAM KV tier holds.",
+            [(labels, e.kv_ram_bytes) for labels, e in engines],
+        ),
+    ]
 
 
 def _by_label(
