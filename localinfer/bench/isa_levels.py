@@ -23,6 +23,7 @@ AVX2_ENV = {
     "LOCALINFER_KERNEL_ISA": "avx2",
     "ONEDNN_MAX_CPU_ISA": "AVX2",
     "ATEN_CPU_CAPABILITY": "avx2",
+    "MKL_ENABLE_INSTRUCTIONS": "AVX2",  # torch's F.linear on CPU is MKL's sgemm: hide it there too
 }
 SHOWN_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
                "amx_tile", "avx_vnni", "neon", "asimd")  # fmt: skip
