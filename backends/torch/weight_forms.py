@@ -121,10 +121,9 @@ class BlockForm(WeightForm):
         self,
         blocks: BlockSource,
         arena: HugePageArena | None,
-        onednn_dense: bool,
     ) -> None:
-        """``onednn_dense`` is not taken: long chunks multiply each block matrix, dequantized
-        into one reused buffer, with F.linear (the planner passes the flag to every form)."""
+        """Long chunks multiply each block matrix, dequantized into one reused buffer, with
+        F.linear (below)."""
         # Matrices not kept as blocks stay float32 on the CPU, off the arena.
         super().__init__(TensorCopier(torch.float32, torch.device("cpu")))
         self.blocks = blocks
@@ -189,9 +188,7 @@ def dense_form(
     return DenseForm(TensorCopier(dtype, device, arena), pack, onednn_dense)
 
 
-def block_form(
-    config: ModelConfig, blocks: BlockSource, *, huge_pages: bool, onednn_dense: bool
-) -> BlockForm:
+def block_form(config: ModelConfig, blocks: BlockSource, *, huge_pages: bool) -> BlockForm:
     """``huge_pages``: the kept blocks go to an arena where the platform allows."""
     arena = None
     if huge_pages:
@@ -199,7 +196,7 @@ def block_form(
         # of the reservation that stay unused are never touched, so never resident.
         matrices = 4 * config.n_layers + 2
         arena = HugePageArena.create(blocks.nbytes() + matrices * ALIGN)
-    return BlockForm(blocks, arena, onednn_dense)
+    return BlockForm(blocks, arena)
 
 
 def quantized_form(

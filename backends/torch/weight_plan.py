@@ -129,7 +129,7 @@ def weight_form(
     native = plan.kernels is not None
     if native and plan.keep_blocks:
         # Every forward then runs natively (long ones on block matrices decoded as used).
-        return block_form(model.config, model.weights, huge_pages=True, onednn_dense=plan.onednn)
+        return block_form(model.config, model.weights, huge_pages=True)
     return dense_form(
         model.config, plan.dtype, plan.device, pack=plan.packed, huge_pages=native,
         onednn_dense=native and plan.onednn,

@@ -192,9 +192,3 @@ def measure_quality(model: LoadedModel, opts: QualityOptions) -> QualityReport:
     finally:
         for r in [reference, *(c.runner for c in candidates)]:
             r.close()
-
-
-def _budget_name(runner: Runner) -> str:
-    """The budget's name for what a runner holds: its own label, MLX's included (the budget
-    knows MLX's int4 recipe and int4-gN / int8-gN: facts/quant.py). Kept for scripts/bench-quant."""
-    return runner.info.quant
