@@ -50,7 +50,15 @@ class MLXTransferMethods:
 
 
 def kv_layout(runner: MLXRunner) -> str:
-    """The runner's snapshot compatibility key: cache dtype and shape, weight form, model."""
+    """The runner's snapshot compatibility key: cache dtype and shape, weight form, model. Worked
+    out once per runner (it copies the final norm's weights to the host), then remembered."""
+    layout = runner.__dict__.get("_kv_layout")
+    if layout is None:
+        layout = runner.__dict__["_kv_layout"] = _layout(runner)
+    return layout
+
+
+def _layout(runner: MLXRunner) -> str:
     keys = runner._cache.keys[0]  # [slots, kv_heads, max_ctx, head_dim]
     norm = np.array(runner._model.weights.norm.astype(mx.float32))
     return static_cache_layout(

@@ -27,7 +27,15 @@ if TYPE_CHECKING:
 
 
 def kv_layout(runner: TorchRunner) -> str:
-    """The runner's snapshot compatibility key: cache dtype and shape, weight form, model."""
+    """The runner's snapshot compatibility key: cache dtype and shape, weight form, model. Worked
+    out once per runner (it copies the final norm's weights to the host), then remembered."""
+    layout = runner.__dict__.get("_kv_layout")
+    if layout is None:
+        layout = runner.__dict__["_kv_layout"] = _layout(runner)
+    return layout
+
+
+def _layout(runner: TorchRunner) -> str:
     keys = runner._cache.keys[0]  # [slots, kv_heads, max_ctx, head_dim]
     norm = runner._model.weights.norm.detach().float().cpu().numpy()
     return static_cache_layout(

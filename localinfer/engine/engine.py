@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable
 from collections.abc import Sequence as Seq
-from typing import Protocol, TypeVar
+from typing import Protocol
 
 from localinfer.backends.base import EmbeddingRunner, Runner
 from localinfer.engine.detokenizer import Detokenizer
@@ -38,7 +38,7 @@ from localinfer.engine.sampler import TokenSampler
 from localinfer.engine.scheduler import Scheduler, StepReport
 from localinfer.engine.sequence import EventSink, Sequence
 from localinfer.engine.speculative import Speculator
-from localinfer.engine.thread_calls import EngineCalls
+from localinfer.engine.thread_calls import EngineCalls, T
 from localinfer.engine.types import EngineMetrics, Request, StreamEvent
 from localinfer.errors import (
     ContextOverflowError,
@@ -48,8 +48,6 @@ from localinfer.errors import (
 )
 
 log = logging.getLogger(__name__)
-
-T = TypeVar("T")
 
 
 class TokenizerLike(Protocol):
@@ -125,6 +123,7 @@ class Engine:
         self._calls = EngineCalls()  # persist_prefix, flush_kv: run between two steps
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._direct = threading.RLock()  # _on_engine_thread's calls run outside the loop
         if background:
             self._thread = threading.Thread(
                 target=self._loop, name="localinfer-engine", daemon=True
@@ -247,17 +246,14 @@ class Engine:
         return self._scheduler.snapshot()
 
     def persist_prefix(self, tokens: Seq[int]) -> int:
-        """Store the cells of the longest cached prefix of ``tokens`` (held by a slot, or by a
-        tier since the slot was reused) into every KV tier: a chat closing a conversation keeps
-        it on disk. Runs on the engine thread between steps and waits for it; returns how many
-        tokens were stored (0 without tiers or a cached prefix)."""
+        """Store the longest cached prefix of ``tokens`` (a slot's, or a tier's) into every KV
+        tier (a chat closing a conversation), on the engine thread; returns its length or 0."""
         ids = [int(t) for t in tokens]
         return self._on_engine_thread(lambda: self._scheduler.placer.persist_prefix(ids))
 
     def flush_kv(self) -> int:
-        """Shutdown of the KV tiers: every slot's cells into the tiers that outlive the process
-        and the RAM tier's entries into its spill tier. Runs on the engine thread; returns how
-        many entries were written. ``close`` calls it."""
+        """Every slot's cells into the tiers that outlive the process, RAM entries into their
+        spill tier, on the engine thread (``close`` calls it); returns the entries written."""
         return self._on_engine_thread(self._scheduler.placer.flush)
 
     def close(self) -> None:
@@ -372,13 +368,19 @@ class Engine:
     def _on_engine_thread(self, fn: Callable[[], T]) -> T:
         """Run ``fn`` where the runner's owner runs (the engine thread between two steps, or
         here when there is none or it has stopped) and return its result."""
+        here = threading.current_thread()
         with self._wake:
-            if self._thread is None or self._closed or threading.current_thread() is self._thread:
+            if self._thread is None or self._closed or here is self._thread:
                 future = None
             else:
                 future = self._calls.put(fn)
                 self._wake.notify()
-        return fn() if future is None else future.result()
+        if future is not None:
+            return future.result()
+        if self._thread is not None and here is not self._thread:
+            self._thread.join()  # closed: the loop may still be inside a step; let it stop first
+        with self._direct:  # callers running it here (close's flush, a late persist) take turns
+            return fn()
 
     def _loop(self) -> None:
         while True:

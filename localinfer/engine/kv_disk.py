@@ -124,6 +124,14 @@ class DiskKVStore:
             raise ValueError(f"snapshot of {snapshot.n_tokens} tokens stored under {len(key)}")
         if self.layout is not None and snapshot.layout != self.layout:
             raise ValueError(f"snapshot layout {snapshot.layout!r} is not this tier's")
+        with self._lock:
+            covering = _covering(self._entries(), key)
+            if covering is not None and covering.path.exists():
+                # These cells are on disk already (a flush after a flush, a conversation
+                # persisted again): refresh the entry, before hashing a payload for nothing.
+                covering.used = time.time()
+                _touch(covering)
+                return
         tokens = np.asarray(key, dtype=np.int64)
         header = encode_header(self.model_key, snapshot.layout, tokens, snapshot.payload)
         size = len(header) + snapshot.nbytes
@@ -132,13 +140,6 @@ class DiskKVStore:
             return
         with self._lock:
             index = self._entries()
-            covering = _covering(index, key)
-            if covering is not None and covering.path.exists():
-                # These cells are on disk already (a flush after a flush, a conversation
-                # persisted again): refresh the entry instead of writing it again.
-                covering.used = time.time()
-                _touch(covering)
-                return
             path = self.folder / entry_name(key)
             if not self._write(path, header, snapshot.payload):
                 return

@@ -263,9 +263,11 @@ class SlotPlacer:
         best_tier: tuple[int, KVStore, tuple[int, ...]] | None = None
         for store in self.stores:
             match = store.best_match(tokens)
+            # Only an entry lying wholly within ``tokens``: one that goes on is another
+            # conversation sharing a beginning (a system prompt), not this one.
             if (
                 match is not None
-                and match.shared > n
+                and match.shared == len(match.key) > n
                 and (best_tier is None or match.shared > best_tier[0])
             ):
                 best_tier = (match.shared, store, match.key)

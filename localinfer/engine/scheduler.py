@@ -93,6 +93,8 @@ class Scheduler:
         # Where a new request's cells come from: its slot, another slot, a KV tier (kv_placement)
         self.placer = SlotPlacer(runner, self.slots, kv_stores, prefix_reuse=prefix_reuse,
                                  cache_reuse=cache_reuse, prefill_chunk=prefill_chunk)  # fmt: skip
+        # What the RAM tier holds stays visible even after transfers turned off (a failed one).
+        self._ram_stores = [s for s in kv_stores if isinstance(s, RamKVStore)]
         self._token_text = token_text
         self._metrics = metrics
         self._on_finish = on_finish
@@ -151,9 +153,7 @@ class Scheduler:
                 queue_depth=len(self.waiting) + self.embeddings.depth(),
                 kv_cells_used=self.slots.cells_used(),
                 kv_cells_total=len(self.slots) * self.max_ctx,
-                kv_ram_bytes=sum(
-                    s.nbytes() for s in self.placer.stores if isinstance(s, RamKVStore)
-                ),
+                kv_ram_bytes=sum(s.nbytes() for s in self._ram_stores),
             )
 
     # -- engine thread ---------------------------------------------------------------------
