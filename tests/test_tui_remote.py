@@ -241,6 +241,12 @@ def test_chat_url_flags_are_checked_before_anything_starts(argv, flag):
         chat_command.run(_chat_args(*argv))
 
 
+def test_a_key_exported_for_serve_does_not_stop_a_local_chat(monkeypatch):
+    monkeypatch.setenv(chat_command.API_KEY_ENV, "k")
+    assert chat_command._api_key(_chat_args()) is None  # no --url: the chat runs its own model
+    assert chat_command._api_key(_chat_args("--url", "http://127.0.0.1:8000")) == "k"
+
+
 def test_a_v1_address_means_the_same_server():
     assert chat_command._remote_url("http://127.0.0.1:8000/v1/") == "http://127.0.0.1:8000"
 

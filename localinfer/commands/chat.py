@@ -12,13 +12,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from localinfer.command_help import command_parser
+from localinfer.commands.serve import API_KEY_ENV  # as `localinfer serve` reads it
 from localinfer.kv_options import add_kv_options
 from localinfer.model_options import DRAFT_HELP, add_model_options
 
 if TYPE_CHECKING:
     from localinfer.kv_options import KVTierOptions
 
-API_KEY_ENV = "LOCALINFER_API_KEY"  # as `localinfer serve` reads it
 CHAT_KV_DISK_HELP = (
     "directory where each conversation's KV cache is kept when the chat leaves it, so reopening "
     "it (Ctrl+O) restores its prompt instead of computing it again (default: kv/ in the "
@@ -73,11 +73,13 @@ def _remote_url(url: str) -> str:
 def _api_key(args: argparse.Namespace) -> str | None:
     from localinfer.errors import InvalidParameterError
 
+    if args.url is None:  # a local chat: $LOCALINFER_API_KEY (exported for serve) is not for it
+        if args.api_key is not None:
+            raise InvalidParameterError("--api-key is for a server: give its address with --url")
+        return None
     key = args.api_key if args.api_key is not None else os.environ.get(API_KEY_ENV)
     if key is not None and not key.strip():
         raise InvalidParameterError("--api-key is empty: give the server's key, or leave it out")
-    if key is not None and args.url is None:
-        raise InvalidParameterError("--api-key is for a server: give its address with --url")
     return key
 
 
