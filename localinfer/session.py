@@ -163,15 +163,11 @@ class Session:
 
     def close(self) -> None:
         """Stop the engine and free the runners; with a disk tier the slots' and the RAM tier's
-        KV are written to disk first (serve and chat both close through here)."""
+        KV are written to disk first (Engine.close flushes the tiers; serve and chat both close
+        through here)."""
         if self._closed:
             return
         self._closed = True
-        if self.tiers.disk is not None:
-            try:
-                self.engine.flush_kv()
-            except Exception:  # noqa: BLE001 - a full disk must not stop a shutdown
-                log.exception("writing the KV tiers to disk at close failed")
         self.engine.close()
         self.engine.runner.close()
         if self.speculator is not None:

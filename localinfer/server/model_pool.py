@@ -279,12 +279,18 @@ class ModelPool:
         log.info("model %s loaded", model.id)
 
     def _unload_now(self, model: PoolModel, reason: str) -> None:
-        """Close ``model``'s session (marked UNLOADING by the caller, under the lock)."""
-        session = model.session
-        if session is not None:
-            session.close()
+        """Close ``model``'s session (marked UNLOADING by the caller, under the lock). The
+        session is taken under the lock, so two unloads (shutdown beside keep-alive) never close
+        it twice; a close that fails still leaves the model AVAILABLE, never stuck UNLOADING."""
         with self._lock:
-            model.session, model.state = None, AVAILABLE
+            session, model.session = model.session, None
+        try:
+            if session is not None:
+                session.close()
+        except Exception:  # noqa: BLE001 - its memory may be lost; the pool must go on
+            log.exception("closing model %s failed", model.id)
+        with self._lock:
+            model.state = AVAILABLE
             model.unloads[reason] += 1
         log.info("model %s unloaded (%s)", model.id, reason)
 
