@@ -225,6 +225,8 @@ def open_session(
     # --quant none picks a catalog model's original weights (open_model), run as they are.
     runner_quant = quant if quant and quant.lower() != "none" else None
     kv_ram = budgeted_kv_ram(kv)  # checks the tier flags before any weight loads
+    if not prefix_reuse:  # tiers need it: budget no RAM tier rather than drop the row after
+        kv_ram = None
     settings = RunnerSettings(
         backend,
         ctx,
