@@ -32,8 +32,10 @@ def maps(tmp_path: Path) -> Path:
 
 @pytest.fixture
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delenv(SPIN_ENV, raising=False)
-    monkeypatch.delenv(POLICY_ENV, raising=False)
+    for name in (SPIN_ENV, POLICY_ENV):
+        # setenv first so teardown restores the variable's absence too (what a test sets goes)
+        monkeypatch.setenv(name, "")
+        monkeypatch.delenv(name)
 
 
 def test_libgomp_loaded_finds_the_system_library_only(maps: Path, tmp_path: Path) -> None:
