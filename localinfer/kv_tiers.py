@@ -81,16 +81,17 @@ def parse_disk_cap(asked: str | None) -> int:
         ) from None
 
 
-def budgeted_kv_ram(kv: KVTierOptions | None) -> str | None:
+def budgeted_kv_ram(kv: KVTierOptions | None, prefix_reuse: bool = True) -> str | None:
     """What the budget is asked about the RAM tier (``BudgetRequest.kv_ram``: None for no tiers,
-    "auto" for the default share); refuses bad disk flags before any weight loads (the RAM size
-    is checked by the budget, against the memory it sees)."""
+    "auto" for the default share; None without ``prefix_reuse``, which the tiers need); refuses
+    bad disk flags before any weight loads (the RAM size is checked by the budget, against the
+    memory it sees)."""
     if kv is None:
         return None
     parse_disk_cap(kv.disk_cap)
     if kv.disk is not None and kv.disk.exists() and not kv.disk.is_dir():
         raise InvalidParameterError(f"--kv-disk {kv.disk} is a file, not a directory")
-    return kv.ram or AUTO
+    return (kv.ram or AUTO) if prefix_reuse else None
 
 
 def build_kv_tiers(kv: KVTierOptions | None, built: BuiltRunner, *, prefix_reuse: bool) -> KVTiers:

@@ -224,9 +224,7 @@ def open_session(
         raise InvalidParameterError("--cache-reuse needs prefix reuse, which is off")
     # --quant none picks a catalog model's original weights (open_model), run as they are.
     runner_quant = quant if quant and quant.lower() != "none" else None
-    kv_ram = budgeted_kv_ram(kv)  # checks the tier flags before any weight loads
-    if not prefix_reuse:  # tiers need it: budget no RAM tier rather than drop the row after
-        kv_ram = None
+    kv_ram = budgeted_kv_ram(kv, prefix_reuse)  # checks the tier flags before any weight loads
     settings = RunnerSettings(
         backend,
         ctx,

@@ -88,10 +88,11 @@ class _Builder:
             m.bias = b
             self.formats.add(label)
             return m
+        # Float32 first: a 16-bit compute dtype would round a file's grid before it is re-gridded.
         if stored is not None:
-            w = dequantized(stored[0], self.dtype)
+            w = dequantized(stored[0], mx.float32)
         else:
-            w = mx.array(self.source.get(name)).astype(self.dtype)  # [out, in]
+            w = mx.array(self.source.get(name)).astype(mx.float32)  # [out, in]
         mq = self.layout.get(role)
         if mq is not None and w.shape[-1] % mq.group == 0:
             q, scales, biases = affine_quantize(w, mq.bits, mq.group, self.scale_dtype)
@@ -101,7 +102,7 @@ class _Builder:
             return Matrix(q, scales, biases, b, group_size=mq.group, bits=mq.bits)
         # Too narrow for the group size (only tiny test models): stays float.
         self.formats.add("float")
-        return Matrix(w, bias=b)
+        return Matrix(w.astype(self.dtype), bias=b)
 
 
 def load_weights(model: LoadedModel, spec: QuantSpec, dtype: mx.Dtype) -> ModelWeights:

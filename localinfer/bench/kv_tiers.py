@@ -17,7 +17,6 @@ The documents are Python's own module docstrings: fixed, offline, real prose and
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
 import statistics
 import subprocess
@@ -75,23 +74,6 @@ def document(*names: str) -> str:
     return "\n\n".join((importlib.import_module(n).__doc__ or "").strip() for n in names)
 
 
-def tiers_available() -> str | None:
-    """None when this checkout has the session's KV tiers, else why not."""
-    if "kv" not in inspect.signature(open_session).parameters:
-        return "session KV tiers not available (open_session has no kv=)"
-    return None
-
-
-def disk_available() -> str | None:
-    """None when this checkout has the disk tier and the session's wiring, else why not."""
-    try:
-        import localinfer.engine.kv_disk  # noqa: F401
-        import localinfer.kv_options  # noqa: F401
-    except ImportError:
-        return "disk tier not available"
-    return None if tiers_available() is None else "disk tier not available"
-
-
 def kv(ram: str | None = None, disk: Path | None = None) -> Any:
     from localinfer.kv_options import KVTierOptions
 
@@ -113,9 +95,6 @@ def warm_up(session: Session) -> None:
 
 def alternating_row(open_kw: dict[str, Any], turns: int, answer_tokens: int) -> TierRow:
     name = "(i) 2 conversations alternating on 1 slot"
-    missing = tiers_available()
-    if missing:
-        return TierRow(name, None, None, missing)
     docs = {"a": document("argparse"), "b": document("unittest")}
     questions = [
         "Summarise this in two sentences.",
@@ -229,9 +208,6 @@ def disk_restart_row(
     open_kw: dict[str, Any], repeats: int, answer_tokens: int, log: Callable[[str], None]
 ) -> TierRow:
     name = "(iii) 2,000-token conversation, new process"
-    missing = disk_available()
-    if missing:
-        return TierRow(name, None, None, missing)
     with tempfile.TemporaryDirectory(prefix="bench-kv-disk-") as tmp:
         folder = Path(tmp) / "kv"
         text = document("json", "argparse", "unittest") + "\n\nSummarise."

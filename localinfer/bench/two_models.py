@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -133,6 +134,8 @@ def _start(settings: TwoModelSettings, second: Path) -> tuple[subprocess.Popen[s
             break
     if port is None:
         raise RuntimeError(f"serve exited ({proc.wait()}) before saying its port")
+    # Keep reading what it logs: a full stderr pipe would stop the server mid-benchmark.
+    threading.Thread(target=proc.stderr.read, name="serve-stderr", daemon=True).start()
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
