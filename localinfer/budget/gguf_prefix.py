@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from localinfer.errors import ModelFileError
-from localinfer.loading.gguf_cursor import Cursor, Truncated
+from localinfer.loading.gguf_cursor import Truncated
 from localinfer.loading.gguf_file import GGUF_MAGIC, GGUFFile
 from localinfer.loading.gguf_split import check_split_parts
 
@@ -62,12 +62,6 @@ class GGUFHeaderBytes(GGUFFile):
             if len(self._prefix) < self._file_size:
                 raise _NeedMoreBytes() from None
             raise
-
-    def _open_later_part(self) -> None:
-        cur = Cursor(self._map_file(), 4)
-        n_tensors, n_kv = self._read_counts(cur)
-        self._read_metadata(cur, n_kv)
-        self._read_tensor_directory(cur, n_tensors)
 
 
 def read_header(name: str, size: int, read: ByteReader, *, first_part: bool = True) -> GGUFFile:

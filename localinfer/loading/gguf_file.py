@@ -82,6 +82,17 @@ class GGUFFile(MappedFile):
         self._read_metadata(cur, n_kv)
         _ = self.architecture  # every model GGUF names one; fail here, not deep in a loader
         self._read_tensor_directory(cur, n_tensors)
+        self._check_header()
+
+    def _open_later_part(self) -> None:
+        """A later part of a split GGUF: its metadata (split.*) and tensor directory only; the
+        architecture and the header checks belong to the first part."""
+        cur = Cursor(self._map_file(), 4)
+        n_tensors, n_kv = self._read_counts(cur)
+        self._read_metadata(cur, n_kv)
+        self._read_tensor_directory(cur, n_tensors)
+
+    def _check_header(self) -> None:
         stray = check_header(self.path, self.metadata, self.tensors)
         if stray:
             # Never read by localinfer; dropped so that nothing later can index by them.

@@ -14,8 +14,6 @@ import numpy as np
 
 from localinfer.errors import ModelFileError
 from localinfer.facts.gguf_names import split_part_names
-from localinfer.loading.gguf_checks import check_header
-from localinfer.loading.gguf_cursor import Cursor
 from localinfer.loading.gguf_file import GGUFFile
 
 
@@ -57,10 +55,7 @@ class GGUFPart(GGUFFile):
     and the header checks belong to the first part."""
 
     def _open(self) -> None:
-        cur = Cursor(self._map_file(), 4)
-        n_tensors, n_kv = self._read_counts(cur)
-        self._read_metadata(cur, n_kv)
-        self._read_tensor_directory(cur, n_tensors)
+        self._open_later_part()
 
 
 class SplitGGUFFile(GGUFFile):
@@ -86,7 +81,7 @@ class SplitGGUFFile(GGUFFile):
             for tensor, info in part.tensors.items():
                 self.tensors[tensor] = info
                 self._owner[tensor] = part
-        check_header(self.path, self.metadata, self.tensors)  # token_embd may be in a later part
+        self._check_header()  # again: token_embd may be in a later part
 
     def raw(self, name: str) -> np.ndarray:
         owner = self._owner.get(name)
