@@ -255,6 +255,15 @@ def check_batch(batch: Sequence[SlotWork], lengths: Sequence[int], max_ctx: int)
             raise ContextOverflowError(requested=end, limit=max_ctx)
 
 
+@runtime_checkable
+class SyntheticFill(Protocol):
+    """Optional runner capability for measurements: make a slot hold ``n_tokens`` cached cells
+    of arbitrary content in milliseconds, where prefilling them would take seconds. Timing and
+    memory do not depend on what the cells hold (a forward at depth n attends over n cells)."""
+
+    def fill_synthetic(self, slot: int, n_tokens: int) -> None: ...
+
+
 class EmbeddingPass(Protocol):
     """Pooled embeddings of a few token sequences, computed in pieces (see EmbeddingRunner).
 

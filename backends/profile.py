@@ -79,6 +79,11 @@ class BackendProfile:
     def runs_format(self, model_format: str | None) -> bool:
         return model_format is None or model_format in self.formats
 
+    def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
+        """A prefill chunk's attention runs fused (no chunk x heads x ctx scores) on this
+        device kind, for a model with ``n_heads`` query heads and ``ctx`` cells per sequence."""
+        return self.memory.fused_attention
+
     def keeps_blocks(self) -> bool:
         """A CPU float32 runner keeps a GGUF's block matrices as stored (torch's native kernels)
         instead of dequantizing them."""

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localinfer.backends.base import Runner, RunnerConfig
+from localinfer.backends.base import Runner, RunnerConfig, SlotWork
 from localinfer.bench.spec_workloads import EDITING
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
@@ -102,13 +102,16 @@ def test_mlx_tiny_models_speculation_is_token_identical(slots: int) -> None:
 # -- llama.cpp -------------------------------------------------------------------------------
 
 
-def llamacpp_runner(path: Path, quant: str, slots: int, config=None, max_ctx: int = 128):
+def llamacpp_runner(
+    path: Path, quant: str, slots: int, config=None, max_ctx: int = 128, flash_attn=None
+):
     pytest.importorskip("llama_cpp")
-    from localinfer.backends.llamacpp.runner import create_runner
+    from localinfer.backends.llamacpp.runner import LlamaCppRunner
     from tests.model_files import file_model
 
     model = file_model(path, quant, config)
-    return create_runner(model, RunnerConfig(slots=slots, max_ctx=max_ctx, threads=1))
+    config = RunnerConfig(slots=slots, max_ctx=max_ctx, threads=1)
+    return LlamaCppRunner(model, config, flash_attn=flash_attn)
 
 
 @pytest.mark.llamacpp
@@ -155,14 +158,40 @@ def chat_ids(model, text: str) -> list[int]:
 @pytest.mark.llamacpp
 @pytest.mark.parametrize("slots", [1, 2])
 def test_embedded_llamacpp_speculation_is_token_identical(embedded, slots: int) -> None:
+    """With flash attention, which computes each query row alike in a batch of any size: a
+    verification forward's rows are the one-token steps' logits, bit for bit."""
     ps = [chat_ids(embedded, EDIT_PROMPT), chat_ids(embedded, "Name three rivers in Europe.")]
     path = embedded.path
-    target = llamacpp_runner(path, "Q4_1", slots, max_ctx=512)
+    target = llamacpp_runner(path, "Q4_1", slots, max_ctx=512, flash_attn=True)
     draft = llamacpp_runner(path, "Q4_1", slots, max_ctx=512)  # a self-draft
     m_ngram, m_draft = check_parity(target, draft, ps[:slots], 48, embedded.tokenizer)
     # The edit copies its prompt: lookups pay off (the free-chat prompt in slot 1 does not).
     assert m_ngram.tokens_per_target_forward is not None and m_ngram.tokens_per_target_forward > 1.5
     assert m_draft.spec_acceptance_rate is not None and m_draft.spec_acceptance_rate > 0.9
+
+
+@pytest.mark.llamacpp
+def test_embedded_llamacpp_speculation_without_flash_attention_up_to_a_near_tie(embedded) -> None:
+    """Without flash attention (the faster kernel on many CPUs: attention_plan.py) llama.cpp
+    multiplies a verification forward's queries by the keys as one matrix product, which rounds
+    differently from a one-token step's: speculation gives the plain tokens up to the first
+    near-tie, where the plain run's own top-2 margin is small, and never changes a clear choice."""
+    ps = [chat_ids(embedded, EDIT_PROMPT), chat_ids(embedded, "Name three rivers in Europe.")]
+    path = embedded.path
+    runner = llamacpp_runner(path, "Q4_1", 2, max_ctx=512, flash_attn=False)
+    plain, _ = generate(runner, None, ps, 48, embedded.tokenizer)
+    config = SpecConfig(max_busy_slots=2, measure_draft_cost=False)
+    spec, metrics = generate(runner, Speculator(config), ps, 48, embedded.tokenizer)
+    assert metrics.spec_proposed > 0
+    for prompt, p, q in zip(ps, plain, spec, strict=True):
+        i = next((i for i, (a, b) in enumerate(zip(p, q, strict=True)) if a != b), None)
+        if i is None:
+            continue
+        runner.release(0)
+        (logits,) = runner.forward([SlotWork(0, tuple(prompt + p[:i]), 0)])
+        top = np.sort(logits.reshape(-1))[-2:]
+        assert top[1] - top[0] < 1.0, f"token {i}: a clear choice changed"
+    runner.close()
 
 
 @pytest.mark.slow

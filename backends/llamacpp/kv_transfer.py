@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from localinfer.backends.base import KVSnapshot
+from localinfer.backends.base import KVSnapshot, SlotWork
 from localinfer.backends.kv_transfer_checks import (
     check_copy,
     check_restore,
@@ -30,6 +30,8 @@ from localinfer.backends.kv_transfer_checks import (
     layout_key,
 )
 from localinfer.backends.llamacpp.seq_state import (
+    CacheCells,
+    LayerCells,
     SeqState,
     from_llama,
     from_payload,
@@ -105,6 +107,33 @@ class SeqTransferMethods:
     def restore(self: LlamaCppRunner, slot: int, snap: KVSnapshot) -> None:  # type: ignore[misc]
         self._require_open()
         restore(self, slot, snap)
+
+    def fill_synthetic(self: LlamaCppRunner, slot: int, n_tokens: int) -> None:  # type: ignore[misc]
+        """SyntheticFill: a few real cells computed, then repeated to ``n_tokens`` and restored."""
+        self._require_open()
+        self.release(slot)
+        seed = min(16, n_tokens)
+        self.forward([SlotWork(slot, tuple(range(100, 100 + seed)), 0)])
+        if n_tokens > seed:
+            restore(self, slot, repeated_cells(snapshot(self, slot, seed), n_tokens))
+
+
+def repeated_cells(seed: KVSnapshot, n_tokens: int) -> KVSnapshot:
+    """``seed``'s cells repeated to ``n_tokens`` cells at positions 0..n-1 (measurements only)."""
+    state = from_payload(seed.payload)
+    reps = -(-n_tokens // len(state.caches[0].positions))
+
+    def grow(rows: np.ndarray) -> np.ndarray:
+        return np.tile(rows, (reps, 1))[:n_tokens]
+
+    state.caches = [
+        CacheCells(
+            np.arange(n_tokens, dtype=np.int32),
+            [LayerCells(x.k_type, grow(x.k), x.v_type, x.v_element, grow(x.v)) for x in c.layers],
+        )
+        for c in state.caches
+    ]
+    return KVSnapshot(layout=seed.layout, n_tokens=n_tokens, payload=to_payload(state))
 
 
 def seq_format(runner: LlamaCppRunner) -> SeqFormat:

@@ -3,15 +3,28 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from localinfer.backends.llamacpp.attention_plan import flash_attention
 from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
 
 if TYPE_CHECKING:
     from localinfer.backends.llamacpp.quantize import QuantizeProgress, QuantizeResult
 
-PROFILE = BackendProfile(
+
+@dataclass(frozen=True, slots=True)
+class LlamaCppProfile(BackendProfile):
+    def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
+        """On this machine's CPU, what the runner will choose (attention_plan.py, measured);
+        elsewhere llama.cpp's own default, flash attention on."""
+        if device_kind != "cpu":
+            return True
+        return flash_attention(n_heads, ctx, chunk)
+
+
+PROFILE = LlamaCppProfile(
     name="llamacpp",
     module="llama_cpp",
     install_hint="pip install 'localinfer[llamacpp]'",
@@ -21,7 +34,9 @@ PROFILE = BackendProfile(
         # + compute = 54.5-55.5 MiB (`import llama_cpp` 35.5 MiB, plus the loader's tokenizer).
         runtime_bytes=55 * 2**20,
         accelerator_runtime_bytes=256 * 2**20,  # UNMEASURED placeholder (CUDA/Metal builds)
-        # flash_attn = auto enables it on CPU: the compute buffer is 98.25 MiB at any n_ctx.
+        # On a GPU flash_attn = auto enables it; on the CPU it is measured per machine
+        # (attention_plan.py, LlamaCppProfile.fused_attention). With it the compute buffer is
+        # 98.25 MiB at any n_ctx; without, the scores share that buffer with the logits.
         fused_attention=True,
         # The compute buffer is reserved for n_ubatch (the runner's n_batch, 512) tokens.
         prefill_chunk=512,

@@ -35,6 +35,7 @@ from localinfer.backends.base import (
     embed_all,
 )
 from localinfer.backends.llamacpp import native
+from localinfer.backends.llamacpp.attention_plan import flash_attention
 from localinfer.backends.llamacpp.batch import BatchBuffer, flatten_batch
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
@@ -124,6 +125,11 @@ class LlamaCppRunner(SeqTransferMethods):
             )
         if not path.is_file():
             raise ModelFileError(path, "file not found")
+        if flash_attn is None and config.device == "cpu" and model.config is not None:
+            # Measured per machine (attention_plan.py) in a child process, before this process
+            # loads llama.cpp: a build for another CPU dies there, and is an error here.
+            flash_attn = flash_attention(model.config.n_heads, config.max_ctx, max(1, n_batch))
+        self.flash_attention = flash_attn  # None: llama.cpp's own choice (a GPU's)
         prepare_omp_wait()  # before llama_cpp loads libgomp, which reads it once (omp_wait.py)
         self._llama = native.lib()
         self._config = config
@@ -179,12 +185,13 @@ class LlamaCppRunner(SeqTransferMethods):
         params.no_perf = True
         if hasattr(params, "n_outputs_max"):  # newer llama.cpp: logits rows per ubatch
             params.n_outputs_max = 0  # 0 = n_batch: verification may ask for every row
-        if self._flash_attn is not None:
-            params.flash_attn_type = (
-                llama.LLAMA_FLASH_ATTN_TYPE_ENABLED
-                if self._flash_attn
-                else llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
-            )
+        flash = self.flash_attention
+        if flash is None and config.device == "cpu":  # a model loaded without its config
+            heads = int(llama.llama_model_n_head(self._model_ptr))
+            flash = self.flash_attention = flash_attention(heads, config.max_ctx, self._n_batch)
+        if flash is not None:
+            on, off = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+            params.flash_attn_type = on if flash else off
         capture = native.LogCapture()
         with native.listen(capture):
             ctx = llama.llama_init_from_model(self._model_ptr, params)

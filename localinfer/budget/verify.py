@@ -1,13 +1,16 @@
 """`localinfer budget --verify`: load the model with the real runner at the budgeted settings, run
-one prefill chunk, and put the runner's measured memory next to the prediction."""
+one prefill chunk (at the end of the context where the runner can be filled cheaply), and put the
+runner's measured memory next to the prediction."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import sys
 
 from pydantic import BaseModel, computed_field
 
-from localinfer.backends.base import Runner, SlotWork
+from localinfer.backends.base import Runner, SlotWork, SyntheticFill
 from localinfer.budget.measured import process_rss
 from localinfer.budget.report import BudgetReport
 from localinfer.errors import InvalidParameterError, ModelFileError
@@ -63,11 +66,18 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
     before = process_rss()
     runner = _budgeted_runner(report, dtype)
     try:
-        # One full prefill chunk, so compute buffers reach the size the budget counts.
+        # One full prefill chunk, so compute buffers reach the size the budget counts: the
+        # context's last, where a runner can be filled up to it cheaply, so its attention spans
+        # every cell (llama.cpp without flash attention holds chunk x heads x cells of scores).
         n = min(report.prefill_chunk, report.ctx)
+        start = 0
+        if isinstance(runner, SyntheticFill) and report.ctx > n:
+            start = report.ctx - n
+            runner.fill_synthetic(0, start)
+            _return_free_heap()  # the fill's host copies: not the runner's memory
         vocab = runner.info.vocab_size
         tokens = tuple(1 + i % (vocab - 1) for i in range(n))
-        runner.forward([SlotWork(slot=0, tokens=tokens, start_pos=0, logits="last")])
+        runner.forward([SlotWork(slot=0, tokens=tokens, start_pos=start, logits="last")])
         measured = runner.memory()
         after = process_rss()
     finally:
@@ -88,6 +98,13 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         rss_growth=growth,
         library_preloaded=preloaded,
     )
+
+
+def _return_free_heap() -> None:
+    """glibc keeps freed small blocks in its heap; hand them back so RSS shows what is held."""
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 def _budgeted_runner(report: BudgetReport, dtype: str | None) -> Runner:

@@ -1,0 +1,161 @@
+"""Flash attention on or off for llama.cpp on the CPU, chosen by a measurement on this machine
+(backends/llamacpp/attention_plan.py); the budget follows the same choice."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+
+import pytest
+
+from localinfer.backends.base import RunnerConfig, SlotWork
+from localinfer.backends.llamacpp import attention_plan as plan
+from localinfer.backends.llamacpp.attention_plan import (
+    AttentionCalibration,
+    AttentionTimes,
+    flash_attention,
+    scores_bytes,
+)
+from localinfer.backends.llamacpp.profile import PROFILE
+from localinfer.budget.compute import compute_budget
+from localinfer.budget.report import BudgetRequest
+from localinfer.errors import BackendUnavailableError
+from localinfer.loading.embedded import embedded_model_path
+from localinfer.loading.loader import load_model
+
+pytest.importorskip("llama_cpp")
+
+from localinfer.backends.llamacpp.runner import LlamaCppRunner  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def embedded():
+    return load_model(embedded_model_path())
+
+
+def _calibration(on: tuple[float, float], off: tuple[float, float]) -> AttentionCalibration:
+    rows = (AttentionTimes(True, *on), AttentionTimes(False, *off))
+    return AttentionCalibration(threads=2, depth=1024, rows=rows)
+
+
+def test_off_is_chosen_only_when_it_saves_the_margin() -> None:
+    assert not _calibration((0.050, 0.025), (0.040, 0.009)).flash_faster()
+    assert _calibration((0.040, 0.009), (0.050, 0.025)).flash_faster()
+    # 2% faster off is within the margin: llama.cpp's own default stays.
+    assert _calibration((0.050, 0.010), (0.049, 0.0098)).flash_faster()
+
+
+def test_calibration_round_trips_through_json() -> None:
+    c = _calibration((0.05, 0.02), (0.04, 0.01))
+    assert AttentionCalibration.from_json(json.loads(json.dumps(c.to_json()))) == c
+
+
+@pytest.fixture
+def fresh_measurement(private_cache: None) -> None:
+    plan._measure_once.cache_clear()
+    yield
+    plan._measure_once.cache_clear()
+
+
+def test_environment_overrides_and_the_scores_cap(
+    monkeypatch: pytest.MonkeyPatch, fresh_measurement: None
+) -> None:
+    monkeypatch.setenv(plan.ENV, "off")
+    assert flash_attention(9, 2048) is False
+    monkeypatch.setenv(plan.ENV, "on")
+    assert flash_attention(9, 2048) is True
+    monkeypatch.delenv(plan.ENV)
+    # Beyond the cap of materialized scores, flash attention stays on without measuring.
+    ctx = plan.SCORES_CAP // (plan.PREFILL_UBATCH * 32 * 4) + 1
+    assert scores_bytes(32, ctx) > plan.SCORES_CAP
+    assert flash_attention(32, ctx) is True
+    assert not list(Path(plan.cache_dir()).glob("llamacpp/attention-*.json"))
+
+
+def test_measured_once_stored_and_reused(fresh_measurement: None) -> None:
+    """The real measurement in a child process: two settings with positive times, stored; the
+    next process-level call reads the file (the child is not run again)."""
+    result = plan.calibration(2)
+    assert result is not None
+    assert {r.flash for r in result.rows} == {True, False}
+    assert all(r.decode > 0 and r.prefill > 0 for r in result.rows)
+    path = plan.calibration_path(2)
+    assert path is not None and path.is_file()
+    stamp = path.stat().st_mtime_ns
+    plan._measure_once.cache_clear()
+    assert plan.calibration(2) == result and path.stat().st_mtime_ns == stamp
+    path.write_text("{not json")  # a damaged file is measured again, not a crash
+    assert plan.calibration(2) is not None
+
+
+def test_a_failed_measurement_keeps_llama_cpp_default(
+    monkeypatch: pytest.MonkeyPatch, fresh_measurement: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 without output
+    with caplog.at_level(logging.WARNING):
+        assert plan.calibration(2) is None
+        assert flash_attention(9, 2048) is True
+    assert "flash attention stays on" in caplog.text
+
+
+def test_runner_follows_the_decision(embedded, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = RunnerConfig(slots=1, max_ctx=512, threads=2)
+    for asked in ("on", "off"):
+        monkeypatch.setenv(plan.ENV, asked)
+        runner = LlamaCppRunner(embedded, config)
+        assert runner.flash_attention is (asked == "on")
+        runner.close()
+    monkeypatch.delenv(plan.ENV)
+    runner = LlamaCppRunner(embedded, config)
+    assert runner.flash_attention is flash_attention(embedded.config.n_heads, 512)
+    runner.close()
+    explicit = LlamaCppRunner(embedded, config, flash_attn=True)  # an explicit choice wins
+    assert explicit.flash_attention is True
+    explicit.close()
+
+
+def test_synthetic_fill_gives_a_cache_of_that_depth(embedded) -> None:
+    runner = LlamaCppRunner(
+        embedded, RunnerConfig(slots=1, max_ctx=700, threads=2), flash_attn=False
+    )
+    runner.fill_synthetic(0, 600)
+    assert runner.slot_length(0) == 600
+    (logits,) = runner.forward([SlotWork(0, (300,), 600)])
+    assert logits.shape[-1] > 0 and runner.slot_length(0) == 601
+    runner.close()
+
+
+def test_budget_counts_scores_exactly_when_the_runner_goes_without(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """On this CPU the budget asks the runner's question: without flash attention it adds the
+    chunk's scores (512 x 9 heads x 4096 x 4 bytes), which replace the one logits row a CPU
+    holds in the shared buffer, and their f16 copy (x 2 bytes); another machine gets llama.cpp's
+    default."""
+    path = str(embedded_model_path())
+    budgets = {}
+    for asked in ("on", "off"):
+        monkeypatch.setenv(plan.ENV, asked)
+        request = BudgetRequest(path, ctx=4096, backend="llamacpp", device="cpu")
+        budgets[asked] = compute_budget(request)
+    logits_row = 49152 * 4
+    extra = budgets["off"].compute_bytes - budgets["on"].compute_bytes
+    assert extra == 512 * 9 * 4096 * (4 + 2) - logits_row == scores_bytes(9, 4096) - logits_row
+    assert PROFILE.fused_attention("cpu", 9, 4096, 512) is False  # still "off"
+    assert PROFILE.fused_attention("planned", 9, 4096, 512) is True
+
+
+def test_a_llama_cpp_built_for_another_cpu_is_an_error_not_a_crash(
+    monkeypatch: pytest.MonkeyPatch, fresh_measurement: None, tmp_path: Path, embedded
+) -> None:
+    """The child that measures dies with an illegal instruction, as a llama-cpp-python built
+    on a machine with AVX-512 does on a laptop: the runner refuses with the fix, before this
+    process loads the library."""
+    crash = tmp_path / "python"
+    crash.write_text("#!/bin/sh\nkill -ILL $$\n")
+    crash.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(crash))
+    with pytest.raises(BackendUnavailableError, match="illegal instruction.*--force-reinstall"):
+        LlamaCppRunner(embedded, RunnerConfig(slots=1, max_ctx=256, threads=2))
