@@ -19,7 +19,7 @@ Which idle slot to take: the one with the most reuse; among those, one whose cel
 cells, then the least recently used. So conversations that share only a system prompt do not
 evict each other: a new one takes an empty slot and copies the system prompt from where it is.
 When they arrive together, the later ones wait until the first has prefilled it
-(``should_wait``). A slot's cells that a new request is about to drop go to the RAM tier first
+(``place``). A slot's cells that a new request is about to drop go to the RAM tier first
 (``_save``).
 
 Any failed copy or restore costs the reuse, never the request: one log line, the slot emptied,
@@ -91,7 +91,16 @@ class SlotPlacer:
 
     # -- choosing --------------------------------------------------------------------------
 
-    def should_wait(self, prompt: Sequence[int], limit: int) -> bool:
+    def place(self, prompt: Sequence[int], limit: int) -> Placement | None:
+        """The idle slot for ``prompt`` and its best source (``limit``: most tokens reusable), or
+        None while it should stay queued (``_should_wait``). Asks the tiers once: their answer
+        serves both questions. Reads only; raises RuntimeError when no slot is idle."""
+        tier = self._best_tier(prompt, limit) if self.prefix_reuse else None
+        if self._should_wait(prompt, limit, tier):
+            return None
+        return self._choose(prompt, limit, tier)
+
+    def _should_wait(self, prompt: Sequence[int], limit: int, tier: Placement | None) -> bool:
         """Whether ``prompt`` should stay queued a few steps because a busy slot is still
         prefilling a long beginning it shares (conversations arriving together with one system
         prompt): once those cells exist they are copied, instead of prefilled once per slot. The
@@ -110,20 +119,17 @@ class SlotPlacer:
         if coming < self.min_transfer:
             return False
         now = max(min(shared_prefix(s.cached, prompt), limit) for s in self.slots.slots)
-        tier = self._best_tier(prompt, limit)
         now = max(now, tier.reuse if tier is not None else 0)
         return coming > now
 
-    def choose(self, prompt: Sequence[int], limit: int) -> Placement:
-        """The idle slot for ``prompt`` and its best source (``limit``: most tokens reusable).
-        Reads only; raises RuntimeError when no slot is idle."""
+    def _choose(self, prompt: Sequence[int], limit: int, tier: Placement | None) -> Placement:
+        """The idle slot for ``prompt`` and its best source; ``tier``: the tiers' best entry."""
         free = self.slots.free()
         if not free:
             raise RuntimeError("no idle slot")
         if not self.prefix_reuse:
             return Placement(min(free, key=lambda s: (s.released_at_step, s.index)), 0, "cold")
         held = {s.index: min(shared_prefix(s.cached, prompt), limit) for s in self.slots.slots}
-        tier = self._best_tier(prompt, limit)
         best: tuple[tuple[int, bool, bool, int, int], Placement] | None = None
         for slot in free:
             option = self._best_for(slot, held, tier, prompt)

@@ -204,12 +204,12 @@ class Scheduler:
                 if not self.waiting or not self.slots.free():
                     return
                 seq = self.waiting[0]
-            if self.placer.should_wait(seq.prompt_ids, limit=seq.prompt_len - 1):
-                return  # a busy slot is prefilling this prompt's beginning: copy it then
             # Only this thread takes from `waiting` or changes slots, so the choice (which may
             # ask the KV tiers) needs no lock; add_all meanwhile only appends.
             # At least the last prompt token is always fed: its logits give the first token.
-            placement = self.placer.choose(seq.prompt_ids, limit=seq.prompt_len - 1)
+            placement = self.placer.place(seq.prompt_ids, limit=seq.prompt_len - 1)
+            if placement is None:
+                return  # a busy slot is prefilling this prompt's beginning: copy it then
             with self._lock:
                 assert self.waiting[0] is seq
                 self.waiting.popleft()
