@@ -25,10 +25,12 @@ from dataclasses import dataclass
 from starlette.concurrency import run_in_threadpool
 
 from localinfer.errors import LocalinferError, OutOfMemoryBudgetError
-from localinfer.server.errors import RETRY_AFTER_S, APIError, from_localinfer_error
+from localinfer.server.errors import RETRY_AFTER_S, APIError
 from localinfer.server.memory_plan import LoadPlan, plan_load
+from localinfer.server.pool_errors import load_failed, not_together, still_waiting
 from localinfer.server.pool_model import (
     AVAILABLE,
+    FINISHING,
     LOADED,
     LOADING,
     UNLOADING,
@@ -38,10 +40,13 @@ from localinfer.server.pool_model import (
     PoolModel,
 )
 from localinfer.server.served_session import ServedSession
+from localinfer.server.state_signal import StateSignal
 
 log = logging.getLogger(__name__)
 
-WAIT_TICK_S = 0.02  # how often a waiting request looks again (loads take seconds)
+# An engine winding down a request its client left says so to no one: a load waiting only on
+# that looks again this often. Every other change wakes the waiters (StateSignal).
+FINISHING_RECHECK_S = 0.05
 MAX_NAMES_SHOWN = 12  # in a 404's list of the models there are
 
 
@@ -79,6 +84,7 @@ class ModelPool:
         self._default: PoolModel | None = None
         self._closed = False
         self._stop = threading.Event()
+        self._changes = StateSignal()  # notified on every change a waiting request awaits
 
     # -- what there is ---------------------------------------------------------------------
 
@@ -193,6 +199,7 @@ class ModelPool:
         blocked: str | None = None
         while True:
             with self._lock:
+                seen, finishing = self._changes.version, False
                 if self._closed:
                     raise APIError(503, "the server is shutting down", code="shutting_down")
                 if model.state == LOADED:
@@ -204,19 +211,26 @@ class ModelPool:
                     return Lease(self, model, model.session)
                 if model.state == AVAILABLE:
                     if watching is not None and model.failed_attempt == watching:
-                        raise _load_failed(model)
+                        raise load_failed(model)
                     blocked = self._begin_load(model)
+                    finishing = blocked is not None and self._finishing()
                 if model.state == LOADING:
                     watching, blocked = model.attempts, None
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise _still_waiting(model, blocked)
-            await asyncio.sleep(min(WAIT_TICK_S, remaining))
+                raise still_waiting(model, blocked)
+            timeout = min(FINISHING_RECHECK_S, remaining) if finishing else remaining
+            await self._changes.wait(seen, timeout)
+
+    def _finishing(self) -> bool:
+        """Whether a model is kept only by its engine's wind-down (under the lock)."""
+        return any(m.kept_because() == FINISHING for m in self._models)
 
     def _release(self, model: PoolModel) -> None:
         with self._lock:
             model.leases -= 1
             model.last_used = time.monotonic()
+            self._changes.notify()
 
     # -- loading and unloading -------------------------------------------------------------
 
@@ -260,6 +274,7 @@ class ModelPool:
             with self._lock:
                 model.state, model.failure = AVAILABLE, exc
                 model.failed_attempt = model.attempts
+                self._changes.notify()
             return
         with self._lock:
             if not self._closed:
@@ -276,6 +291,7 @@ class ModelPool:
         model.session, model.state, model.failure = session, LOADED, None
         model.loads += 1
         model.last_used = time.monotonic()
+        self._changes.notify()
         log.info("model %s loaded", model.id)
 
     def _unload_now(self, model: PoolModel, reason: str) -> None:
@@ -292,6 +308,7 @@ class ModelPool:
         with self._lock:
             model.state = AVAILABLE
             model.unloads[reason] += 1
+            self._changes.notify()
         log.info("model %s unloaded (%s)", model.id, reason)
 
     def unload(self, name: str) -> ModelView:
@@ -327,7 +344,7 @@ class ModelPool:
             with self._lock:
                 plan = self._plan(model)
                 if plan.blocked or plan.victims:
-                    raise OutOfMemoryBudgetError(_not_together(models))
+                    raise OutOfMemoryBudgetError(not_together(models))
                 model.state = LOADING
                 model.attempts += 1
             self._load(model, ())
@@ -359,33 +376,9 @@ class ModelPool:
         self._stop.set()
         with self._lock:
             self._closed = True
+            self._changes.notify()
             owned = [m for m in self._models if m.owned and m.session is not None]
             for model in owned:
                 model.state = UNLOADING
         for model in owned:
             self._unload_now(model, "shutdown")
-
-
-def _load_failed(model: PoolModel) -> APIError:
-    failure = model.failure
-    if isinstance(failure, LocalinferError):
-        return from_localinfer_error(failure)
-    return APIError(500, f"loading model '{model.id}' failed: {failure}", code="model_error")
-
-
-def _still_waiting(model: PoolModel, blocked: str | None) -> APIError:
-    retry = {"Retry-After": str(RETRY_AFTER_S)}
-    if blocked:
-        message = f"model '{model.id}' cannot load yet: {blocked}; retry when they finish"
-        return APIError(503, message, code="memory_in_use", headers=retry)
-    message = f"model '{model.id}' is still loading; retry shortly"
-    return APIError(503, message, code="model_loading", headers=retry)
-
-
-def _not_together(models: Sequence[PoolModel]) -> str:
-    from localinfer.budget.memory import human_bytes
-
-    parts = [f"{m.id} {human_bytes(m.need.bytes)}" for m in models if m.need is not None]
-    cap = next((m.need for m in models if m.need is not None), None)
-    room = f" in the {human_bytes(cap.capacity)} of {cap.device}" if cap else ""
-    return f"the models named at start do not fit together{room}: {', '.join(parts)}"

@@ -12,6 +12,7 @@ from localinfer.server.memory_plan import BudgetNeed, Holder
 from localinfer.server.served_session import ServedSession, engine_idle
 
 AVAILABLE, LOADING, LOADED, UNLOADING = "available", "loading", "loaded", "unloading"
+FINISHING = "finishing a request"  # kept by its engine, which tells the pool of no change
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,7 +81,7 @@ class PoolModel:
         if self.leases:
             return f"{self.leases} request{'s' if self.leases > 1 else ''} in flight"
         if self.session is not None and not engine_idle(self.session):
-            return "finishing a request"
+            return FINISHING
         return ""
 
     def holder(self) -> Holder | None:
