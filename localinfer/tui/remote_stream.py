@@ -21,6 +21,7 @@ import httpx
 
 from localinfer.engine.metrics import DecodePace
 from localinfer.engine.types import FinishReason, RequestMetrics, StreamEvent
+from localinfer.sse_decoder import DONE, sse_events
 from localinfer.tui.answer_source import HintedError
 
 SERVE_HINT = "start `localinfer serve` there, or check --url"
@@ -60,13 +61,6 @@ def refusal(url: str, response: httpx.Response) -> HintedError:
     return HintedError(f"{url} answered {response.status_code}: {message}", SERVE_HINT)
 
 
-def _payloads(response: httpx.Response) -> Iterator[str]:
-    """The ``data:`` payloads of an SSE stream, in order."""
-    for line in response.iter_lines():
-        if line.startswith("data:"):
-            yield line[len("data:") :].strip()
-
-
 def _finish(value: Any) -> FinishReason:
     # Tool calls and filters end an answer as a stop does; the chat sends no tools.
     return value if value in ("stop", "length", "abort", "error") else "stop"
@@ -98,8 +92,8 @@ class RemoteAnswer:
         finish: FinishReason | None = None
         usage: dict[str, Any] | None = None
         try:
-            for data in _payloads(self._response):
-                if data == "[DONE]" or self._stopped.is_set():
+            for data in sse_events(self._response.iter_text()):
+                if data == DONE or self._stopped.is_set():
                     break
                 chunk = json.loads(data)
                 if isinstance(chunk.get("error"), dict):
