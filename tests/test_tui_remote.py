@@ -24,7 +24,7 @@ from localinfer.tui.app import ChatApp
 from localinfer.tui.conversation_view import AnswerTurn, Notice
 from localinfer.tui.memory_bar import render_memory
 from localinfer.tui.prompt_input import PromptInput
-from localinfer.tui.remote_host import RemoteHost
+from localinfer.tui.remote_host import MEMORY_MAX_AGE_S, RemoteHost
 from localinfer.tui.remote_metrics import engine_metrics_from
 from localinfer.tui.settings import ChatSettings
 from localinfer.tui.stats_panel import StatsPanel
@@ -258,13 +258,18 @@ def test_the_memory_panel_shows_what_the_server_lists():
     card["device"] = "cpu"
 
     def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":  # read while attaching, for the engine panel
+            return httpx.Response(404)
         assert request.url.path == "/v1/models"
         return httpx.Response(200, json={"object": "list", "data": [card]})
 
-    host = RemoteHost("http://server", transport=httpx.MockTransport(answer))
+    now = [0.0]
+    transport = httpx.MockTransport(answer)
+    host = RemoteHost("http://server", transport=transport, clock=lambda: now[0])
     host.load(host.settings)
     shown = render_memory(host.memory()).plain
     assert shown.splitlines() == ["served by http://server", "budget      3.0 GiB (loaded) on cpu"]
     del card["budget_bytes"]
+    now[0] += MEMORY_MAX_AGE_S  # the list is read again once what the bar shows is this old
     assert "publishes no memory figures" in render_memory(host.memory()).plain
     host.close()

@@ -2,15 +2,18 @@
 
 The chat then loads nothing: "loading" is attaching (the server's model list, checked for the
 model asked for), answers stream from ``/v1/chat/completions``, the engine figures come from
-``/metrics`` and the memory panel from what ``/v1/models`` says of the model, if anything. What
-needs a model in this process (the picker, a reload for context or slots) says why it is not
-available. Every call blocks; the app makes them from workers, as it does the local host's.
+``/metrics`` (read in a thread of their own while answers stream: remote_poll.py) and the memory
+panel from what ``/v1/models`` says of the model, if anything (read again only once the last
+reading is ``MEMORY_MAX_AGE_S`` old). What needs a model in this process (the picker, a reload
+for context or slots) says why it is not available. Every call but ``engine_metrics`` may block;
+the app makes them from workers, as it does the local host's.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+import time
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import httpx
@@ -21,13 +24,17 @@ from localinfer.tui.answer_source import HintedError, PreparedPrompt
 from localinfer.tui.host import MemoryFigures
 from localinfer.tui.model_list import ModelChoice
 from localinfer.tui.remote_metrics import engine_metrics_from
+from localinfer.tui.remote_poll import MetricsPoller
 from localinfer.tui.remote_stream import RemoteAnswer, error_message, refusal, unreachable
 from localinfer.tui.settings import RELOAD_FIELDS, ChatSettings
 
 CONNECT_TIMEOUT_S = 5.0
 # A big prompt's prefill may keep the first byte waiting long; Esc stops a wait sooner.
 READ_TIMEOUT_S = 600.0
-PROBE_TIMEOUT_S = 2.0  # /metrics and /v1/models for the side panel: never hold an answer up
+PROBE_TIMEOUT_S = 2.0  # /metrics and /v1/models for the side panels
+# The model's budget, state and device change only when the server reloads it: the memory bar,
+# refreshed after every answer, re-reads /v1/models no more often than this.
+MEMORY_MAX_AGE_S = 30.0
 
 
 class RemoteHost:
@@ -39,6 +46,7 @@ class RemoteHost:
         settings: ChatSettings | None = None,
         api_key: str | None = None,
         transport: httpx.BaseTransport | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.remote_url = url.rstrip("/")
         self.settings = settings or ChatSettings()
@@ -52,6 +60,9 @@ class RemoteHost:
         )
         self._model: str | None = None
         self._card: dict[str, Any] = {}
+        self._clock = clock
+        self._card_read_at = float("-inf")  # when /v1/models last said what _card says
+        self._poller = MetricsPoller(self._read_metrics)
         self._answers: dict[str, RemoteAnswer] = {}
         self._lock = threading.Lock()
 
@@ -76,7 +87,9 @@ class RemoteHost:
         if card is None:
             raise self._not_served(wanted, [c["id"] for c in cards])
         self._model, self._card = card["id"], card
+        self._card_read_at = self._clock()
         self.settings = settings
+        self._poller.poll_now()  # the engine panel's first figures, before any answer
 
     def served_models(self) -> list[dict[str, Any]]:
         """The server's ``/v1/models`` entries (raises HintedError when it cannot tell)."""
@@ -109,6 +122,7 @@ class RemoteHost:
             answers = list(self._answers.values())
         for answer in answers:
             answer.stop()
+        self._poller.close()
         self._client.close()
 
     def model_name(self) -> str:
@@ -155,6 +169,19 @@ class RemoteHost:
             "top_p": params.top_p,
         }
         request = self._client.build_request("POST", "/v1/chat/completions", json=body)
+        self._poller.begin()  # figures during the prefill too; _forget_after ends it
+        try:
+            response = self._send(request)
+        except BaseException:
+            self._poller.end()
+            raise
+        answer = RemoteAnswer(request_id, response)
+        with self._lock:
+            self._answers[request_id] = answer
+        return self._forget_after(answer)
+
+    def _send(self, request: httpx.Request) -> httpx.Response:
+        """The streaming response, its headers read; HintedError when it is refused."""
         try:
             response = self._client.send(request, stream=True)
         except httpx.HTTPError as exc:
@@ -164,10 +191,7 @@ class RemoteHost:
                 raise self._refused(response)
             finally:
                 response.close()
-        answer = RemoteAnswer(request_id, response)
-        with self._lock:
-            self._answers[request_id] = answer
-        return self._forget_after(answer)
+        return response
 
     def _refused(self, response: httpx.Response) -> HintedError:
         if response.status_code == 404:
@@ -183,6 +207,7 @@ class RemoteHost:
         try:
             yield from answer
         finally:
+            self._poller.end()
             with self._lock:
                 self._answers.pop(answer.request_id, None)
 
@@ -195,7 +220,11 @@ class RemoteHost:
         return True
 
     def engine_metrics(self) -> EngineMetrics | None:
-        """The server's engine figures from ``/metrics`` (None when it does not say)."""
+        """The server's engine figures as last read from ``/metrics`` (None when it does not
+        say). Never waits on the server: the stream pump calls it between tokens."""
+        return self._poller.latest()
+
+    def _read_metrics(self) -> EngineMetrics | None:
         try:
             response = self._client.get("/metrics", timeout=PROBE_TIMEOUT_S)
         except httpx.HTTPError:
@@ -208,11 +237,15 @@ class RemoteHost:
         """What ``/v1/models`` says of the model (its budget's total, state and device, where
         the server lists them); always names the server."""
         served_by = f"served by {self.remote_url}"
-        try:
-            cards = self.served_models()
-        except HintedError:
-            return MemoryFigures(served_by=served_by)
-        card = _pick(cards, self._model) or {}
+        card = self._card
+        if self._clock() - self._card_read_at >= MEMORY_MAX_AGE_S:
+            try:
+                cards = self.served_models()
+            except HintedError:
+                return MemoryFigures(served_by=served_by)
+            card = _pick(cards, self._model) or {}
+            if card:  # a model gone from the list is asked about again next time
+                self._card, self._card_read_at = card, self._clock()
         budget = card.get("budget_bytes")
         device = card.get("device")
         return MemoryFigures(
