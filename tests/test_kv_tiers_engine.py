@@ -63,30 +63,36 @@ class TransferHashRunner(HashRunner):
 
 
 class MemStore:
-    """An in-memory KVStore standing in for the disk tier (no bound)."""
+    """An in-memory KVStore standing in for the disk tier (no bound; thread-safe, as a tier the
+    RAM tier spills into is stored into from its spill thread)."""
 
     def __init__(self, name: str = "disk") -> None:
         self.name = name
         self.entries: dict[tuple[int, ...], KVSnapshot] = {}
         self.loads = 0
+        self.lock = threading.Lock()
 
     def best_match(self, prompt_ids: Sequence[int]) -> TierMatch | None:
-        scored = [(shared_prefix(k, list(prompt_ids)), k) for k in self.entries]
+        with self.lock:
+            scored = [(shared_prefix(k, list(prompt_ids)), k) for k in self.entries]
         best = max(scored, default=None)
         return None if best is None or best[0] == 0 else TierMatch(self.name, best[1], best[0])
 
     def load(self, key: tuple[int, ...]) -> KVSnapshot | None:
-        self.loads += 1
-        return self.entries.get(key)
+        with self.lock:
+            self.loads += 1
+            return self.entries.get(key)
 
     def store(self, key: tuple[int, ...], snapshot: KVSnapshot) -> None:
         assert snapshot.n_tokens == len(key)
-        for old in [k for k in self.entries if key[: len(k)] == k]:
-            del self.entries[old]
-        self.entries[key] = snapshot
+        with self.lock:
+            for old in [k for k in self.entries if key[: len(k)] == k]:
+                del self.entries[old]
+            self.entries[key] = snapshot
 
     def nbytes(self) -> int:
-        return sum(s.nbytes for s in self.entries.values())
+        with self.lock:
+            return sum(s.nbytes for s in self.entries.values())
 
 
 class CorruptStore(MemStore):
@@ -136,8 +142,10 @@ def test_ram_store_is_an_lru_by_bytes_and_spills_what_it_evicts() -> None:
     assert ram.load(keys[0]) is not None  # now the most recently used
     ram.store(keys[3], snap(20))
     assert ram.keys() == [keys[2], keys[0], keys[3]] and ram.nbytes() == 300
+    ram.drain()  # spills are written by a background thread
     assert list(disk.entries) == [keys[1]] and ram.evicted == 1
     ram.store(tuple(range(1000, 1040)), snap(40, nbytes=301))  # bigger than the tier
+    ram.drain()
     assert len(ram) == 3 and tuple(range(1000, 1040)) in disk.entries
     assert ram.spill_all() == 3 and len(ram) == 0 and ram.nbytes() == 0
     assert len(disk.entries) == 5
@@ -282,6 +290,7 @@ def test_a_spilled_entry_is_restored_from_the_spill_tier() -> None:
     convs = [seq(50, i) for i in range(3)]
     for c in convs:
         run(engine, c, 4)
+    ram.drain()  # conv 0's spill is written by a background thread
     assert len(ram) == 1 and len(disk.entries) == 1  # conv 0 spilled, conv 1 in RAM
     for i, want in ((1, "ram"), (0, "disk")):
         prompt = convs[i] + seq(5, 9)
@@ -389,6 +398,9 @@ def tier_scenario(runner: Runner, cold: Engine, stores: Sequence[KVStore]) -> li
         assert list(h.result().token_ids) == list(
             cold.generate(Request(prompt, greedy(n))).token_ids
         )
+    for store in stores:  # spills written: a3 finds a's cells in the tier they went to
+        if isinstance(store, RamKVStore):
+            store.drain()
     both(a3, 8)  # both slots were reused: a's cells come back from a tier
     return sources
 

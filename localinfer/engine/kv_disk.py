@@ -8,11 +8,12 @@ raises to the engine for a bad file or a failed write (the tier is a cache: losi
 a prefill, never a request).
 
 Writes are atomic: a temporary in the same folder, fsync, then os.replace, so a reader sees a whole
-file or none; the temporary carries the writer's pid, and one a killed writer left is swept on the
-store's first use (localinfer/stale_files.py). The index of keys is built lazily from the headers
-alone; files this process writes update it, files other processes write meanwhile are seen by the
-next process. The folder is kept within ``cap_bytes`` of files, least recently used out first
-(recency is the file's mtime, refreshed on every load).
+file or none, without a lock held (lookups never wait for a write in progress, which the RAM tier
+makes from its spill thread); the temporary carries the writer's pid, and one a killed writer left
+is swept on the store's first use (localinfer/stale_files.py). The index of keys is built lazily
+from the headers alone; files this process writes update it, files other processes write meanwhile
+are seen by the next process. The folder is kept within ``cap_bytes`` of files, least recently
+used out first (recency is the file's mtime, refreshed on every load).
 """
 
 from __future__ import annotations
@@ -79,7 +80,7 @@ class DiskKVStore:
         self.cap_bytes = cap_bytes
         self.layout = layout
         self._index: dict[tuple[int, ...], _Entry] | None = None
-        self._lock = threading.Lock()  # the engine thread writes; a UI may read sizes
+        self._lock = threading.Lock()  # the index: engine and spill threads store, a UI reads sizes
         self._leftovers = LeftoverSweep(self.folder, _TEMP_RE, STALE_TEMP_S)
 
     # -- KVStore ------------------------------------------------------------------------------
@@ -138,11 +139,13 @@ class DiskKVStore:
         if size > self.cap_bytes:
             log.debug("kv disk tier: %d-token snapshot (%d bytes) exceeds the cap", len(key), size)
             return
+        path = self.folder / entry_name(key)
+        # Written outside the lock: lookups and loads (the engine thread) never wait for a write
+        # (the RAM tier's spill thread); the file appears whole or not at all (os.replace).
+        if not self._write(path, header, snapshot.payload):
+            return
         with self._lock:
             index = self._entries()
-            path = self.folder / entry_name(key)
-            if not self._write(path, header, snapshot.payload):
-                return
             index[key] = entry = _Entry(path, tokens, size, snapshot.nbytes, time.time())
             _touch(entry)
             for other in [k for k in index if len(k) < len(key) and key[: len(k)] == k]:

@@ -291,7 +291,11 @@ class SlotPlacer:
 
     def flush(self) -> int:
         """Shutdown: every slot's cells into the tiers that outlive the process, and the RAM
-        tiers' entries into their spill tiers; returns how many entries were written."""
+        tiers' entries, pending spills first, into their spill tiers; returns how many entries
+        were written (pending spills not counted)."""
+        rams = [s for s in self.stores if isinstance(s, RamKVStore)]
+        for ram in rams:
+            ram.drain()  # evictions being written: on disk first, so none is written twice
         written = 0
         lasting = [s for s in self.stores if not isinstance(s, RamKVStore)]
         for slot in self.slots.slots:
@@ -299,9 +303,8 @@ class SlotPlacer:
             lacking = _lacking(lasting, key)  # a second flush, or a persisted prefix: no rewrite
             if len(key) >= self.min_transfer and lacking:
                 written += int(self._snapshot_into(slot, len(key), key, lacking))
-        for store in self.stores:
-            if isinstance(store, RamKVStore):
-                written += store.spill_all()
+        for ram in rams:
+            written += ram.spill_all()
         return written
 
 

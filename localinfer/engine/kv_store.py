@@ -44,7 +44,9 @@ class KVStore(Protocol):
 
     def store(self, key: tuple[int, ...], snapshot: KVSnapshot) -> None:
         """Keep ``snapshot`` (``snapshot.n_tokens == len(key)``) under ``key``; an entry that is a
-        prefix of ``key`` is superseded. May evict others to stay within the tier's bound."""
+        prefix of ``key`` is superseded. May evict others to stay within the tier's bound. A tier
+        that a RAM tier spills into is also stored into from that tier's spill thread, while the
+        engine thread looks up and loads: it must be thread-safe."""
         ...
 
     def nbytes(self) -> int:

@@ -1,0 +1,123 @@
+"""The RAM tier's spill writer (issue #24): entries the RAM tier evicts reach the disk tier from a
+background thread, so a decode step never waits for a file write and its fsync.
+
+One daemon thread per writer, started when a spill arrives and gone when none is pending. The
+queue is bounded (``max_pending`` entries, besides the one being written): when it is full the
+oldest pending spill is dropped with one log line rather than make the engine wait; a dropped
+entry costs a prefill later, never a request. Until its write is done an entry stays readable
+here (``match``, ``get``), so a lookup racing the write still finds it (the RAM tier serves it
+from memory). ``drain`` waits until everything accepted is written (Engine.close reaches it
+through SlotPlacer.flush).
+
+Pending snapshots are host memory beyond the RAM tier's bound: at most ``max_pending + 1``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+
+from localinfer.backends.base import KVSnapshot
+from localinfer.engine.kv_store import KVStore, TierMatch
+from localinfer.engine.slots import shared_prefix
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING = 4  # entries: a disk keeps up with evictions; this only absorbs a burst
+
+
+class SpillWriter:
+    """Writes snapshots into ``target`` (whose ``store`` must be thread-safe) off the caller's
+    thread. ``submit`` never blocks; every other method may be called from any thread."""
+
+    def __init__(self, target: KVStore, max_pending: int = MAX_PENDING) -> None:
+        if max_pending < 1:
+            raise ValueError(f"max_pending must be >= 1, got {max_pending}")
+        self.target = target
+        self.max_pending = max_pending
+        self.dropped = 0  # spills dropped because the queue was full
+        self._queue: OrderedDict[tuple[int, ...], KVSnapshot] = OrderedDict()  # oldest first
+        self._writing: tuple[tuple[int, ...], KVSnapshot] | None = None
+        self._thread: threading.Thread | None = None
+        self._cond = threading.Condition()
+
+    def submit(self, key: tuple[int, ...], snapshot: KVSnapshot) -> None:
+        """Queue ``snapshot`` for writing under ``key``; drops the oldest pending one if full."""
+        with self._cond:
+            self._queue.pop(key, None)  # the same cells again: written once, at the newest place
+            self._queue[key] = snapshot
+            if len(self._queue) > self.max_pending:
+                old, evicted = self._queue.popitem(last=False)
+                self.dropped += 1
+                log.warning(
+                    "kv tier %s: %d spills pending, dropped the oldest (%d tokens, %d bytes)",
+                    *(self.target.name, self.max_pending, len(old), evicted.nbytes),
+                )
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="kv-spill", daemon=True)
+                self._thread.start()
+
+    def match(self, prompt: Sequence[int], tier: str) -> TierMatch | None:
+        """The pending entry sharing the most leading tokens with ``prompt`` (as ``tier``'s: the
+        tier that serves it from memory meanwhile)."""
+        best: TierMatch | None = None
+        for key in self._pending_keys():
+            if not prompt or key[0] != prompt[0]:
+                continue
+            shared = shared_prefix(key, prompt)
+            if best is None or shared > best.shared:
+                best = TierMatch(tier, key, shared)
+        return best
+
+    def get(self, key: tuple[int, ...]) -> KVSnapshot | None:
+        """The pending snapshot of ``key`` (None once written, dropped, or never submitted)."""
+        with self._cond:
+            if self._writing is not None and self._writing[0] == key:
+                return self._writing[1]
+            return self._queue.get(key)
+
+    def pending(self) -> int:
+        """Entries not yet written (the one being written included)."""
+        with self._cond:
+            return len(self._queue) + int(self._writing is not None)
+
+    def drain(self) -> None:
+        """Wait until every accepted spill is written (or has failed with its log line)."""
+        with self._cond:
+            self._cond.wait_for(lambda: self._thread is None)
+
+    def _pending_keys(self) -> list[tuple[int, ...]]:
+        with self._cond:
+            keys = list(self._queue)
+            if self._writing is not None:
+                keys.append(self._writing[0])
+            return keys
+
+    def _run(self) -> None:
+        try:
+            self._write_all()
+        except BaseException:
+            with self._cond:  # never leave drain waiting on a thread that is gone
+                self._thread, self._writing = None, None
+                self._cond.notify_all()
+            raise
+
+    def _write_all(self) -> None:
+        while True:
+            with self._cond:
+                if not self._queue:
+                    self._thread = None  # a later submit starts another
+                    self._cond.notify_all()
+                    return
+                self._writing = key, snapshot = self._queue.popitem(last=False)
+            try:
+                self.target.store(key, snapshot)
+            except Exception as exc:  # noqa: BLE001 - a full disk costs the entry, not the engine
+                log.warning(
+                    "kv tier %s: storing %d tokens failed: %s", self.target.name, len(key), exc
+                )
+            finally:
+                with self._cond:
+                    self._writing = None  # readable here until now: the target has it from here
