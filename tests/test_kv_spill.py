@@ -33,10 +33,10 @@ class GatedDisk(DiskKVStore):
         super().__init__(directory, MODEL, 1 << 30, layout=LAYOUT)
         self.gate = threading.Event()
         self.entered = threading.Event()  # the first write is waiting on the gate
-        self.writer_threads: set[str] = set()
+        self.writer_threads: set[tuple[str, int]] = set()  # (name, ident) of each writer
 
     def _write(self, path: Path, header: bytes, payload: bytes) -> bool:
-        self.writer_threads.add(threading.current_thread().name)
+        self.writer_threads.add((threading.current_thread().name, threading.get_ident()))
         if not self.entered.is_set():
             self.entered.set()
             assert self.gate.wait(GUARD_S)
@@ -83,7 +83,8 @@ def test_a_step_never_waits_for_a_slow_disk_and_a_pending_spill_is_restored(
         assert ram.pending_spills() >= 1 and on_disk(tmp_path) == []
     finally:
         disk.gate.set()
-    assert disk.writer_threads == {"kv-spill"}  # the engine thread wrote nothing itself
+    # One writer thread wrote every spill; the engine thread wrote nothing itself.
+    assert [name for name, _ in disk.writer_threads] == ["kv-spill"]
     engine.flush_kv()  # drains, then writes what is left
     assert ram.pending_spills() == 0
     keys = on_disk(tmp_path)
@@ -150,7 +151,7 @@ def test_a_failed_write_is_logged_and_drain_returns(
     assert finishes(writer.drain)
     assert writer.pending() == 0 and writer.get((1, 2, 3)) is None
     assert any("storing 3 tokens failed: disk gone" in r.getMessage() for r in caplog.records)
-    writer.submit((4, 5), snap(2))  # a new thread takes the next spill
+    writer.submit((4, 5), snap(2))  # the writer goes on after a failure
     assert finishes(writer.drain)
     with pytest.raises(ValueError):
         SpillWriter(Broken(tmp_path, MODEL, 1 << 20), max_pending=0)

@@ -1,13 +1,15 @@
 """The RAM tier's spill writer (issue #24): entries the RAM tier evicts reach the disk tier from a
 background thread, so a decode step never waits for a file write and its fsync.
 
-One daemon thread per writer, started when a spill arrives and gone when none is pending. The
-queue is bounded (``max_pending`` entries, besides the one being written): when it is full the
-oldest pending spill is dropped with one log line rather than make the engine wait; a dropped
-entry costs a prefill later, never a request. Until its write is done an entry stays readable
-here (``match``, ``get``), so a lookup racing the write still finds it (the RAM tier serves it
-from memory). ``drain`` waits until everything accepted is written (Engine.close reaches it
-through SlotPlacer.flush).
+One daemon thread per writer, started by the first spill and gone after ``IDLE_S`` without one
+(starting a thread waits until it runs: a loaded machine's scheduling delay, paid once per burst
+of spills rather than per spill; a spill otherwise costs the engine thread one notify). The queue
+is bounded (``max_pending`` entries, besides the one being written): when it is full the oldest
+pending spill is dropped with one log line rather than make the engine wait; a dropped entry
+costs a prefill later, never a request. Until its write is done an entry stays readable here
+(``match``, ``get``), so a lookup racing the write still finds it (the RAM tier serves it from
+memory). ``drain`` waits until everything accepted is written (Engine.close reaches it through
+SlotPlacer.flush).
 
 Pending snapshots are host memory beyond the RAM tier's bound: at most ``max_pending + 1``.
 """
@@ -26,6 +28,7 @@ from localinfer.engine.slots import shared_prefix
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 4  # entries: a disk keeps up with evictions; this only absorbs a burst
+IDLE_S = 60.0  # seconds an idle writer thread waits for the next spill before it ends
 
 
 class SpillWriter:
@@ -55,6 +58,7 @@ class SpillWriter:
                     "kv tier %s: %d spills pending, dropped the oldest (%d tokens, %d bytes)",
                     *(self.target.name, self.max_pending, len(old), evicted.nbytes),
                 )
+            self._cond.notify_all()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kv-spill", daemon=True)
                 self._thread.start()
@@ -86,7 +90,9 @@ class SpillWriter:
     def drain(self) -> None:
         """Wait until every accepted spill is written (or has failed with its log line)."""
         with self._cond:
-            self._cond.wait_for(lambda: self._thread is None)
+            self._cond.wait_for(
+                lambda: self._writing is None and (not self._queue or self._thread is None)
+            )
 
     def _pending_keys(self) -> list[tuple[int, ...]]:
         with self._cond:
@@ -107,9 +113,8 @@ class SpillWriter:
     def _write_all(self) -> None:
         while True:
             with self._cond:
-                if not self._queue:
+                if not self._cond.wait_for(lambda: self._queue, IDLE_S):
                     self._thread = None  # a later submit starts another
-                    self._cond.notify_all()
                     return
                 self._writing = key, snapshot = self._queue.popitem(last=False)
             try:
@@ -121,3 +126,4 @@ class SpillWriter:
             finally:
                 with self._cond:
                     self._writing = None  # readable here until now: the target has it from here
+                    self._cond.notify_all()
