@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -54,9 +55,17 @@ def test_calibration_round_trips_through_json() -> None:
 
 @pytest.fixture
 def fresh_measurement(private_cache: None) -> None:
-    plan._measure_once.cache_clear()
+    plan.forget()
     yield
-    plan._measure_once.cache_clear()
+    plan.forget()
+
+
+def counting_python(tmp_path: Path) -> tuple[Path, Path]:
+    """An interpreter that logs each start, then is this one: counts child processes."""
+    log, exe = tmp_path / "starts.log", tmp_path / "python"
+    exe.write_text(f'#!/bin/sh\necho start >> "{log}"\nexec "{sys.executable}" "$@"\n')
+    exe.chmod(0o755)
+    return exe, log
 
 
 def test_environment_overrides_and_the_scores_cap(
@@ -74,20 +83,39 @@ def test_environment_overrides_and_the_scores_cap(
     assert not list(Path(plan.cache_dir()).glob("llamacpp/attention-*.json"))
 
 
-def test_measured_once_stored_and_reused(fresh_measurement: None) -> None:
-    """The real measurement in a child process: two settings with positive times, stored; the
-    next process-level call reads the file (the child is not run again)."""
-    result = plan.calibration(2)
-    assert result is not None
+def test_measured_once_stored_and_reused(
+    fresh_measurement: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The real measurement in a child process: two settings with positive times, stored. Two
+    threads asking at once start one child (the other waits for its file); later calls read it."""
+    exe, starts = counting_python(tmp_path)
+    monkeypatch.setattr(sys, "executable", str(exe))
+    results: list[AttentionCalibration | None] = []
+    threads = [threading.Thread(target=lambda: results.append(plan.calibration(2))) for _ in "ab"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert starts.read_text().count("start") == 1
+    result = results[0]
+    assert result is not None and results[1] == result
     assert {r.flash for r in result.rows} == {True, False}
     assert all(r.decode > 0 and r.prefill > 0 for r in result.rows)
     path = plan.calibration_path(2)
     assert path is not None and path.is_file()
-    stamp = path.stat().st_mtime_ns
-    plan._measure_once.cache_clear()
-    assert plan.calibration(2) == result and path.stat().st_mtime_ns == stamp
+    assert plan.calibration(2) == result and starts.read_text().count("start") == 1
     path.write_text("{not json")  # a damaged file is measured again, not a crash
-    assert plan.calibration(2) is not None
+    assert plan.calibration(2) is not None and starts.read_text().count("start") == 2
+
+
+def test_the_probe_runs_once_per_machine(
+    fresh_measurement: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    exe, starts = counting_python(tmp_path)
+    monkeypatch.setattr(sys, "executable", str(exe))
+    plan.check_runs_here()
+    plan.check_runs_here()
+    assert starts.read_text().count("start") == 1
 
 
 def test_a_failed_measurement_keeps_llama_cpp_default(
@@ -159,3 +187,23 @@ def test_a_llama_cpp_built_for_another_cpu_is_an_error_not_a_crash(
     monkeypatch.setattr(sys, "executable", str(crash))
     with pytest.raises(BackendUnavailableError, match="illegal instruction.*--force-reinstall"):
         LlamaCppRunner(embedded, RunnerConfig(slots=1, max_ctx=256, threads=2))
+
+
+def test_verify_measures_the_last_chunk_and_falls_back_cleanly(embedded) -> None:
+    """budget --verify fills the slot to the context's last chunk (so the scores it measures
+    span every cell); a fill the runner refuses measures at the start instead of failing."""
+    from localinfer.budget.verify import _deep_start
+
+    report = compute_budget(BudgetRequest(str(embedded_model_path()), ctx=1024, backend="llamacpp"))
+    runner = LlamaCppRunner(embedded, RunnerConfig(slots=1, max_ctx=1024, threads=2))
+    assert _deep_start(runner, report, 256) == 768 and runner.slot_length(0) == 768
+    runner.close()
+
+    class Refuses(LlamaCppRunner):
+        def fill_synthetic(self, slot: int, n_tokens: int) -> None:
+            self.forward([SlotWork(slot, (1, 2, 3), 0)])
+            raise RuntimeError("llama.cpp refused to restore slot 0's state")
+
+    refusing = Refuses(embedded, RunnerConfig(slots=1, max_ctx=1024, threads=2))
+    assert _deep_start(refusing, report, 256) == 0 and refusing.slot_length(0) == 0
+    refusing.close()

@@ -6,7 +6,8 @@ the work, and a restore costs milliseconds where prefilling 1,000 tokens costs s
 best of a few CHUNK-token forwards and the median of a few one-token decode steps at that depth.
 
 Run as ``python -m localinfer.backends.llamacpp.attention_calibrate THREADS``: prints the result
-as JSON and stores it for attention_plan.py.
+as JSON and stores it for attention_plan.py; with ``--probe`` it only loads llama.cpp and runs
+one forward (attention_plan.check_runs_here).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from localinfer.backends.llamacpp.attention_plan import (
     DEPTH,
     AttentionCalibration,
     AttentionTimes,
+    running_in_the_probe,
     store_calibration,
 )
 from localinfer.backends.llamacpp.runner import LlamaCppRunner
@@ -62,11 +64,28 @@ def measure(threads: int) -> AttentionCalibration:
     return AttentionCalibration(threads=threads, depth=DEPTH, rows=rows)
 
 
+def probe() -> dict:
+    """Load llama.cpp and run one forward of the embedded model (attention_plan.check_runs_here)."""
+    model = load_model(embedded_model_path())
+    runner = LlamaCppRunner(model, RunnerConfig(slots=1, max_ctx=64, threads=1), flash_attn=False)
+    try:
+        (logits,) = runner.forward([SlotWork(0, tuple(range(100, 108)), 0)])
+        return {"ok": bool(logits.size)}
+    finally:
+        runner.close()
+
+
 def main(argv: list[str]) -> int:
-    threads = int(argv[0])
-    result = measure(threads)
-    store_calibration(result)
-    print(json.dumps(result.to_json()))
+    running_in_the_probe()
+    if argv[:1] == ["--probe"]:
+        print(json.dumps(probe()))
+        return 0
+    result = measure(int(argv[0]))
+    print(json.dumps(result.to_json()), flush=True)  # the parent reads it even if storing fails
+    try:
+        store_calibration(result)
+    except OSError as exc:
+        print(f"could not store the calibration: {exc}", file=sys.stderr)
     return 0
 
 

@@ -32,13 +32,20 @@ import json
 import logging
 import os
 import platform
-import signal
-import subprocess
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
+try:
+    import fcntl
+except ImportError:  # Windows: no lock between processes
+    fcntl = None  # type: ignore[assignment]
+
+from localinfer.backends.child_json import ChildResult, run_json_child
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.errors import BackendUnavailableError
 from localinfer.paths import cache_dir
@@ -53,6 +60,10 @@ MARGIN = 0.05  # off must save this share of a chat turn's time to replace llama
 SCORES_CAP = 256 * 2**20  # bytes of materialized scores beyond which flash attention stays on
 PREFILL_UBATCH = 512  # the runner's default n_ubatch: the most tokens one chunk's scores cover
 SUBPROCESS_TIMEOUT_S = 120
+CALIBRATE_MODULE = "localinfer.backends.llamacpp.attention_calibrate"
+_LOCK = threading.Lock()  # one measurement per process: server loads run in threads
+_DECIDED: dict[tuple[int, str], bool] = {}
+_RUNS_HERE = False  # this process has seen llama.cpp run on this CPU (check_runs_here)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +100,8 @@ class AttentionCalibration:
     @classmethod
     def from_json(cls, data: dict) -> AttentionCalibration:
         rows = tuple(AttentionTimes(**r) for r in data["rows"])
+        if sorted(r.flash for r in rows) != [False, True]:
+            raise ValueError("an attention calibration needs one row with and one without")
         return cls(threads=int(data["threads"]), depth=int(data["depth"]), rows=rows,
                    version=int(data.get("version", 0)))  # fmt: skip
 
@@ -101,32 +114,76 @@ def scores_bytes(n_heads: int, ctx: int, chunk: int = PREFILL_UBATCH) -> int:
 
 def flash_attention(n_heads: int, ctx: int, chunk: int = PREFILL_UBATCH) -> bool:
     """Whether a CPU llama.cpp context of ``ctx`` cells per sequence, prefilling up to ``chunk``
-    tokens at a time, for a model with ``n_heads`` query heads runs flash attention here. The
-    measurement is at this machine's default thread count, whatever a runner is given: the
-    budget, which knows no thread count, then decides as the runner does."""
+    tokens at a time (its n_ubatch), for a model with ``n_heads`` query heads runs flash
+    attention here. The measurement is at this machine's default thread count, whatever a runner
+    is given, and decided once per process: the budget, which knows no thread count, and every
+    runner then decide alike."""
     asked = os.environ.get(ENV, "").strip().lower()
     if asked in ("on", "off"):
         return asked == "on"
     if scores_bytes(n_heads, ctx, chunk) > SCORES_CAP:
         return True
-    result = calibration(physical_cores())
-    return True if result is None else result.flash_faster()
+    return _machine_prefers_flash()
+
+
+def _machine_prefers_flash() -> bool:
+    key = (_default_threads(), str(cache_dir()))  # a test's own cache is another machine
+    with _LOCK:
+        if key not in _DECIDED:
+            result = calibration(key[0])
+            _DECIDED[key] = True if result is None else result.flash_faster()
+        return _DECIDED[key]
+
+
+def forget() -> None:
+    """Drop this process's decisions (tests that change the cache folder or the environment)."""
+    global _RUNS_HERE
+    with _LOCK:
+        _DECIDED.clear()
+        _RUNS_HERE = False
+
+
+def running_in_the_probe() -> None:
+    """Called by the measuring child: it is the probe, so its runners do not start another."""
+    global _RUNS_HERE
+    _RUNS_HERE = True
 
 
 def calibration(threads: int) -> AttentionCalibration | None:
-    """This machine's measurement for ``threads`` (measured now if never measured); None when
-    llama.cpp could not be measured here (logged once: llama.cpp's default then applies)."""
+    """This machine's measurement for ``threads`` (measured now if never measured: one process
+    at a time, the others wait for its file); None when llama.cpp could not be measured here
+    (logged: llama.cpp's default then applies)."""
     path = calibration_path(threads)
     if path is None:
         return None
-    try:
-        data = json.loads(path.read_text())
-        stored = AttentionCalibration.from_json(data)
-        if stored.version == CALIBRATION_VERSION and stored.threads == threads:
-            return stored
-    except (OSError, ValueError, KeyError, TypeError, StopIteration):
-        pass  # absent or unreadable: measure
-    return _measure_once(threads)
+    stored = _stored(path, threads)
+    if stored is not None:
+        return stored
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _exclusive(path.with_suffix(".lock")):
+        return _stored(path, threads) or _measure(threads)
+
+
+def check_runs_here() -> None:
+    """Raise BackendUnavailableError if this llama-cpp-python crashes on this CPU. A child
+    process loads it and runs one forward of the embedded model once per machine and llama.cpp
+    build (a marker file remembers it); the runner asks before this process loads the library."""
+    global _RUNS_HERE
+    path = calibration_path(0)
+    if _RUNS_HERE or path is None:
+        return
+    marker = path.with_name(path.name.replace("attention-", "runs-here-"))
+    if marker.exists():
+        _RUNS_HERE = True
+        return
+    child = run_json_child(CALIBRATE_MODULE, ["--probe"], SUBPROCESS_TIMEOUT_S)
+    _refuse_illegal_instruction(child)
+    if child.data is not None:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("ok\n")
+        _RUNS_HERE = True
+    else:  # another failure (no embedded model, a timeout): the runner will say what it is
+        log.warning("could not check llama.cpp in a child process: %s", child.problem)
 
 
 def store_calibration(result: AttentionCalibration) -> None:
@@ -148,6 +205,30 @@ def calibration_path(threads: int) -> Path | None:
     return cache_dir() / "llamacpp" / f"attention-v{CALIBRATION_VERSION}-{key}.json"
 
 
+def _stored(path: Path, threads: int) -> AttentionCalibration | None:
+    try:
+        stored = AttentionCalibration.from_json(json.loads(path.read_text()))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # absent or unreadable: measure
+    fresh = (stored.version, stored.threads, stored.depth) == (CALIBRATION_VERSION, threads, DEPTH)
+    return stored if fresh else None
+
+
+@contextmanager
+def _exclusive(lock_path: Path) -> Iterator[None]:
+    """An exclusive lock between processes where fcntl exists (POSIX); else none."""
+    with open(lock_path, "a") as lock:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
+
+
+@cache
+def _default_threads() -> int:
+    return physical_cores()
+
+
+@cache
 def _llama_build() -> str | None:
     """The installed llama.cpp libraries' names, sizes and times: a rebuild is a new key."""
     spec = importlib.util.find_spec("llama_cpp")
@@ -161,41 +242,40 @@ def _llama_build() -> str | None:
         return str(spec.origin)
 
 
+@cache
 def _cpu_identity() -> str:
     """The CPU's model name and feature flags (Linux), else what platform knows."""
     try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith(("flags", "Features")):
-                return f"{platform.processor()}|{line}"
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        keys = ("model name", "flags", "Features", "CPU part")
+        found = sorted({line for line in lines if line.startswith(keys)})
+        if found:
+            return "\n".join(found)
     except OSError:
         pass
     return f"{platform.machine()}|{platform.processor()}|{platform.platform()}"
 
 
-@cache
-def _measure_once(threads: int) -> AttentionCalibration | None:
-    log.info("measuring llama.cpp's attention kernels on this CPU (once per machine)")
-    module = "localinfer.backends.llamacpp.attention_calibrate"
-    try:
-        proc = subprocess.run(
-            [sys.executable, "-m", module, str(threads)],
-            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False,
-        )  # fmt: skip
-        data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
-        log.warning("llama.cpp attention calibration failed (%s): flash attention stays on", exc)
-        return None
-    if proc.returncode == -signal.SIGILL:
+def _refuse_illegal_instruction(child: ChildResult) -> None:
+    if child.illegal_instruction:
         raise BackendUnavailableError(
             f"llama.cpp crashes on this CPU (illegal instruction): the llama-cpp-python in "
             f"{Path(sys.executable).parent.parent} was built for a CPU with other features. "
             "Rebuild it here: pip install --force-reinstall --no-cache-dir llama-cpp-python "
             "(or use --backend torch)"
         )
-    if data is None:
-        log.warning(
-            "llama.cpp attention calibration failed (exit %s: %s): flash attention stays on",
-            proc.returncode, proc.stderr.strip()[-300:] or "no message",
-        )  # fmt: skip
-        return None
-    return AttentionCalibration.from_json(data)
+
+
+def _measure(threads: int) -> AttentionCalibration | None:
+    log.info("measuring llama.cpp's attention kernels on this CPU (once per machine)")
+    child = run_json_child(CALIBRATE_MODULE, [str(threads)], SUBPROCESS_TIMEOUT_S)
+    _refuse_illegal_instruction(child)
+    try:
+        if child.data is not None:
+            return AttentionCalibration.from_json(child.data)
+    except (KeyError, TypeError, ValueError) as exc:
+        child = ChildResult(None, 0, f"unreadable result ({exc})")
+    log.warning(
+        "llama.cpp attention calibration failed (%s): flash attention stays on", child.problem
+    )
+    return None

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from localinfer.backends.llamacpp.attention_plan import flash_attention
+from localinfer.backends.llamacpp.attention_plan import PREFILL_UBATCH, flash_attention
 from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
 
 if TYPE_CHECKING:
@@ -17,11 +17,12 @@ if TYPE_CHECKING:
 @dataclass(frozen=True, slots=True)
 class LlamaCppProfile(BackendProfile):
     def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
-        """On this machine's CPU, what the runner will choose (attention_plan.py, measured);
-        elsewhere llama.cpp's own default, flash attention on."""
+        """On this machine's CPU, what the runner will choose (attention_plan.py, measured),
+        which depends on its n_ubatch, not on the engine's chunk; elsewhere llama.cpp's own
+        default, flash attention on."""
         if device_kind != "cpu":
             return True
-        return flash_attention(n_heads, ctx, chunk)
+        return flash_attention(n_heads, ctx, PREFILL_UBATCH)
 
 
 PROFILE = LlamaCppProfile(

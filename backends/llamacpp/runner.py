@@ -35,7 +35,8 @@ from localinfer.backends.base import (
     embed_all,
 )
 from localinfer.backends.llamacpp import native
-from localinfer.backends.llamacpp.attention_plan import flash_attention
+from localinfer.backends.llamacpp.attention_plan import PREFILL_UBATCH as DEFAULT_N_BATCH
+from localinfer.backends.llamacpp.attention_plan import check_runs_here, flash_attention
 from localinfer.backends.llamacpp.batch import BatchBuffer, flatten_batch
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
@@ -52,7 +53,6 @@ from localinfer.errors import (
 )
 from localinfer.loading.model import LoadedModel
 
-DEFAULT_N_BATCH = 512  # tokens per llama_decode call; larger batches are split
 KV_TYPE_BYTES = 2  # the context keeps llama.cpp's default F16 K and V cache
 
 _BUFFER_RE = re.compile(r"(\S+)\s+(KV|output|compute) buffer size =\s+([\d.]+) MiB")
@@ -125,17 +125,16 @@ class LlamaCppRunner(SeqTransferMethods):
             )
         if not path.is_file():
             raise ModelFileError(path, "file not found")
+        check_runs_here()  # in a child first: a build for another CPU dies there, not here
+        self._embedding_flash = flash_attn  # embeddings (large batches): as the caller asked
         if flash_attn is None and config.device == "cpu" and model.config is not None:
-            # Measured per machine (attention_plan.py) in a child process, before this process
-            # loads llama.cpp: a build for another CPU dies there, and is an error here.
             flash_attn = flash_attention(model.config.n_heads, config.max_ctx, max(1, n_batch))
-        self.flash_attention = flash_attn  # None: llama.cpp's own choice (a GPU's)
+        self.flash_attention = flash_attn  # measured (attention_plan.py); None: llama.cpp's own
         prepare_omp_wait()  # before llama_cpp loads libgomp, which reads it once (omp_wait.py)
         self._llama = native.lib()
         self._config = config
         self._threads = config.threads or physical_cores()
         self._n_batch = max(1, n_batch)
-        self._flash_attn = flash_attn
         self._load_model(path, config.device)
         self._create_context(config)
         vocab_ptr = self._llama.llama_model_get_vocab(self._model_ptr)
@@ -186,9 +185,6 @@ class LlamaCppRunner(SeqTransferMethods):
         if hasattr(params, "n_outputs_max"):  # newer llama.cpp: logits rows per ubatch
             params.n_outputs_max = 0  # 0 = n_batch: verification may ask for every row
         flash = self.flash_attention
-        if flash is None and config.device == "cpu":  # a model loaded without its config
-            heads = int(llama.llama_model_n_head(self._model_ptr))
-            flash = self.flash_attention = flash_attention(heads, config.max_ctx, self._n_batch)
         if flash is not None:
             on, off = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
             params.flash_attn_type = on if flash else off
@@ -255,7 +251,7 @@ class LlamaCppRunner(SeqTransferMethods):
         if self._embedding is None:
             self._embedding = EmbeddingContext(
                 self._llama, self._model_ptr, self._config.max_ctx, self._threads,
-                self._flash_attn,
+                self._embedding_flash,
             )  # fmt: skip
             self._embedding_buffers = _parse_buffers(self._embedding.log_text)
         return LlamaCppEmbeddingPass(

@@ -20,11 +20,11 @@ import json
 import logging
 import os
 import subprocess
-import sys
 from dataclasses import asdict, dataclass
 from functools import cache
 from pathlib import Path
 
+from localinfer.backends.child_json import run_json_child
 from localinfer.backends.torch.native_build import (
     BuildError,
     Platform,
@@ -150,20 +150,16 @@ def _measure_once() -> Calibration | None:
     # quiet process, and this module (which the torch-free profile imports) never imports the
     # torch code that imports it back.
     log.info("measuring the native CPU kernels against torch ops (once per machine)")
+    module = "localinfer.backends.torch.calibrate"
+    child = run_json_child(module, [str(CALIBRATION_THREADS)], SUBPROCESS_TIMEOUT_S)
+    if child.data is None:
+        log.warning("native kernel calibration failed: %s", child.problem)
+        return None
     try:
-        proc = subprocess.run(
-            [sys.executable, "-m", "localinfer.backends.torch.calibrate", str(CALIBRATION_THREADS)],
-            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False,
-        )  # fmt: skip
-        data = json.loads(proc.stdout.strip().splitlines()[-1]) if proc.returncode == 0 else None
-    except (OSError, subprocess.SubprocessError, ValueError, IndexError) as exc:
-        log.warning("native kernel calibration failed: %s", exc)
+        return Calibration.from_json(child.data)
+    except (KeyError, TypeError, ValueError) as exc:
+        log.warning("native kernel calibration failed: unreadable result (%s)", exc)
         return None
-    if data is None:
-        if proc.returncode != 0:
-            log.warning("native kernel calibration failed: %s", proc.stderr.strip()[-300:])
-        return None
-    return Calibration.from_json(data)
 
 
 def native_f32_tokens() -> int:

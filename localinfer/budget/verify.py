@@ -6,14 +6,18 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import logging
 import sys
 
 from pydantic import BaseModel, computed_field
 
 from localinfer.backends.base import Runner, SlotWork, SyntheticFill
 from localinfer.budget.measured import process_rss
+from localinfer.budget.memory import cpu_memory
 from localinfer.budget.report import BudgetReport
 from localinfer.errors import InvalidParameterError, ModelFileError
+
+log = logging.getLogger(__name__)
 
 
 class MemoryCheck(BaseModel):
@@ -70,11 +74,7 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         # context's last, where a runner can be filled up to it cheaply, so its attention spans
         # every cell (llama.cpp without flash attention holds chunk x heads x cells of scores).
         n = min(report.prefill_chunk, report.ctx)
-        start = 0
-        if isinstance(runner, SyntheticFill) and report.ctx > n:
-            start = report.ctx - n
-            runner.fill_synthetic(0, start)
-            _return_free_heap()  # the fill's host copies: not the runner's memory
+        start = _deep_start(runner, report, n)
         vocab = runner.info.vocab_size
         tokens = tuple(1 + i % (vocab - 1) for i in range(n))
         runner.forward([SlotWork(slot=0, tokens=tokens, start_pos=start, logits="last")])
@@ -98,6 +98,27 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         rss_growth=growth,
         library_preloaded=preloaded,
     )
+
+
+def _deep_start(runner: Runner, report: BudgetReport, chunk: int) -> int:
+    """Fill slot 0 up to the context's last chunk where the runner can do that cheaply and the
+    fill's host copies (about three times those cells' KV bytes) fit in free memory; the
+    position the measured chunk then starts at (0 where the runner was not filled)."""
+    start = report.ctx - chunk
+    if not isinstance(runner, SyntheticFill) or start <= 0:
+        return 0
+    copies = 3 * report.kv_cache_bytes // max(1, report.concurrency) * start // report.ctx
+    if copies > cpu_memory()[0] // 2:
+        log.info("budget --verify: measuring at the start of the context (no memory to fill it)")
+        return 0
+    try:
+        runner.fill_synthetic(0, start)
+    except (RuntimeError, ValueError, NotImplementedError, MemoryError) as exc:
+        log.info("budget --verify: measuring at the start of the context (%s)", exc)
+        runner.release(0)
+        return 0
+    _return_free_heap()  # the fill's host copies: not the runner's memory
+    return start
 
 
 def _return_free_heap() -> None:
