@@ -155,3 +155,18 @@ def test_a_failed_write_is_logged_and_drain_returns(
     assert finishes(writer.drain)
     with pytest.raises(ValueError):
         SpillWriter(Broken(tmp_path, MODEL, 1 << 20), max_pending=0)
+
+
+def test_a_shorter_key_written_while_a_longer_one_lands_is_dropped(tmp_path: Path) -> None:
+    """The spill thread writes a prefix while the engine thread stores a conversation that
+    extends it: the longer entry holds those cells, so the prefix's file goes, never both."""
+    disk = GatedDisk(tmp_path / "kv")
+    short, long = seq(20, 3), seq(20, 3) + seq(10, 9)
+    writer = threading.Thread(target=disk.store, args=(short, snap(len(short))))
+    writer.start()
+    assert disk.entered.wait(GUARD_S)  # the short write is held between write and index
+    disk.store(long, snap(len(long)))
+    disk.gate.set()
+    writer.join(GUARD_S)
+    assert on_disk(tmp_path / "kv") == [tuple(long)] == disk.keys()
+    assert len(list((tmp_path / "kv").rglob("*.kv"))) == 1

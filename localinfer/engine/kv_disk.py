@@ -146,6 +146,10 @@ class DiskKVStore:
             return
         with self._lock:
             index = self._entries()
+            longer = next((k for k in index if len(k) > len(key) and k[: len(key)] == key), None)
+            if longer is not None:  # written meanwhile by another thread: it holds these cells
+                self._remove(path)
+                return
             index[key] = entry = _Entry(path, tokens, size, snapshot.nbytes, time.time())
             _touch(entry)
             for other in [k for k in index if len(k) < len(key) and key[: len(k)] == k]:
