@@ -170,3 +170,26 @@ def test_a_shorter_key_written_while_a_longer_one_lands_is_dropped(tmp_path: Pat
     writer.join(GUARD_S)
     assert on_disk(tmp_path / "kv") == [tuple(long)] == disk.keys()
     assert len(list((tmp_path / "kv").rglob("*.kv"))) == 1
+
+
+def test_queued_spills_are_bounded_by_bytes_too(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Behind a slow disk, queued snapshots hold no more than ``max_pending_bytes`` besides the
+    newest: a long context's snapshots cannot pile up host memory the budget never counted."""
+    disk = GatedDisk(tmp_path)
+    writer = SpillWriter(disk, max_pending=4, max_pending_bytes=250)  # two 100-byte entries
+    keys = [tuple(range(k * 10 + 1, k * 10 + 5)) for k in range(5)]
+    try:
+        writer.submit(keys[0], snap(4, 100))
+        assert disk.entered.wait(GUARD_S)  # keys[0] is being written: the queue is empty
+        for key in keys[1:]:
+            writer.submit(key, snap(4, 100))
+        assert writer.pending() == 3  # keys[0] being written, keys[3] and keys[4] queued
+        assert writer.get(keys[1]) is None and writer.get(keys[4]) == snap(4, 100)
+        assert writer.dropped == 2
+        assert len([r for r in caplog.records if r.name == kv_spill.__name__]) == 2
+    finally:
+        disk.gate.set()
+    writer.drain()
+    assert sorted(on_disk(tmp_path)) == [keys[0], keys[3], keys[4]]

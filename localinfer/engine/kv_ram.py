@@ -19,7 +19,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from localinfer.backends.base import KVSnapshot
-from localinfer.engine.kv_spill import MAX_PENDING, SpillWriter
+from localinfer.engine.kv_spill import MAX_PENDING, PENDING_BYTES_FLOOR, SpillWriter
 from localinfer.engine.kv_store import KVStore, TierMatch
 from localinfer.engine.slots import shared_prefix
 
@@ -41,7 +41,9 @@ class RamKVStore:
             raise ValueError(f"capacity_bytes must be >= 0, got {capacity_bytes}")
         self.capacity_bytes = capacity_bytes
         self.spill = spill
-        self._writer = SpillWriter(spill, max_pending) if spill is not None else None
+        pending_bytes = max(capacity_bytes, PENDING_BYTES_FLOOR)  # queued behind the disk
+        writer = None if spill is None else SpillWriter(spill, max_pending, pending_bytes)
+        self._writer = writer
         self._entries: OrderedDict[tuple[int, ...], KVSnapshot] = OrderedDict()  # LRU first
         self._bytes = 0
         self.evicted = 0  # entries pushed out by the bound (spilled or dropped)

@@ -11,7 +11,10 @@ costs a prefill later, never a request. Until its write is done an entry stays r
 memory). ``drain`` waits until everything accepted is written (Engine.close reaches it through
 SlotPlacer.flush).
 
-Pending snapshots are host memory beyond the RAM tier's bound: at most ``max_pending + 1``.
+Pending snapshots are host memory beyond the RAM tier's bound: at most ``max_pending + 1``
+entries, and no more queued bytes than ``max_pending_bytes`` besides the newest (the RAM tier
+passes the larger of its capacity and PENDING_BYTES_FLOOR): a long context's snapshots cannot
+pile several GiB up behind a slow disk.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from localinfer.engine.slots import shared_prefix
 log = logging.getLogger(__name__)
 
 MAX_PENDING = 4  # entries: a disk keeps up with evictions; this only absorbs a burst
+PENDING_BYTES_FLOOR = 256 * 2**20  # a small RAM tier still queues a few spills behind a disk
 IDLE_S = 60.0  # seconds an idle writer thread waits for the next spill before it ends
 
 
@@ -35,11 +39,14 @@ class SpillWriter:
     """Writes snapshots into ``target`` (whose ``store`` must be thread-safe) off the caller's
     thread. ``submit`` never blocks; every other method may be called from any thread."""
 
-    def __init__(self, target: KVStore, max_pending: int = MAX_PENDING) -> None:
+    def __init__(
+        self, target: KVStore, max_pending: int = MAX_PENDING, max_pending_bytes: int | None = None
+    ) -> None:
         if max_pending < 1:
             raise ValueError(f"max_pending must be >= 1, got {max_pending}")
         self.target = target
         self.max_pending = max_pending
+        self.max_pending_bytes = max_pending_bytes  # None: bounded by count alone
         self.dropped = 0  # spills dropped because the queue was full
         self._queue: OrderedDict[tuple[int, ...], KVSnapshot] = OrderedDict()  # oldest first
         self._writing: tuple[tuple[int, ...], KVSnapshot] | None = None
@@ -51,17 +58,23 @@ class SpillWriter:
         with self._cond:
             self._queue.pop(key, None)  # the same cells again: written once, at the newest place
             self._queue[key] = snapshot
-            if len(self._queue) > self.max_pending:
+            while len(self._queue) > self.max_pending or self._over_bytes():
                 old, evicted = self._queue.popitem(last=False)
                 self.dropped += 1
                 log.warning(
                     "kv tier %s: %d spills pending, dropped the oldest (%d tokens, %d bytes)",
-                    *(self.target.name, self.max_pending, len(old), evicted.nbytes),
+                    *(self.target.name, len(self._queue) + 1, len(old), evicted.nbytes),
                 )
             self._cond.notify_all()
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="kv-spill", daemon=True)
                 self._thread.start()
+
+    def _over_bytes(self) -> bool:
+        """More queued bytes than allowed, beyond the newest entry (which always waits)."""
+        if self.max_pending_bytes is None or len(self._queue) < 2:
+            return False
+        return sum(s.nbytes for s in self._queue.values()) > self.max_pending_bytes
 
     def match(self, prompt: Sequence[int], tier: str) -> TierMatch | None:
         """The pending entry sharing the most leading tokens with ``prompt`` (as ``tier``'s: the
