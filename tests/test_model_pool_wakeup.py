@@ -137,6 +137,37 @@ async def test_every_waiter_on_a_load_hears_that_it_failed() -> None:
     pool.close()
 
 
+async def test_a_waiter_parked_before_a_load_that_failed_hears_of_it() -> None:
+    """A request parked while its model could not load yet (memory) may never see the LOADING
+    state of a load another request started, when that load fails before it looks again: it
+    answers with that failure instead of loading once more."""
+    supply = FakeSupply()
+    pool = pool_with_a_loaded(supply)
+    lease = await pool.acquire("a")
+    supply.failing.add("b")
+    waiter = asyncio.create_task(pool.acquire("b"))
+    await until(lambda: pool._changes.waiting == 1, "the request for b to park")
+    # Blocking this loop, so the parked request looks again only after the whole failed load:
+    # another loop's request (in a thread) frees a, loads b and fails.
+    lease.release()
+    other: list[BaseException] = []
+
+    def load_b_elsewhere() -> None:
+        try:
+            asyncio.run(pool.load("b"))
+        except APIError as exc:
+            other.append(exc)
+
+    elsewhere = threading.Thread(target=load_b_elsewhere)
+    elsewhere.start()
+    elsewhere.join(HANG_S)
+    assert len(other) == 1 and supply.log == ["open a", "close a", "failed b"]
+    with pytest.raises(APIError, match="b is broken"):
+        await asyncio.wait_for(waiter, HANG_S)
+    assert supply.log == ["open a", "close a", "failed b"]  # no second load
+    pool.close()
+
+
 async def test_shutdown_wakes_waiters_with_a_503() -> None:
     supply = FakeSupply()
     supply.gates["b"] = threading.Event()

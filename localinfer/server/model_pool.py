@@ -195,7 +195,10 @@ class ModelPool:
             await run_in_threadpool(self._know_need, model)
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.settings.wait_s
-        watching: int | None = None  # the load attempt this request waits on
+        # The attempts already over when this request last looked: one that fails after it
+        # (its own, or one another request started while this one was parked, however quickly
+        # it failed) is this request's answer, never a reason to load again.
+        settled: int | None = None
         blocked: str | None = None
         while True:
             with self._lock:
@@ -210,12 +213,13 @@ class ModelPool:
                     model.leases += 1
                     return Lease(self, model, model.session)
                 if model.state == AVAILABLE:
-                    if watching is not None and model.failed_attempt == watching:
+                    if settled is not None and model.failed_attempt > settled:
                         raise load_failed(model)
                     blocked = self._begin_load(model)
                     finishing = blocked is not None and self._finishing()
                 if model.state == LOADING:
-                    watching, blocked = model.attempts, None
+                    blocked = None
+                settled = model.attempts - (model.state == LOADING)
             remaining = deadline - loop.time()
             if remaining <= 0:
                 raise still_waiting(model, blocked)
