@@ -167,22 +167,84 @@ def test_the_memory_bar_reads_the_model_list_only_when_its_figures_are_old() -> 
         host.close()
 
 
-def test_a_failing_read_leaves_no_figures_and_the_poller_goes_on() -> None:
-    figures = EngineMetrics(
-        slots_total=1, slots_busy=0, queue_depth=0, kv_cells_used=3, kv_cells_total=256,
-        requests_finished=0, prompt_tokens_total=0, completion_tokens_total=0,
+def figures_with(kv_cells_used: int) -> EngineMetrics:
+    return EngineMetrics(
+        slots_total=1, slots_busy=0, queue_depth=0, kv_cells_used=kv_cells_used,
+        kv_cells_total=256, requests_finished=0, prompt_tokens_total=0, completion_tokens_total=0,
     )  # fmt: skip
-    outcomes: list[object] = [OSError("connection reset"), None, figures]
+
+
+def test_a_failing_read_keeps_the_last_figures_and_the_poller_goes_on() -> None:
+    first, later = figures_with(3), figures_with(4)
+    outcomes: list[object] = [first, OSError("connection reset"), later]
+    failed = threading.Event()
 
     def fetch() -> EngineMetrics | None:
         outcome = outcomes.pop(0) if len(outcomes) > 1 else outcomes[0]
         if isinstance(outcome, Exception):
+            failed.set()
             raise outcome
         return outcome  # type: ignore[return-value]
 
     poller = MetricsPoller(fetch, interval_s=0.01)
-    assert poller.poll_now() is None  # the failure is no figures, not an exception
+    assert poller.poll_now() == first
+    assert poller.poll_now() == first  # the failure is no exception, and blanks nothing
+    assert failed.is_set()
     poller.begin()
-    wait_until(lambda: poller.latest() == figures, HANG_S, "the reads after the failures")
+    wait_until(lambda: poller.latest() == later, HANG_S, "the reads after the failure")
     poller.end()
     poller.close()
+
+
+def test_a_server_without_figures_is_none() -> None:
+    poller = MetricsPoller(lambda: None)
+    assert poller.poll_now() is None
+    poller.close()
+
+
+def test_a_slow_read_never_overwrites_a_newer_one() -> None:
+    """Attaching's read may answer after the poll thread's first one: the newer stands."""
+    old, new = figures_with(1), figures_with(2)
+    slow_started, slow_go = threading.Event(), threading.Event()
+    calls = [0]
+
+    def fetch() -> EngineMetrics | None:
+        calls[0] += 1
+        if calls[0] == 1:  # the first read started, answered last
+            slow_started.set()
+            assert slow_go.wait(HANG_S)
+            return old
+        return new
+
+    poller = MetricsPoller(fetch)
+    slow = threading.Thread(target=poller.poll_now)
+    slow.start()
+    assert slow_started.wait(HANG_S)
+    assert poller.poll_now() == new  # started after the slow one, answered first
+    slow_go.set()
+    slow.join(HANG_S)
+    assert poller.latest() == new
+    poller.close()
+
+
+def test_a_metrics_page_that_fails_keeps_the_engine_panel() -> None:
+    import httpx
+
+    gauges = {"slots_total": 1, "slots_busy": 0, "queue_depth": 0}
+    gauges |= {"kv_cache_cells_used": 7, "kv_cache_cells_total": 256}
+    pages = ["".join(f"localinfer_{name} {value}\n" for name, value in gauges.items())]
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(200, text=pages[0]) if pages else httpx.Response(500)
+        card = {"id": "m", "object": "model", "state": "loaded"}
+        return httpx.Response(200, json={"object": "list", "data": [card]})
+
+    host = RemoteHost("http://server", transport=httpx.MockTransport(answer))
+    host.load(host.settings)  # reads /metrics once
+    shown = host.engine_metrics()
+    assert shown is not None and shown.kv_cells_used == 7
+    pages.clear()  # the server's /metrics now answers 500
+    assert host._poller.poll_now() == shown
+    assert host.engine_metrics() == shown
+    host.close()

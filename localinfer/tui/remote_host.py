@@ -225,12 +225,12 @@ class RemoteHost:
         return self._poller.latest()
 
     def _read_metrics(self) -> EngineMetrics | None:
-        try:
-            response = self._client.get("/metrics", timeout=PROBE_TIMEOUT_S)
-        except httpx.HTTPError:
-            return None
-        if response.status_code != 200:
-            return None
+        """None when the server has no figures to give; raises (httpx.HTTPError) when the read
+        failed, so the poller keeps the last good figures."""
+        response = self._client.get("/metrics", timeout=PROBE_TIMEOUT_S)
+        if response.status_code == 404:
+            return None  # a server without a metrics page
+        response.raise_for_status()
         return engine_metrics_from(response.text, self._model)
 
     def memory(self) -> MemoryFigures:

@@ -22,8 +22,9 @@ POLL_INTERVAL_S = 0.5  # the pump shows engine figures twice a second (STATS_UPD
 
 
 class MetricsPoller:
-    """``fetch`` (blocking, with its own timeout; None when the server does not say) run off the
-    answer path. ``begin``/``end`` bracket each answer; ``close`` stops the thread."""
+    """``fetch`` (blocking, with its own timeout; None when the server does not say, raising
+    when the read failed) run off the answer path. ``begin``/``end`` bracket each answer;
+    ``close`` stops the thread."""
 
     def __init__(
         self,
@@ -34,22 +35,25 @@ class MetricsPoller:
         self._interval_s = interval_s
         self._cond = threading.Condition()
         self._latest: EngineMetrics | None = None
+        self._issued = 0  # reads started, numbered: a slow one never overwrites a newer one
+        self._kept = 0  # the number of the read ``_latest`` came from
         self._answers = 0  # streaming now
         self._due = False  # read once more without waiting for the interval
         self._closed = False
         self._thread: threading.Thread | None = None
 
     def latest(self) -> EngineMetrics | None:
-        """The last figures read (None before the first, or when the last read failed)."""
+        """The figures of the newest read that answered (None before the first, or when the
+        server said it has none). A failed read keeps what the panel shows: a blip of the
+        network must not blank it."""
         with self._cond:
             return self._latest
 
     def poll_now(self) -> EngineMetrics | None:
-        """Read the figures in the calling thread (attaching: a worker) and keep them."""
-        figures = self._read()
-        with self._cond:
-            self._latest = figures
-        return figures
+        """Read the figures in the calling thread (attaching: a worker); what ``latest`` says
+        after it."""
+        self._read()
+        return self.latest()
 
     def begin(self) -> None:
         """An answer starts streaming: read now, then every interval until the last one ends."""
@@ -83,15 +87,22 @@ class MetricsPoller:
                 if self._closed:
                     return
                 self._due = False
-            figures = self._read()
+            self._read()
             with self._cond:
-                self._latest = figures
                 # Pace the reads while answers stream; a begin or end reads again at once.
                 self._cond.wait_for(lambda: self._closed or self._due, self._interval_s)
 
-    def _read(self) -> EngineMetrics | None:
+    def _read(self) -> None:
+        """One read, kept unless it failed or a read started after it was kept first (the poll
+        thread and ``poll_now`` may overlap)."""
+        with self._cond:
+            self._issued += 1
+            number = self._issued
         try:
-            return self._fetch()
+            figures = self._fetch()
         except Exception:  # noqa: BLE001 - a side panel's failure must never stop the poller
             log.debug("reading the server's /metrics failed", exc_info=True)
-            return None
+            return
+        with self._cond:
+            if number > self._kept:
+                self._latest, self._kept = figures, number
