@@ -9,6 +9,7 @@ still come whole, with the figures read before it (a blocking read would give no
 
 from __future__ import annotations
 
+import gc
 import json
 import threading
 from collections.abc import Iterator
@@ -82,7 +83,8 @@ def handler_for(serve: FakeServe) -> type[BaseHTTPRequestHandler]:
 
         def do_POST(self) -> None:
             self.rfile.read(int(self.headers["Content-Length"]))
-            # Not one token before the engine figures are stuck behind a held /metrics read.
+            # Not one token before the engine figures are stuck behind a held /metrics read
+            # (`serve` sends its headers with the first event: after the prefill).
             assert serve.metrics_held.wait(HANG_S)
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -247,4 +249,57 @@ def test_a_metrics_page_that_fails_keeps_the_engine_panel() -> None:
     pages.clear()  # the server's /metrics now answers 500
     assert host._poller.poll_now() == shown
     assert host.engine_metrics() == shown
+    host.close()
+
+
+def sse_host(body: str) -> RemoteHost:
+    """A host whose server streams ``body`` as its chat completion (no /metrics page)."""
+    import httpx
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        if request.url.path == "/metrics":
+            return httpx.Response(404)
+        if request.url.path == "/v1/models":
+            card = {"id": "m", "object": "model", "state": "loaded"}
+            return httpx.Response(200, json={"object": "list", "data": [card]})
+        return httpx.Response(200, text=body, headers={"Content-Type": "text/event-stream"})
+
+    host = RemoteHost("http://server", transport=httpx.MockTransport(answer))
+    host.load(host.settings)
+    return host
+
+
+def chat_stream(*deltas: str) -> str:
+    chunks = [{"choices": [{"index": 0, "delta": {"content": d}}]} for d in deltas]
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    return "".join(f"data: {json.dumps(c)}\n\n" for c in chunks) + "data: [DONE]\n\n"
+
+
+def test_an_answer_never_iterated_ends_its_polling_when_dropped() -> None:
+    host = sse_host(chat_stream("a", "b"))
+    prompt = PreparedPrompt([{"role": "user", "content": "Hi"}])
+    events = host.stream(prompt, SamplingParams(max_tokens=4), "r1")
+    assert host._poller._answers == 1  # polling from the request on: the prefill's figures
+    del events  # never iterated (a caller that failed before it could)
+    gc.collect()
+    assert host._poller._answers == 0 and host._answers == {}
+    host.close()
+
+
+def test_every_answer_started_ends_its_polling_once() -> None:
+    host = sse_host(chat_stream("a", "b"))
+    prompt = PreparedPrompt([{"role": "user", "content": "Hi"}])
+    whole = host.stream(prompt, SamplingParams(max_tokens=4), "r1")
+    assert "".join(e.text for e in whole) == "ab"
+    assert host._poller._answers == 0 and host._answers == {}
+    assert list(whole) == []  # a response is read once
+    abandoned = iter(host.stream(prompt, SamplingParams(max_tokens=4), "r2"))
+    assert next(abandoned).text == "a"
+    assert host._poller._answers == 1  # polling while it streams
+    del abandoned  # the caller stops iterating half way
+    gc.collect()
+    assert host._poller._answers == 0 and host._answers == {}
+    closed = host.stream(prompt, SamplingParams(max_tokens=4), "r3")
+    closed.close()  # type: ignore[attr-defined]
+    assert list(closed) == [] and host._poller._answers == 0 and host._answers == {}
     host.close()

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import httpx
@@ -169,16 +169,16 @@ class RemoteHost:
             "top_p": params.top_p,
         }
         request = self._client.build_request("POST", "/v1/chat/completions", json=body)
-        self._poller.begin()  # figures during the prefill too; _forget_after ends it
+        # Figures from the request on: `serve` sends its headers after the prefill.
+        self._poller.begin()
         try:
-            response = self._send(request)
+            answer = RemoteAnswer(request_id, self._send(request))
         except BaseException:
             self._poller.end()
             raise
-        answer = RemoteAnswer(request_id, response)
         with self._lock:
             self._answers[request_id] = answer
-        return self._forget_after(answer)
+        return _PolledAnswer(answer, self._poller, self._forget)
 
     def _send(self, request: httpx.Request) -> httpx.Response:
         """The streaming response, its headers read; HintedError when it is refused."""
@@ -203,13 +203,10 @@ class RemoteHost:
             return self._not_served(self._model, served)
         return refusal(self.remote_url, response)
 
-    def _forget_after(self, answer: RemoteAnswer) -> Iterable[StreamEvent]:
-        try:
-            yield from answer
-        finally:
-            self._poller.end()
-            with self._lock:
-                self._answers.pop(answer.request_id, None)
+    def _forget(self, answer: RemoteAnswer) -> None:
+        with self._lock:
+            if self._answers.get(answer.request_id) is answer:
+                del self._answers[answer.request_id]
 
     def abort(self, request_id: str) -> bool:
         with self._lock:
@@ -254,6 +251,48 @@ class RemoteHost:
             served_budget=budget if isinstance(budget, int) and budget >= 0 else None,
             served_state=str(card["state"]) if card.get("state") else None,
         )
+
+
+class _PolledAnswer:
+    """A streaming answer that keeps the poller reading ``/metrics`` (begun by ``stream``) until
+    it ends: ``close`` ends the polling once and lets the connection go. It runs at the end of
+    the iteration, when an iteration abandoned half way is closed or collected, and when this
+    object is collected never iterated: no answer leaves the poller running."""
+
+    def __init__(
+        self,
+        answer: RemoteAnswer,
+        poller: MetricsPoller,
+        forget: Callable[[RemoteAnswer], None],
+    ) -> None:
+        self._answer = answer
+        self._poller = poller
+        self._forget = forget
+        self._lock = threading.Lock()
+        self._iterated = False
+        self._closed = False
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        with self._lock:
+            if self._closed or self._iterated:
+                return  # a response is read once
+            self._iterated = True
+        try:
+            yield from self._answer
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._answer.stop()  # after a whole answer it closes what is closed already
+        self._forget(self._answer)
+        self._poller.end()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def _needs_this_process(before: ChatSettings, after: ChatSettings) -> bool:
