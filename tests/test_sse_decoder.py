@@ -62,9 +62,36 @@ def test_a_crlf_cut_between_chunks_is_one_line_end() -> None:
     assert decoder.feed_text("\ndata: y\r\n\r\n") == ["y"]
 
 
-def test_a_stream_ending_without_its_blank_line_still_gives_its_last_event() -> None:
-    assert list(sse_events(["data: a\n\n", "data: b"])) == ["a", "b"]
+def test_an_event_the_stream_ends_before_its_blank_line_is_discarded() -> None:
+    assert list(sse_events(["data: a\n\n", "data: b"])) == ["a"]  # half a line
+    assert list(sse_events(["data: a\n\n", "data: b\n"])) == ["a"]  # a line, no blank one
     assert list(sse_events([": only a comment\n\n", "event: x\n\n"])) == []
+
+    async def lines():
+        for line in ["data: a", "", "data: b"]:
+            yield line
+
+    async def collect() -> list[str]:
+        return [data async for data in sse_data(lines())]
+
+    assert asyncio.run(collect()) == ["a"]
+
+
+def test_a_byte_order_mark_opening_the_stream_is_dropped() -> None:
+    assert list(sse_events(["\ufeffdata: a\n\n"])) == ["a"]
+    assert list(sse_events(["\ufeff", "data: a\n\n"])) == ["a"]  # a chunk of its own
+    assert list(sse_events(["\ufeff:comment\n\ndata: a\n\n"])) == ["a"]
+    # Only the stream's first: a later one is part of the text.
+    assert list(sse_events(["data: a\n\n", "\ufeffdata: b\n\n"])) == ["a"]
+    decoder = SSEDecoder()
+    assert decoder.feed("\ufeffdata: a") is None
+    assert decoder.feed("") == "a"
+
+
+def test_a_long_line_in_many_chunks_is_one_line() -> None:
+    payload = "x" * 20_000
+    chunks = ["data: ", *payload, "\n", "\n"]
+    assert list(sse_events(chunks)) == [payload]
 
 
 def test_the_line_interface_and_the_async_lines() -> None:
@@ -73,7 +100,6 @@ def test_the_line_interface_and_the_async_lines() -> None:
     assert decoder.feed("data: b") is None
     assert decoder.feed(": comment") is None
     assert decoder.feed("") == "a\nb"
-    assert decoder.flush() is None
 
     async def lines():
         for line in STREAM.replace("\r\n", "\n").replace("\r", "\n").split("\n"):

@@ -273,3 +273,28 @@ def test_the_memory_panel_shows_what_the_server_lists():
     now[0] += MEMORY_MAX_AGE_S  # the list is read again once what the bar shows is this old
     assert "publishes no memory figures" in render_memory(host.memory()).plain
     host.close()
+
+
+def _answer_to(body: str) -> list:
+    import httpx
+
+    from localinfer.tui.remote_stream import RemoteAnswer
+
+    response = httpx.Response(200, text=body, headers={"Content-Type": "text/event-stream"})
+    return list(RemoteAnswer("r1", response))
+
+
+def test_a_connection_cut_inside_an_event_ends_before_the_answer():
+    delta = '{"choices": [{"index": 0, "delta": {"content": "Hel"}}]}'
+    cut = f"data: {delta}\n\n" + 'data: {"choices": [{"index": 0, "del'  # half a chunk
+    *texts, end = _answer_to(cut)
+    assert [e.text for e in texts] == ["Hel"]
+    assert end.finish_reason == "error"
+    assert end.error == "the server ended the stream before the answer"
+
+
+def test_an_empty_event_is_skipped():
+    delta = '{"choices": [{"index": 0, "delta": {"content": "Hi"}, "finish_reason": "stop"}]}'
+    *texts, end = _answer_to(f"data:\n\ndata: \n\ndata: {delta}\n\ndata: [DONE]\n\n")
+    assert [e.text for e in texts] == ["Hi"]
+    assert (end.finish_reason, end.error) == ("stop", None)

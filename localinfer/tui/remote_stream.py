@@ -95,6 +95,8 @@ class RemoteAnswer:
             for data in sse_events(self._response.iter_text()):
                 if data == DONE or self._stopped.is_set():
                     break
+                if not data.strip():
+                    continue  # a bare ``data:`` line: an event with nothing in it
                 chunk = json.loads(data)
                 if isinstance(chunk.get("error"), dict):
                     message = str(chunk["error"].get("message", "unknown error"))
