@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import mmap
+import os
 import subprocess
 import sys
 import threading
@@ -120,9 +121,14 @@ host.close()
 
 
 def _fresh_process(args: list[str]) -> dict:
+    # Flash attention on: budget --verify runs its chunk at the end of the context, the panel's
+    # process at its start; without flash attention llama.cpp's scores grow with the depth, so
+    # the two would measure different moments (tests/test_llamacpp_attention.py covers that).
+    env = {**os.environ, "LOCALINFER_FLASH_ATTN": "on"}
     proc = subprocess.run(
-        [sys.executable, *args], capture_output=True, text=True, timeout=600, cwd=Path.cwd()
-    )
+        [sys.executable, *args], capture_output=True, text=True, timeout=600, cwd=Path.cwd(),
+        env=env,
+    )  # fmt: skip
     assert proc.returncode in (0, 3), proc.stderr[-2000:]  # 3: budget says it does not fit
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
