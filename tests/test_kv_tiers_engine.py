@@ -181,7 +181,9 @@ def tiers_engine(slots: int, *stores: KVStore, **kw: object) -> tuple[TransferHa
 
 
 def test_two_conversations_alternating_on_one_slot_restore_from_ram() -> None:
-    ram = RamKVStore(1 << 20)
+    from tests.test_kv_lookups import CountingRam
+
+    ram = CountingRam(1 << 20)  # also: one tier lookup per admission (test_kv_lookups.py)
     runner, engine = tiers_engine(1, ram)
     _, plain = tiers_engine(1)  # prefix reuse without tiers: the other conversation evicts
     convs = {"a": seq(60, 1), "b": seq(70, 2)}
@@ -197,6 +199,7 @@ def test_two_conversations_alternating_on_one_slot_restore_from_ram() -> None:
                 assert source == "ram" and reused == len(prompt) - 6 - 1
                 assert prefilled(reports) == len(prompt) - reused
                 assert source_of(base_reports)[0] == 0
+            assert ram.lookups[tuple(prompt)] == 1  # admitted at the first attempt
             convs[name] = prompt + tokens + seq(6, 10 * turn + len(name))
     assert engine.metrics().reused_tokens_by_source["ram"] > 0
     assert engine.metrics().kv_ram_bytes == ram.nbytes() > 0
