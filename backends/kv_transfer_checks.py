@@ -4,6 +4,7 @@ its layout key is spelled. Framework-free: torch, MLX and llama.cpp share it."""
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
 from dataclasses import astuple
 
 from localinfer.backends.base import KVSnapshot
@@ -18,6 +19,14 @@ def model_identity(config: ModelConfig, fingerprint: bytes = b"") -> str:
     digest = hashlib.sha256(repr(astuple(config)).encode())
     digest.update(fingerprint)
     return f"vocab{config.vocab_size}-{digest.hexdigest()[:12]}"
+
+
+def remembered_layout(runner: object, work_out: Callable[[], str]) -> str:
+    """A runner's layout key, worked out once (it may copy weights to the host) and kept on it."""
+    layout = runner.__dict__.get("_kv_layout")
+    if layout is None:
+        layout = runner.__dict__["_kv_layout"] = work_out()
+    return layout
 
 
 def layout_key(backend: str, **fields: object) -> str:

@@ -18,6 +18,7 @@ from localinfer.backends.kv_transfer_checks import (
     check_copy,
     check_restore,
     check_snapshot,
+    remembered_layout,
     static_cache_layout,
 )
 from localinfer.backends.torch.kv_cache import StaticKVCache
@@ -29,10 +30,7 @@ if TYPE_CHECKING:
 def kv_layout(runner: TorchRunner) -> str:
     """The runner's snapshot compatibility key: cache dtype and shape, weight form, model. Worked
     out once per runner (it copies the final norm's weights to the host), then remembered."""
-    layout = runner.__dict__.get("_kv_layout")
-    if layout is None:
-        layout = runner.__dict__["_kv_layout"] = _layout(runner)
-    return layout
+    return remembered_layout(runner, lambda: _layout(runner))
 
 
 def _layout(runner: TorchRunner) -> str:
