@@ -39,7 +39,6 @@ import importlib.util
 import json
 import logging
 import os
-import platform
 import sys
 import threading
 from collections.abc import Iterator
@@ -55,6 +54,7 @@ except ImportError:  # Windows: no lock between processes
 
 from localinfer.backends.child_json import ChildResult, run_json_child
 from localinfer.backends.llamacpp.cpu import physical_cores
+from localinfer.cpu_identity import cpu_identity
 from localinfer.errors import BackendUnavailableError
 from localinfer.paths import cache_dir
 
@@ -209,7 +209,7 @@ def calibration_path(threads: int) -> Path | None:
     build = _llama_build()
     if build is None:
         return None
-    key = hashlib.sha256(f"{build}|{_cpu_identity()}|{threads}".encode()).hexdigest()[:16]
+    key = hashlib.sha256(f"{build}|{cpu_identity()}|{threads}".encode()).hexdigest()[:16]
     return cache_dir() / "llamacpp" / f"attention-v{CALIBRATION_VERSION}-{key}.json"
 
 
@@ -248,20 +248,6 @@ def _llama_build() -> str | None:
         return ";".join(f"{p.name}:{p.stat().st_size}:{p.stat().st_mtime_ns}" for p in files)
     except OSError:
         return str(spec.origin)
-
-
-@cache
-def _cpu_identity() -> str:
-    """The CPU's model name and feature flags (Linux), else what platform knows."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        keys = ("model name", "flags", "Features", "CPU part")
-        found = sorted({line for line in lines if line.startswith(keys)})
-        if found:
-            return "\n".join(found)
-    except OSError:
-        pass
-    return f"{platform.machine()}|{platform.processor()}|{platform.platform()}"
 
 
 def _refuse_illegal_instruction(child: ChildResult) -> None:

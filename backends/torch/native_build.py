@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 
+from localinfer.cpu_identity import cpu_identity
 from localinfer.paths import cache_dir
 
 SOURCE = Path(__file__).with_name("cpu_kernels.c")
@@ -106,7 +107,10 @@ def compiler() -> str:
 def library_path(flags: tuple[str, ...], cc: str) -> Path:
     """Where the library built with ``flags`` by ``cc`` lives (it may not exist yet)."""
     key = hashlib.sha256(
-        SOURCE.read_bytes() + " ".join(flags).encode() + _version(cc).encode() + cpu_id().encode()
+        SOURCE.read_bytes()
+        + " ".join(flags).encode()
+        + _version(cc).encode()
+        + cpu_identity().encode()
     ).hexdigest()[:16]
     return cache_dir() / "kernels" / f"cpu_kernels-{key}.so"
 
@@ -152,13 +156,3 @@ def _compile(cc: str, flags: tuple[str, ...], target: Path) -> None:
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
-
-
-def cpu_id() -> str:
-    """-march=native code is only valid on this CPU model: part of the cache key."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine()
-    lines = [line for line in text.splitlines() if line.startswith(("model name", "flags"))]
-    return "\n".join(sorted(set(lines)))
