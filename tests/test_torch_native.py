@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -124,6 +126,39 @@ def test_build_is_cached_and_a_failed_compile_is_reported(
     with pytest.raises(native_build.BuildError, match="failed"):
         native_build.build()
     assert sorted(p.name for p in first.parent.iterdir()) == [first.name]
+
+
+def test_kernels_that_crash_this_cpu_leave_torch_ops_in_charge(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The calibration child dies of SIGILL (a library with instructions this CPU does not run,
+    as on a VM that advertises AVX-512 it cannot execute): this process never calls the kernels,
+    every decision is torch ops, and the next process reads that from the cache."""
+    from localinfer.backends.torch import native_plan, profile
+
+    built = native_build.build()
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path))
+    here = native_build.Platform.here()
+    library = native_build.library_path(native_build.build_flags(here)[0], native_build.compiler())
+    library.parent.mkdir(parents=True)
+    shutil.copy(built, library)
+    crash = tmp_path / "python"
+    crash.write_text("#!/bin/sh\nkill -ILL $$\n")
+    crash.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(crash))
+    native_plan._measure_once.cache_clear()
+    try:
+        with caplog.at_level(logging.WARNING):
+            assert native_plan.native_f32_tokens() == 0
+        assert "illegal instruction" in caplog.text and str(library) in caplog.text
+        assert not native_plan.keeps_blocks()
+        assert not profile.native_blocks_preferred("Q4_1", "llama")
+        assert_torch_ops_fallback()
+        native_plan._measure_once.cache_clear()  # a later process: no child to ask
+        monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+        assert native_plan.native_plan() == native_plan.Calibration.crashed()
+    finally:
+        native_plan._measure_once.cache_clear()
 
 
 def test_switched_off_by_environment(monkeypatch: pytest.MonkeyPatch) -> None:

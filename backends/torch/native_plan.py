@@ -16,6 +16,7 @@ subprocess, which costs a torch import once per kernel build. The decisions:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -77,6 +78,14 @@ class Calibration:
     def blocks_faster(self) -> bool:
         one = min(self.products, key=lambda r: r.tokens)
         return one.native_q4_1 < min(one.native_f32, self.torch_seconds(one))
+
+    @classmethod
+    def crashed(cls) -> Calibration:
+        """The kernels died on this CPU (illegal instruction: built for features it lacks):
+        every product of theirs counts as infinitely slow, so every decision is torch ops."""
+        never = float("inf")
+        rows = tuple(ProductTimes(tokens, never, never, 0.0) for tokens in TOKEN_COUNTS)
+        return cls(isa=0, threads=CALIBRATION_THREADS, torch_overhead=0.0, products=rows)
 
     def to_json(self) -> dict:
         return {"version": CALIBRATION_VERSION, **asdict(self)}
@@ -152,6 +161,8 @@ def _measure_once() -> Calibration | None:
     log.info("measuring the native CPU kernels against torch ops (once per machine)")
     module = "localinfer.backends.torch.calibrate"
     child = run_json_child(module, [str(CALIBRATION_THREADS)], SUBPROCESS_TIMEOUT_S)
+    if child.illegal_instruction:
+        return _crashed_here()
     if child.data is None:
         log.warning("native kernel calibration failed: %s", child.problem)
         return None
@@ -160,6 +171,23 @@ def _measure_once() -> Calibration | None:
     except (KeyError, TypeError, ValueError) as exc:
         log.warning("native kernel calibration failed: unreadable result (%s)", exc)
         return None
+
+
+def _crashed_here() -> Calibration:
+    """The calibration child died of SIGILL: this process must never call the kernels (it would
+    die the same way). Stored beside the library, so later processes do not try again."""
+    library = _library()
+    log.warning(
+        "the native CPU kernels crash on this CPU (illegal instruction: %s uses instructions it "
+        "does not run): torch ops run instead; delete the library and its .calibration.json "
+        "to try again",
+        library,
+    )
+    result = Calibration.crashed()
+    if library is not None:
+        with contextlib.suppress(OSError):  # unstored, the next process asks its child again
+            store_calibration(library, result)
+    return result
 
 
 def native_f32_tokens() -> int:
