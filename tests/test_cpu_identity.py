@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from localinfer.cpu_identity import cpu_identity, identity_lines
 
-PI4 = """processor\t: 0
+CORE = """processor\t: {n}
 BogoMIPS\t: 108.00
 Features\t: fp asimd evtstrm crc32 cpuid
 CPU implementer\t: 0x41
@@ -15,15 +15,8 @@ CPU variant\t: 0x0
 CPU part\t: 0xd08
 CPU revision\t: 3
 
-processor\t: 1
-BogoMIPS\t: 108.00
-Features\t: fp asimd evtstrm crc32 cpuid
-CPU implementer\t: 0x41
-CPU architecture: 8
-CPU variant\t: 0x0
-CPU part\t: 0xd08
-CPU revision\t: 3
 """
+PI4 = CORE.format(n=0) + CORE.format(n=1)  # every core repeats its lines
 PI5 = PI4.replace("0xd08", "0xd0b").replace("crc32 cpuid", "crc32 atomics fphp asimdhp cpuid")
 X86 = """processor\t: 0
 model name\t: Intel(R) Core(TM) i7-1265U
