@@ -165,6 +165,9 @@ class AnswerActions(ConversationActions):
         self.answering = False
         self._answer = None
         self._set_status(self._idle_status())
+        if self._quit_pending:
+            self.call_later(self.action_quit)  # the stopped answer is saved: now quit
+            return
         self.refresh_memory()
 
     def action_stop(self) -> None:

@@ -16,6 +16,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Label, Static
+from textual.worker import Worker
 
 from localinfer.tui.answering import AnswerActions
 from localinfer.tui.app_base import LOADING_PLACEHOLDER
@@ -26,9 +27,12 @@ from localinfer.tui.model_actions import ModelActions
 from localinfer.tui.prompt_input import PromptInput
 from localinfer.tui.stats_panel import StatsPanel
 
-# How long quitting waits for the conversation's KV to be kept (the session's close writes the
-# tiers to disk after that).
+# How long quitting waits for the conversation to be saved and its KV kept (the session's close
+# writes the tiers to disk after that).
 QUIT_KV_WAIT_S = 5.0
+# How long quitting mid-answer waits for the stopped answer to end (an engine that never answers
+# the abort must not hold the terminal).
+QUIT_ANSWER_WAIT_S = 5.0
 
 CHAT_ACTIONS = frozenset(
     {
@@ -102,11 +106,32 @@ class ChatApp(AnswerActions, ModelActions):
         return not (action in CHAT_ACTIONS and len(self.screen_stack) > 1)
 
     async def action_quit(self) -> None:
-        if self._request_id is not None and self.answering:
-            self.host.abort(self._request_id)
-        keeping = self.keep_conversation_kv()
-        if keeping is not None:
+        if self.answering and self._request_id is not None:
+            # Mid-answer, quitting stops the answer first: the part that streamed ends as a
+            # stopped answer and is saved (on_answer_finished calls this again once it has).
+            # Exiting at once lost the turn, and the late end mounted into a closing view.
+            if not self._quit_pending:
+                self._quit_pending = True
+                self.action_stop()
+                self.set_timer(QUIT_ANSWER_WAIT_S, self._quit_now)
+            return
+        await self._quit_now()
+
+    async def _quit_now(self) -> None:
+        if self._quitting:
+            return
+        self._quitting = True
+        self._request_id = None  # a late answer event finds nothing to update while we close
+        self.keep_conversation_kv()
+        pending = [w for w in self.workers if w.group in ("save", "persist-kv")]
+        if pending:
             # Bounded: a slow disk costs the next open a prefill, never a hung quit.
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(keeping.wait(), QUIT_KV_WAIT_S)
+            await asyncio.wait(
+                [asyncio.ensure_future(_finished(w)) for w in pending], timeout=QUIT_KV_WAIT_S
+            )
         self.exit()
+
+
+async def _finished(worker: Worker[object]) -> None:
+    with contextlib.suppress(Exception):
+        await worker.wait()

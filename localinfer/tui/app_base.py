@@ -61,6 +61,8 @@ class ChatAppBase(App[None]):
         self._stop = threading.Event()
         self._answer: AnswerTurn | None = None
         self._last_answer_text = ""
+        self._quit_pending = False  # quit asked mid-answer: quit once the answer has ended
+        self._quitting = False
 
     # -- status --------------------------------------------------------------------------------
 
