@@ -7,6 +7,7 @@ import pytest
 
 from localinfer.conversations import ConversationStore
 from localinfer.tui.app import ChatApp
+from localinfer.tui.conversation_view import UserTurn
 from localinfer.tui.host import ChatHost
 from localinfer.tui.settings import ChatSettings
 from tests.tui_pilot import SIZE, module_session, wait_until
@@ -43,3 +44,22 @@ async def test_quitting_mid_answer_keeps_the_part_that_streamed(session, store):
     assert [m.role for m in messages] == ["user", "assistant"]
     assert messages[0].content == "Write a very long story about a dragon."
     assert messages[1].content.strip()
+
+
+async def test_an_unanswered_question_leaves_the_view_with_the_conversation(session, store):
+    """A question the model refuses (longer than the context) goes back into the prompt and out
+    of the conversation; it leaves the screen too, so editing and resending it shows it once (the
+    screen used to keep it: the view and the saved conversation disagreed)."""
+    app = make_app(session, store, max_tokens=2)
+    async with app.run_test(size=SIZE) as pilot:
+        app.prompt.load_text("word " * (CTX * 2))
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not app.answering)
+        assert app.conversation.messages == []
+        assert list(app.query(UserTurn)) == []
+        assert app.prompt.text.startswith("word word")
+        app.prompt.load_text("Hi!")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not app.answering)
+        assert [t.content for t in app.query(UserTurn)] == ["Hi!"]
+        assert [m.role for m in app.conversation.messages] == ["user", "assistant"]

@@ -39,7 +39,7 @@ class AnswerActions(ConversationActions):
     def send(self, text: str) -> None:
         self.conversation.model = self.host.model_name()
         self.conversation.add("user", text)
-        self.view.add_user(text)
+        self._question = self.view.add_user(text)
         self._answer = self.view.start_answer()
         self._request_id = f"chat-{uuid.uuid4().hex[:12]}"
         self._stop.clear()
@@ -157,6 +157,10 @@ class AnswerActions(ConversationActions):
     def _drop_unanswered_turn(self) -> str:
         """Take the last user turn back out of the conversation (it got no answer)."""
         messages = self.conversation.messages
+        if self._question is not None:
+            # Off the screen too: it goes back into the prompt, and a resend shows it again.
+            self._question.remove()
+            self._question = None
         if messages and messages[-1].role == "user":
             return messages.pop().content
         return ""
@@ -164,6 +168,7 @@ class AnswerActions(ConversationActions):
     def _finish_answer(self) -> None:
         self.answering = False
         self._answer = None
+        self._question = None
         self._set_status(self._idle_status())
         if self._quit_pending:
             self.call_later(self.action_quit)  # the stopped answer is saved: now quit

@@ -20,7 +20,7 @@ from textual.widgets import Static
 
 from localinfer.conversations import Conversation, ConversationStore
 from localinfer.tui.answer_source import ChatBackend
-from localinfer.tui.conversation_view import AnswerTurn, ConversationView
+from localinfer.tui.conversation_view import AnswerTurn, ConversationView, UserTurn
 from localinfer.tui.load_spinner import LoadSpinner
 from localinfer.tui.memory_bar import MemoryBar
 from localinfer.tui.messages import MemoryMeasured
@@ -60,6 +60,7 @@ class ChatAppBase(App[None]):
         self._request_id: str | None = None
         self._stop = threading.Event()
         self._answer: AnswerTurn | None = None
+        self._question: UserTurn | None = None  # the turn being answered, as shown
         self._last_answer_text = ""
         self._quit_pending = False  # quit asked mid-answer: quit once the answer has ended
         self._quitting = False
