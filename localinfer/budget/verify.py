@@ -13,7 +13,7 @@ from pydantic import BaseModel, computed_field
 
 from localinfer.backends.base import Runner, SlotWork, SyntheticFill
 from localinfer.budget.measured import process_rss
-from localinfer.budget.memory import cpu_memory
+from localinfer.budget.memory import cpu_memory, human_bytes
 from localinfer.budget.report import BudgetReport
 from localinfer.errors import InvalidParameterError, ModelFileError
 
@@ -66,6 +66,14 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
     device = report.device
     if device not in ("cpu", "metal") and not device.startswith("cuda"):
         raise InvalidParameterError("--verify measures this machine; drop --device SIZE")
+    if not report.fits:
+        # Building it would allocate past the free memory: an allocator error at best, the OOM
+        # killer (or a swapping machine) at worst. A fitting setting checks the same formulas.
+        need, have = human_bytes(report.total_bytes), human_bytes(report.available_bytes)
+        raise InvalidParameterError(
+            f"--verify loads the model, and this budget does not fit ({need} of {have}); "
+            "verify a setting that fits"
+        )
     preloaded = _LIBRARY.get(report.backend, "") in sys.modules
     before = process_rss()
     runner = _budgeted_runner(report, dtype)
@@ -129,8 +137,8 @@ def _return_free_heap() -> None:
 
 
 def _budgeted_runner(report: BudgetReport, dtype: str | None) -> Runner:
-    """The runner at the report's settings; the budget's verdict is what is being checked, so
-    it is built whether or not the report says it fits. The dtype defaults to the one the
+    """The runner at the report's settings (verify_budget asks only for one that fits; force
+    skips the session's own budget check, which would repeat it). The dtype defaults to the one the
     budget assumed (the backend's default on the device, as in a session)."""
     assert report.model_path is not None
     # backend, ctx, slots, dtype: the report's
