@@ -34,6 +34,9 @@ QUIT_KV_WAIT_S = 5.0
 # the abort must not hold the terminal).
 QUIT_ANSWER_WAIT_S = 5.0
 
+# The narrowest terminal that shows the figures panel beside the conversation.
+NARROW_COLUMNS = 84
+
 CHAT_ACTIONS = frozenset(
     {
         "stop",
@@ -50,6 +53,9 @@ CHAT_ACTIONS = frozenset(
 class ChatApp(AnswerActions, ModelActions):
     CSS_PATH = Path(__file__).with_name("chat.tcss")  # absolute: subclasses live elsewhere
     TITLE = "localinfer chat"
+    # Below NARROW_COLUMNS the figures panel (44 columns) is hidden: beside it the prompt had no
+    # width left, and Textual raised wrapping its placeholder into zero columns (chat.tcss).
+    HORIZONTAL_BREAKPOINTS = [(0, "-narrow"), (NARROW_COLUMNS, "-wide")]
 
     BINDINGS = [
         Binding("escape", "stop", "Stop", priority=True),
