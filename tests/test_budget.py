@@ -189,7 +189,7 @@ def test_ensure_fits_refuses_with_what_would_fit() -> None:
     with pytest.raises(OutOfMemoryBudgetError) as info:
         ensure_fits(big)
     message = str(info.value)
-    assert "\n" not in message and "try --concurrency 2" in message and "16 GiB" in message
+    assert "\n" not in message and "try --slots 2" in message and "16 GiB" in message
 
 
 def test_torch_dequantizes_gguf_to_its_dtype() -> None:

@@ -19,3 +19,28 @@ def test_budget_verify_refuses_what_does_not_fit(capsys: pytest.CaptureFixture[s
     assert rc == 1
     assert "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert "--verify" in err and "does not fit" in err
+
+
+def test_refusal_hints_use_the_flags_of_the_commands_that_load() -> None:
+    # ensure_fits speaks for chat, generate, serve and bench: their flag is --slots, and they
+    # have no --kv-dtype (llama.cpp's cache is f16 there). The hints used to be budget's flags.
+    from localinfer.budget import BudgetRequest, compute_budget, ensure_fits
+    from localinfer.errors import OutOfMemoryBudgetError
+
+    request = BudgetRequest(
+        "smollm2-135m", ctx=8192, concurrency=200, device="24GiB", backend="llamacpp"
+    )
+    report = compute_budget(request)
+    assert any("--kv-dtype" in s.change for s in report.suggestions)  # budget's own hints
+    with pytest.raises(OutOfMemoryBudgetError) as refused:
+        ensure_fits(report)
+    message = str(refused.value)
+    assert "--slots " in message and "--ctx " in message
+    assert "--concurrency" not in message and "--kv-dtype" not in message
+
+
+def test_generate_refusal_names_slots(capsys: pytest.CaptureFixture[str]) -> None:
+    rc = main(["generate", "--slots", "100000", "--backend", "torch", "hi"])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert "try --slots " in err and "--concurrency" not in err

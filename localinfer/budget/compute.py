@@ -147,11 +147,12 @@ def _kv_ram(request: BudgetRequest, memory: DeviceMemory, model_total: int) -> K
 
 
 def ensure_fits(report: BudgetReport) -> BudgetReport:
-    """The report if it fits; else OutOfMemoryBudgetError saying what would fit (for the engine,
-    which refuses to load what won't fit)."""
+    """The report if it fits; else OutOfMemoryBudgetError saying what would fit, in the loading
+    commands' flags (for the engine, which refuses to load what won't fit)."""
     if report.fits:
         return report
-    hints = [f"try {s.change}" for s in report.suggestions[:3]]
+    changes = [_as_session_flags(s.change) for s in report.suggestions]
+    hints = [f"try {change}" for change in changes if change is not None][:3]
     if not hints and report.vllm is not None:
         hints.append(f"needs {report.vllm.gpus} x 80 GiB GPUs: {report.vllm.command}")
     raise OutOfMemoryBudgetError(
@@ -159,3 +160,12 @@ def ensure_fits(report: BudgetReport) -> BudgetReport:
         f"{human_bytes(report.total_bytes)} but {report.device} has "
         f"{human_bytes(report.available_bytes)}" + (f"; {'; '.join(hints)}" if hints else "")
     )
+
+
+def _as_session_flags(change: str) -> str | None:
+    """A budget suggestion in the flags of the commands that load a model (chat, generate,
+    serve, bench): sequences are their --slots; None for a KV cache type, which they cannot
+    set (the runner's own cache type is what was budgeted)."""
+    if "--kv-dtype" in change:
+        return None
+    return change.replace("--concurrency", "--slots")
