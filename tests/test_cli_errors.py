@@ -3,6 +3,8 @@ non-zero exit, never a traceback, and nothing is loaded that the budget says wil
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from localinfer.cli import main
@@ -44,3 +46,17 @@ def test_generate_refusal_names_slots(capsys: pytest.CaptureFixture[str]) -> Non
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err
     assert "try --slots " in err and "--concurrency" not in err
+
+
+def test_generate_takes_a_negative_seed_as_the_server_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # numpy's generators refuse negative seeds: --seed -1 was a ValueError traceback. The server
+    # maps any int64 seed to seed % 2**64; the command line now does the same.
+    argv = ["generate", "--temperature", "0.9", "--max-tokens", "4", "--json", "Say hi"]
+    rc = main([*argv, "--seed", "-1"])
+    out, err = capsys.readouterr()
+    assert rc == 0 and "Traceback" not in err
+    assert main([*argv, "--seed", str(2**64 - 1)]) == 0
+    again = capsys.readouterr().out
+    assert json.loads(out)["token_ids"] == json.loads(again)["token_ids"]

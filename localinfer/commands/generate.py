@@ -40,7 +40,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--min-p", type=float, default=0.0)
     p.add_argument("--repetition-penalty", type=float, default=1.0)
-    p.add_argument("--seed", type=int)
+    p.add_argument("--seed", type=int, help="sampling seed, any integer (default: random)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
     p.add_argument("--slots", type=int, default=1)
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
@@ -69,7 +69,8 @@ def _sampling(args: argparse.Namespace) -> Any:
             top_k=args.top_k,
             min_p=args.min_p,
             repetition_penalty=args.repetition_penalty,
-            seed=args.seed,
+            # Any int, as the server takes it: numpy's generators want a non-negative seed.
+            seed=None if args.seed is None else args.seed % 2**64,
             stop=tuple(args.stop),
         )
     except ValidationError as exc:
