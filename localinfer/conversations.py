@@ -140,6 +140,15 @@ class ConversationSummary:
     turns: int
 
 
+@dataclass(slots=True, frozen=True)
+class ConversationListing:
+    """What the folder holds: the conversations it can read, newest first, and the names of the
+    ``.json`` files it cannot (so a list can say why a conversation is missing)."""
+
+    summaries: list[ConversationSummary]
+    unreadable: list[str]
+
+
 def _title_from(text: str, limit: int = 60) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"
@@ -196,21 +205,27 @@ class ConversationStore:
 
     def list(self) -> list[ConversationSummary]:
         """Saved conversations, most recently updated first; unreadable files are skipped."""
+        return self.scan().summaries
+
+    def scan(self) -> ConversationListing:
+        """Saved conversations, most recently updated first, and the files that are unreadable."""
         if not self.root.is_dir():
-            return []
+            return ConversationListing([], [])
         self._leftovers.once()
         out: list[ConversationSummary] = []
+        unreadable: list[str] = []
         for path in self.root.glob("*.json"):
             if not _ID_RE.fullmatch(path.stem):
                 continue
             try:
                 conv = _read(path)
             except _READ_ERRORS:
+                unreadable.append(path.name)
                 continue
             turns = sum(1 for m in conv.messages if m.role == "user")
             out.append(ConversationSummary(conv.id, conv.title, conv.model, conv.updated, turns))
         out.sort(key=lambda s: s.updated, reverse=True)
-        return out
+        return ConversationListing(out, sorted(unreadable))
 
     def delete(self, conversation_id: str) -> None:
         self.path_for(conversation_id).unlink(missing_ok=True)

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import shutil
 
+from textual.widgets import Label
+
 from localinfer.conversations import Conversation, ConversationStore
 from localinfer.tui.app import ChatApp
 from localinfer.tui.conversation_view import UserTurn
@@ -81,3 +83,24 @@ def test_a_crash_in_the_chat_is_a_failed_exit(monkeypatch, tmp_path):
     monkeypatch.setattr(ChatApp, "on_mount", crash)
     monkeypatch.setattr(ChatApp, "run", lambda self: App.run(self, headless=True, size=SIZE))
     assert main(["chat"]) == 1
+
+
+async def test_ctrl_o_says_which_files_it_could_not_read(session, tmp_path):
+    """Unreadable files (not JSON, truncated, not a conversation) are not listed, and the list says
+    so with their names, so a conversation that went missing is explained, not silently gone."""
+    root = tmp_path / "conversations"
+    original = fill_folder(root)
+    truncated = (root / f"{original.id}.json").read_bytes()[:40]
+    (root / "cut.json").write_bytes(truncated)
+    host = ChatHost(ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=4), session=session)
+    app = ChatApp(host, ConversationStore(root))
+    async with app.run_test(size=SIZE) as pilot:
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConversationsScreen), timeout=60)
+        await pilot.pause()
+        assert len(app.screen.summaries) == 4  # the readable ones are all still listed
+        note = str(app.screen.query_one("#conversations-unreadable", Label).content)
+        assert note.startswith("4 files could not be read and are not listed:")
+        for name in ("cut.json", "list.json", "notes.json", "wrong.json"):
+            assert name in note
+        assert str(root) in note

@@ -131,6 +131,7 @@ def test_malformed_files_are_skipped_and_reported(tmp_path, name):
     else:
         _write(path, BAD_FILES[name])
     assert [s.id for s in store.list()] == [good.id]
+    assert store.scan().unreadable == [name]  # named, so the chat can say why it is missing
     with pytest.raises(ConversationError):
         store.load(path.stem)
 

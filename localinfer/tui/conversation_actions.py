@@ -70,11 +70,13 @@ class ConversationActions(ChatAppBase):
 
     @work(thread=True, exclusive=True, group="list")
     def list_conversations(self) -> None:
-        self.post_message(ConversationsListed(self.store.list()))
+        self.post_message(ConversationsListed(self.store.scan()))
 
     @on(ConversationsListed)
     def on_conversations_listed(self, message: ConversationsListed) -> None:
-        self.push_screen(ConversationsScreen(message.summaries), self.open_conversation)
+        listing = message.listing
+        screen = ConversationsScreen(listing.summaries, listing.unreadable, self.store.root)
+        self.push_screen(screen, self.open_conversation)
 
     def open_conversation(self, conversation_id: str | None) -> None:
         if conversation_id is None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 from textual.message import Message
 
-from localinfer.conversations import ConversationSummary
+from localinfer.conversations import ConversationListing
 from localinfer.engine.types import EngineMetrics
 from localinfer.tui.host import MemoryFigures, ModelChoice
 from localinfer.tui.live_stats import StatsSnapshot
@@ -77,4 +77,4 @@ class MemoryMeasured(Message):
 
 @dataclass
 class ConversationsListed(Message):
-    summaries: list[ConversationSummary]
+    listing: ConversationListing
