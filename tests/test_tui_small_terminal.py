@@ -35,3 +35,37 @@ async def test_a_small_terminal_keeps_the_chat_running(session, tmp_path, size):
         await pilot.resize_terminal(*size)
         await pilot.pause()
         assert app.is_running
+
+
+def newest_line_visible(app) -> bool | None:
+    """Whether the streaming answer's last text line is inside the conversation view (None: no
+    text on screen yet)."""
+    answer = app._answer
+    if answer is None or not answer.children:
+        return None
+    block = answer.children[-1]
+    content = getattr(block, "_content", None)
+    width = block.content_size.width
+    if content is None or not width or not block.region.height:
+        return None
+    last = block.content_region.y + content.get_height(block.styles, width) - 1
+    view = app.view.region
+    return view.y <= last < view.bottom
+
+
+async def test_a_short_terminal_shows_the_newest_text_while_it_streams(session, tmp_path):
+    """The room an answer holds below its text to grow into (RESERVE_LINES) is sized to the view:
+    in a 12-row terminal it used to push the lines being written below the view's bottom, so the
+    answer streamed out of sight."""
+    settings = ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=60)
+    app = ChatApp(ChatHost(settings, session=session), ConversationStore(tmp_path / "c"))
+    async with app.run_test(size=(60, 12)) as pilot:
+        app.prompt.load_text("Write a long story about a dragon.")
+        await pilot.press("enter")
+        seen = []
+        while app.answering:
+            await pilot.pause(0.05)
+            visible = newest_line_visible(app)
+            if visible is not None:
+                seen.append(visible)
+        assert seen and all(seen), seen

@@ -7,6 +7,7 @@ from textual import events
 from textual.await_complete import AwaitComplete
 from textual.containers import VerticalScroll
 from textual.content import Content
+from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
@@ -18,6 +19,17 @@ class UserTurn(Static):
 
     def __init__(self, text: str) -> None:
         super().__init__(text, markup=False, classes="turn user-turn")
+
+
+def reserve_for(widget: Widget, lines: int) -> int:
+    """The blank lines ``widget`` may hold below a streaming answer's text: ``lines``, at most a
+    quarter of the conversation view's height. The paragraph's and the answer's reserves stack
+    below the text, and in a short terminal a full reserve pushed the line being written out of
+    the view; a small view gets a small reserve (or none: a layout per new line instead)."""
+    for node in widget.ancestors:
+        if isinstance(node, ConversationView):
+            return min(lines, node.size.height // 4)
+    return lines
 
 
 # Textual's paragraph block, reached through the public BLOCKS table (its module is private).
@@ -48,7 +60,7 @@ class StreamParagraph(_Paragraph):  # type: ignore[misc,valid-type]
             return
         if needed is not None and self._grows_in_a_stream():
             self.reserved = True
-            self.styles.min_height = needed + self.RESERVE_LINES
+            self.styles.min_height = needed + reserve_for(self, self.RESERVE_LINES)
         self.update(content, layout=True)
 
     def _grows_in_a_stream(self) -> bool:
@@ -126,7 +138,7 @@ class AnswerTurn(Markdown):
         # moves nothing above the last block, so only that block repaints; the view (anchored
         # to its end) scrolls once per RESERVE_LINES lines instead of once per line.
         if self.streaming and event.size.height > self._reserved:
-            self._reserved = event.size.height + self.RESERVE_LINES
+            self._reserved = event.size.height + reserve_for(self, self.RESERVE_LINES)
             self.styles.min_height = self._reserved
 
     note: str = ""  # why the answer ended early ("stopped", the token limit), shown under it
