@@ -35,6 +35,7 @@ from localinfer.server.embedding_routes import add_embedding_routes
 from localinfer.server.errors import install_error_handlers
 from localinfer.server.fim_routes import add_fim_routes
 from localinfer.server.host_guard import HostGuardMiddleware, HostPolicy
+from localinfer.server.json_response import SafeJSONResponse
 from localinfer.server.limits import BodyLimitMiddleware, RequestLimits
 from localinfer.server.model_pool import ModelPool
 from localinfer.server.model_routes import add_model_routes
@@ -90,6 +91,8 @@ def create_app(
         docs_url=None,
         redoc_url=None,
         openapi_url="/openapi.json",
+        # Routes that return a dict (models, count_tokens) render it the same safe way.
+        default_response_class=SafeJSONResponse,
     )
     app.state.localinfer = state
     app.state.request_limits = limits  # uvicorn_config reads the connection half from here

@@ -27,6 +27,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from localinfer.errors import InvalidParameterError, LocalinferError, QueueFullError
+from localinfer.server.json_response import SafeJSONResponse
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +100,7 @@ class APIError(Exception):
     def response(self, path: str = "") -> JSONResponse:
         """The error for a request to ``path``: Anthropic's shape on its routes, else OpenAI's."""
         body = self.anthropic_body() if speaks_anthropic(path) else self.body()
-        return JSONResponse(body, status_code=self.status, headers=self.headers)
+        return SafeJSONResponse(body, status_code=self.status, headers=self.headers)
 
 
 class RefusingMiddleware:

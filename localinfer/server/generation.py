@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
 from fastapi import Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 
 from localinfer.engine import ConstraintSource
 from localinfer.engine.types import Request as EngineRequest
@@ -23,6 +23,7 @@ from localinfer.errors import LocalinferError
 from localinfer.server.answer_render import AnswerRenderer, FinishedAnswer
 from localinfer.server.answer_shape import PlainAnswer, ShapeFactory
 from localinfer.server.errors import APIError, from_localinfer_error
+from localinfer.server.json_response import SafeJSONResponse
 from localinfer.server.state import ServedSession, ServerState
 from localinfer.server.streaming import (
     ClientGone,
@@ -113,7 +114,7 @@ class _Exchange:
         content = "".join(d.text for d in [*deltas, *tail] if isinstance(d, ContentDelta))
         answer = self._answer(content, reason, done.logprobs, done.metrics, done.token_count)
         answer = dataclasses.replace(answer, stop_sequence=done.stop_sequence)
-        return JSONResponse(self.renderer.whole(answer))
+        return SafeJSONResponse(self.renderer.whole(answer))
 
     async def _sse_chunks(self, first: StreamEvent) -> AsyncIterator[bytes]:
         renderer = self.renderer
