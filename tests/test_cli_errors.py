@@ -60,3 +60,21 @@ def test_generate_takes_a_negative_seed_as_the_server_does(
     assert main([*argv, "--seed", str(2**64 - 1)]) == 0
     again = capsys.readouterr().out
     assert json.loads(out)["token_ids"] == json.loads(again)["token_ids"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--window", "0"], "--window"),  # was range()'s ValueError traceback
+        (["--window", "-3"], "--window"),  # was a table of nan, exit 0
+        (["--window", "1"], "--window"),  # a window of one token scores nothing
+        (["--speed-steps", "-1"], "--speed-steps"),  # was negative tok/s, exit 0
+    ],
+)
+def test_quality_bad_numbers_are_one_line(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["quality", "--tokens", "20", "--quant", "int8", *argv])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert err.startswith(f"localinfer: error: {flag} ") and len(err.strip().splitlines()) == 1
