@@ -222,8 +222,12 @@ class ConversationStore:
             except _READ_ERRORS:
                 unreadable.append(path.name)
                 continue
-            turns = sum(1 for m in conv.messages if m.role == "user")
-            out.append(ConversationSummary(conv.id, conv.title, conv.model, conv.updated, turns))
+            questions = [m.content for m in conv.messages if m.role == "user"]
+            # A file without a title (written by hand, another tool) is listed by its question.
+            title = conv.title or (_title_from(questions[0]) if questions else "")
+            out.append(
+                ConversationSummary(conv.id, title, conv.model, conv.updated, len(questions))
+            )
         out.sort(key=lambda s: s.updated, reverse=True)
         return ConversationListing(out, sorted(unreadable))
 

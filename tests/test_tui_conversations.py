@@ -152,7 +152,9 @@ def test_wrong_typed_fields_read_as_empty(tmp_path):
     )
     (tmp_path / "folder.json").mkdir()  # a folder with a conversation's name
     [summary] = store.list()
-    assert (summary.id, summary.title, summary.model, summary.updated) == ("odd", "", "", "")
+    # The wrong-typed title reads as empty; the list then names it by its first question.
+    assert (summary.id, summary.title, summary.model, summary.updated) == ("odd", "hello", "", "")
+    assert store.load("odd").title == ""
     assert store.load("odd").messages[0].content == "hello"
     with pytest.raises(ConversationError):
         store.load("folder")
@@ -203,3 +205,14 @@ def test_a_killed_writers_temp_is_swept_and_a_live_ones_kept(tmp_path):
     finally:
         live.kill()
         live.wait()
+
+
+def test_a_file_without_a_title_is_listed_by_its_first_question(tmp_path):
+    from localinfer.tui.conversations_screen import summary_label
+
+    _write(
+        tmp_path / "hand.json", json.dumps({"messages": [{"role": "user", "content": "hi\nthere"}]})
+    )
+    (summary,) = ConversationStore(tmp_path).list()
+    assert summary.title == "hi there" and summary.turns == 1
+    assert "hi there  · 1 turn · " in summary_label(summary)

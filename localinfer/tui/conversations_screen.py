@@ -16,7 +16,8 @@ from localinfer.conversations import ConversationSummary
 
 def summary_label(s: ConversationSummary) -> str:
     when = s.updated[:16].replace("T", " ")
-    return f"{when}  {s.title or '(empty)'}  · {s.turns} turns · {s.model}"
+    turns = "1 turn" if s.turns == 1 else f"{s.turns} turns"
+    return f"{when}  {s.title or '(empty)'}  · {turns} · {s.model}"
 
 
 def unreadable_note(names: list[str], root: Path | None, shown: int = 5) -> str:
