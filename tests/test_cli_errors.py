@@ -3,6 +3,7 @@ non-zero exit, never a traceback, and nothing is loaded that the budget says wil
 
 from __future__ import annotations
 
+import io
 import json
 
 import pytest
@@ -78,3 +79,19 @@ def test_quality_bad_numbers_are_one_line(
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err
     assert err.startswith(f"localinfer: error: {flag} ") and len(err.strip().splitlines()) == 1
+
+
+def test_generate_dash_reads_the_prompt_from_stdin(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `cat notes.txt | localinfer generate -` used to send the one-character prompt "-".
+    argv = ["generate", "--raw", "--max-tokens", "1", "--json"]
+    text = "The capital of France is\nParis, and"
+    assert main([*argv, text]) == 0
+    direct = json.loads(capsys.readouterr().out)["usage"]["prompt_tokens"]
+    monkeypatch.setattr("sys.stdin", io.StringIO(text + "\n"))
+    assert main([*argv, "-"]) == 0
+    assert json.loads(capsys.readouterr().out)["usage"]["prompt_tokens"] == direct
+    monkeypatch.setattr("sys.stdin", io.StringIO("  \n"))
+    assert main([*argv, "-"]) == 1
+    assert "stdin" in capsys.readouterr().err

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 def register(subparsers: Any) -> None:
     p = command_parser(subparsers, "generate", run)
     p.add_argument("model", nargs="?", metavar="MODEL", help="default: smollm2-135m (embedded)")
-    p.add_argument("prompt", metavar="PROMPT")
+    p.add_argument("prompt", metavar="PROMPT", help="the prompt; - reads it from stdin")
     p.add_argument("--system", help="system message (chat template only)")
     p.add_argument("--raw", action="store_true", help="send PROMPT as is, no chat template")
     p.add_argument(
@@ -112,6 +112,8 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError("--suffix: fill-in-the-middle takes no --system message")
     params = _sampling(args)
     spec = _constraint_spec(args)
+    if args.prompt == "-":
+        args.prompt = _stdin_prompt()
 
     from localinfer.engine import Request
     from localinfer.session import open_session
@@ -150,6 +152,16 @@ def run(args: argparse.Namespace) -> int:
         return 0
     finally:
         session.close()
+
+
+def _stdin_prompt() -> str:
+    """PROMPT '-': all of stdin, less the newline that ends a piped file or echo."""
+    if sys.stdin.isatty():
+        print("reading the prompt from stdin (end with Ctrl+D)", file=sys.stderr)
+    text = sys.stdin.read().rstrip("\r\n")
+    if not text.strip():
+        raise InvalidParameterError("PROMPT: '-' reads the prompt from stdin, which held none")
+    return text
 
 
 def _prompt(session: Any, args: argparse.Namespace, params: Any) -> tuple[list[int], Any]:
