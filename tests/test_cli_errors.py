@@ -95,3 +95,20 @@ def test_generate_dash_reads_the_prompt_from_stdin(
     monkeypatch.setattr("sys.stdin", io.StringIO("  \n"))
     assert main([*argv, "-"]) == 1
     assert "stdin" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [
+        (["--slots", "0"], "--slots"),  # ran the whole default benchmark with the default slots
+        (["--slots", "-2"], "--slots"),
+        (["--warmup", "-1"], "--warmup"),  # silently taken as 0
+    ],
+)
+def test_bench_bad_numbers_are_one_line(
+    argv: list[str], flag: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rc = main(["bench", "--requests", "1", "--concurrency", "1", "--max-tokens", "1", *argv])
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err
+    assert err.startswith(f"localinfer: error: {flag} ") and len(err.strip().splitlines()) == 1

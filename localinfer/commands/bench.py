@@ -64,6 +64,10 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"--requests must be at least 1, got {args.requests}")
     if args.max_tokens < 1:
         raise InvalidParameterError(f"--max-tokens must be at least 1, got {args.max_tokens}")
+    if args.slots is not None and args.slots < 1:
+        raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
+    if args.warmup < 0:
+        raise InvalidParameterError(f"--warmup must be 0 or more, got {args.warmup}")
     if args.url and args.model:
         raise InvalidParameterError("give either --url (a server) or MODEL (in-process), not both")
     sizes = tuple(s.strip() for s in args.sizes.split(",") if s.strip())
@@ -98,7 +102,7 @@ async def _bench(
     from localinfer.bench.runner import bench_target
     from localinfer.bench.targets import EngineTarget, HttpTarget
 
-    plan = LoadPlan(prompts, levels, args.requests, args.max_tokens, warmup=max(0, args.warmup))
+    plan = LoadPlan(prompts, levels, args.requests, args.max_tokens, warmup=args.warmup)
     progress = not args.no_progress
     if args.url:
         api_key = args.api_key or os.environ.get("OPENAI_API_KEY")
