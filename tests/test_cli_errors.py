@@ -5,10 +5,12 @@ from __future__ import annotations
 
 import io
 import json
+from pathlib import Path
 
 import pytest
 
 from localinfer.cli import main
+from localinfer.loading.embedded import embedded_model_path
 
 
 def test_budget_verify_refuses_what_does_not_fit(capsys: pytest.CaptureFixture[str]) -> None:
@@ -112,3 +114,16 @@ def test_bench_bad_numbers_are_one_line(
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err
     assert err.startswith(f"localinfer: error: {flag} ") and len(err.strip().splitlines()) == 1
+
+
+def test_pull_of_a_local_path_says_it_is_on_disk(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # It said "unknown model ...: not a catalog name, local file or cached repo" of a local file.
+    empty = tmp_path / "x.gguf"
+    empty.write_bytes(b"")
+    for path in (empty, embedded_model_path(), tmp_path):
+        assert main(["pull", str(path)]) == 1
+        err = capsys.readouterr().err
+        assert "is on disk" in err and "unknown model" not in err
+    assert empty.read_bytes() == b""

@@ -54,7 +54,6 @@ def run(args: argparse.Namespace) -> int:
         download,
         free_disk_bytes,
         list_remote,
-        plan_download,
         remove_partial_downloads,
     )
 
@@ -63,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if bundled is not None:
         say(f"{args.model} ships with localinfer (pip package {bundled}); nothing to download")
         return 0
-    plan = plan_download(args.model, args.quant)
+    plan = _plan_or_explain(args.model, args.quant)
     if plan.entry is not None:
         report: BudgetReport | None = _budget(plan, args)
     else:
@@ -204,3 +203,22 @@ def _bundled_package(spec: str) -> str | None:
 
 def _stderr(text: str) -> None:
     print(text, file=sys.stderr, flush=True)
+
+
+def _plan_or_explain(model: str, quant: str | None) -> DownloadPlan:
+    """What to download for MODEL; a path on disk is said to be one (the generic 'unknown
+    model: not a catalog name, local file or cached repo' contradicted a file that is there)."""
+    from pathlib import Path
+
+    from localinfer.errors import InvalidParameterError, UnknownModelError
+    from localinfer.hub import plan_download
+
+    try:
+        return plan_download(model, quant)
+    except UnknownModelError:
+        if not Path(model).expanduser().exists():
+            raise
+        raise InvalidParameterError(
+            f"{model} is on disk: pull downloads catalog models and Hub repos (ORG/REPO[:QUANT]); "
+            "a local model needs no download"
+        ) from None
