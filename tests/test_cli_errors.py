@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -127,3 +128,27 @@ def test_pull_of_a_local_path_says_it_is_on_disk(
         err = capsys.readouterr().err
         assert "is on disk" in err and "unknown model" not in err
     assert empty.read_bytes() == b""
+
+
+def test_every_option_with_a_default_states_it() -> None:
+    # A new user reads the default off --help; options whose help said nothing (generate's
+    # --max-tokens 256, chat's --temperature 0.7, serve's --max-queue 64, ...) hid it.
+    import argparse
+
+    from tests.test_cli import command_parsers
+
+    missing = []
+    for name, parser in command_parsers().items():
+        for action in parser._actions:
+            if not action.option_strings or isinstance(action, argparse._HelpAction):
+                continue
+            if action.default in (None, False, [], argparse.SUPPRESS):
+                continue
+            text = (action.help or "").lower()
+            if "default" not in text:
+                missing.append(f"{name} {action.option_strings[0]} ({action.default!r})")
+                continue
+            stated = re.search(r"default:? ([\w.]+)", text)
+            if stated and isinstance(action.default, int | float) and stated[1][0].isdigit():
+                assert float(stated[1].rstrip(".")) == float(action.default), (name, action.help)
+    assert not missing, missing

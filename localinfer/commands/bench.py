@@ -29,7 +29,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--url", help="server base URL, e.g. http://127.0.0.1:8000 (or .../v1)")
     p.add_argument("--model-name", help="model id to request (default: the server's first)")
     p.add_argument("--api-key", default=None, help="bearer token (default: $OPENAI_API_KEY)")
-    p.add_argument("--concurrency", default="1,4,8", help="levels, comma-separated (1,4,8)")
+    p.add_argument(
+        "--concurrency", default="1,4,8", help="levels, comma-separated (default: 1,4,8)"
+    )
     p.add_argument("--requests", type=int, default=16, help="requests per level (default 16)")
     p.add_argument("--max-tokens", type=int, default=128, help="tokens per answer (default 128)")
     p.add_argument("--prompts", help="JSONL prompt file (default: the shipped set)")

@@ -50,7 +50,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="f16 | bf16 | f32 | q8_0 | q4_0 (default: f16; torch: its compute dtype)",
     )
     parser.add_argument(
-        "--device", default="auto", help="auto | cpu | cuda | cuda:N | metal | a size like 24GiB"
+        "--device",
+        default="auto",
+        help="auto (default) | cpu | cuda | cuda:N | metal | a size like 24GiB",
     )
     parser.add_argument("--backend", default=None, help="torch | llamacpp | mlx (default: auto)")
     parser.add_argument(

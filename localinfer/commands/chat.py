@@ -37,8 +37,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_model_options(parser, ctx=2048)  # as the settings screen starts
     parser.add_argument("--slots", type=int, default=1, help="concurrent sequences (default 1)")
     parser.add_argument("--draft", default=None, metavar="ngram|auto|MODEL|off", help=DRAFT_HELP)
-    parser.add_argument("--temperature", type=float, default=0.7)
-    parser.add_argument("--max-tokens", type=int, default=512)
+    parser.add_argument("--temperature", type=float, default=0.7, help="default: 0.7")
+    parser.add_argument(
+        "--max-tokens", type=int, default=512, help="tokens per answer (default: 512)"
+    )
     # The chat's disk tier is on by default (beside the conversations): see kv_tiers().
     add_kv_options(parser, disk_help=CHAT_KV_DISK_HELP, disk_metavar="DIR|off")
     parser.add_argument(

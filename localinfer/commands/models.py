@@ -27,7 +27,9 @@ class ModelRow:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     parser = command_parser(subparsers, "models", run)
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | metal | SIZE")
+    parser.add_argument(
+        "--device", default="auto", help="auto (default) | cpu | cuda[:N] | metal | SIZE"
+    )
     parser.add_argument("--json", action="store_true", help="print a JSON list")
 
 

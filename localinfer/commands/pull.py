@@ -38,8 +38,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="also fetch the repo's vision projector (mmproj*.gguf: the F16 one, or FILE)",
     )
     parser.add_argument("--ctx", default=None, help="context the budget plans for (default 2048)")
-    parser.add_argument("--concurrency", default="1", help="sequences the budget plans for")
-    parser.add_argument("--device", default="auto", help="auto | cpu | cuda[:N] | metal | SIZE")
+    parser.add_argument(
+        "--concurrency", default="1", help="sequences the budget plans for (default: 1)"
+    )
+    parser.add_argument(
+        "--device", default="auto", help="auto (default) | cpu | cuda[:N] | metal | SIZE"
+    )
     parser.add_argument("--backend", default=None, help="torch | llamacpp | mlx (budget only)")
     parser.add_argument(
         "--force", action="store_true", help="download even if the budget or disk space says no"

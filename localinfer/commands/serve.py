@@ -100,13 +100,20 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--served-name", help="model id clients see for the first MODEL (default: its name)"
     )
-    p.add_argument("--max-queue", type=int, default=64, help="waiting requests before 503")
+    p.add_argument(
+        "--max-queue", type=int, default=64, help="waiting requests before 503 (default: 64)"
+    )
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     add_model_options(p)
     add_cache_reuse_option(p)
     add_draft_options(p)
     _add_pool_options(p)
-    p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"))
+    p.add_argument(
+        "--log-level",
+        default="info",
+        choices=("debug", "info", "warning", "error"),
+        help="default: info",
+    )
 
 
 def _add_pool_options(p: argparse.ArgumentParser) -> None:
