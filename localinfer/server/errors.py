@@ -172,6 +172,8 @@ def _clean_loc(loc: tuple[Any, ...]) -> list[str]:
     return out
 
 
+_HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
+
 _TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "lax-or-strict"}
 
 
@@ -219,9 +221,8 @@ def install_error_handlers(app: FastAPI, on_error: ErrorCounter | None = None) -
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # The request limits' exceptions carry their own code.
-        code = getattr(exc, "code", None) or {404: "not_found", 405: "method_not_allowed"}.get(
-            exc.status_code
-        )
+        # FastAPI's own 400 is a body it could not parse (nesting past the JSON parser's depth).
+        code = getattr(exc, "code", None) or _HTTP_CODES.get(exc.status_code)
         # Only the router raises a bare 404 (an unknown model is an APIError).
         message = unknown_route(request) if exc.status_code == 404 else str(exc.detail)
         headers = getattr(exc, "headers", None)
