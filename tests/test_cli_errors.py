@@ -152,3 +152,17 @@ def test_every_option_with_a_default_states_it() -> None:
             if stated and isinstance(action.default, int | float) and stated[1][0].isdigit():
                 assert float(stated[1].rstrip(".")) == float(action.default), (name, action.help)
     assert not missing, missing
+
+
+def test_models_size_of_a_catalog_model_is_its_download() -> None:
+    # The "~" size of a model not on disk is what pull downloads. On a CPU where the budget
+    # picks torch it was torch's float32 copy in memory: smollm2-360m Q8_0 showed ~1.35 GiB
+    # (its Q8_0 file is about 367 MiB), whereas `models --device 8GiB` showed 367 MiB.
+    from localinfer.commands.models import collect_rows
+
+    here = {r.name: r for r in collect_rows("auto")}
+    planned = {r.name: r for r in collect_rows("8GiB")}
+    row = here["smollm2-360m"]
+    assert not row.on_disk and row.quant == "Q8_0"
+    assert 350 * 2**20 < row.size_bytes < 400 * 2**20
+    assert row.size_bytes == planned["smollm2-360m"].size_bytes

@@ -58,10 +58,20 @@ def collect_rows(device: str = "auto") -> list[ModelRow]:
 
 def _download_size(report: BudgetReport | None) -> int:
     """What a model not on disk downloads: its files' size on the Hub where its metadata says,
-    else the budget's weights (catalog numbers)."""
+    else its parameters at the file's bits per weight (catalog numbers). Not the budget's
+    weights: those are what the backend holds in memory (torch's float32 copy of a Q8_0 file is
+    3.8 times the file)."""
+    from localinfer.errors import LocalinferError
+    from localinfer.facts.quant import bytes_for_params
+
     if report is None:
         return 0
-    return report.download_bytes or report.weights_bytes
+    if report.download_bytes:
+        return report.download_bytes
+    try:
+        return bytes_for_params(report.params, report.quant)
+    except LocalinferError:  # a type without a bits figure: the budget's own weights
+        return report.weights_bytes
 
 
 def run(args: argparse.Namespace) -> int:
