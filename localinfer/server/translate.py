@@ -130,7 +130,10 @@ def sampling_params(
     finish_reason "length" (the prompt itself is never truncated)."""
     room = max_ctx - prompt_tokens
     if room < 1:
-        raise ContextOverflowError(requested=prompt_tokens + 1, limit=max_ctx)
+        # Named with the prompt's own size: "prompt needs 2049 tokens" for a 2048-token prompt
+        # read as a miscount.
+        what = f"the prompt ({prompt_tokens} tokens) plus one answer token"
+        raise ContextOverflowError(requested=prompt_tokens + 1, limit=max_ctx, what=what)
     wanted = room if max_tokens is None else min(max_tokens, room)
     stop = body.stop
     if isinstance(stop, str):
