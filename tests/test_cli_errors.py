@@ -166,3 +166,17 @@ def test_models_size_of_a_catalog_model_is_its_download() -> None:
     assert not row.on_disk and row.quant == "Q8_0"
     assert 350 * 2**20 < row.size_bytes < 400 * 2**20
     assert row.size_bytes == planned["smollm2-360m"].size_bytes
+
+
+def test_budget_online_says_when_the_hub_could_not_be_read(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # --online asks for the Hub's exact figures; with the Hub unreachable the catalog's numbers
+    # answered, and nothing but "params x bits" told the user that --online had done nothing.
+    from test_budget_remote import _closed_port, point_at
+
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    point_at(monkeypatch, f"http://127.0.0.1:{_closed_port()}")
+    assert main(["budget", "qwen3-8b", "--online", "--json"]) == 0
+    source = json.loads(capsys.readouterr().out)["weights_source"]
+    assert "catalog" in source and "--online could not read the Hub" in source

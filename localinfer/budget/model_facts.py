@@ -53,15 +53,18 @@ def model_facts(
         return hub_facts(resolved, mmproj)
     entry = resolved.entry
     assert entry is not None, "a catalog_remote model always has its catalog entry"
+    origin = ""
     if online or mmproj is not None:
         try:
             return catalog_hub_facts(resolved, mmproj)
         except LocalinferError:
             if mmproj is not None:
                 raise
-            # offline, gated, rate limited: the catalog's numbers still answer
+            # offline, gated, rate limited: the catalog's numbers still answer, and say so
+            # (the weights row would otherwise read as if --online had been honoured)
+            origin = "catalog: --online could not read the Hub"
     quant = resolved.quant or entry.default_quant
-    return ModelFacts(entry.name, entry.arch, entry.params, quant, None, resolved)
+    return ModelFacts(entry.name, entry.arch, entry.params, quant, None, resolved, origin=origin)
 
 
 def facts_of_loaded(model: LoadedModel) -> ModelFacts:
