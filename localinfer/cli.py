@@ -2,13 +2,14 @@
 
 Each command module defines ``register(subparsers) -> None``, which adds its parser and sets
 ``func`` (``(args) -> int``) as a default. Typed LocalinferErrors become one line on stderr and a
-non-zero exit, never a traceback.
+non-zero exit, never a traceback; a closed stdout (`| head`) ends quietly with 141.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 
@@ -70,6 +71,13 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # The reader went away (`localinfer embed ... | head`): the rest is unwanted. Point stdout
+        # at /dev/null so the interpreter's final flush does not fail again, and exit as a
+        # program stopped by SIGPIPE does (128 + 13).
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141
 
 
 if __name__ == "__main__":

@@ -180,3 +180,23 @@ def test_budget_online_says_when_the_hub_could_not_be_read(
     assert main(["budget", "qwen3-8b", "--online", "--json"]) == 0
     source = json.loads(capsys.readouterr().out)["weights_source"]
     assert "catalog" in source and "--online could not read the Hub" in source
+
+
+def test_output_cut_short_by_a_closed_pipe_is_no_traceback() -> None:
+    # `localinfer embed ... | head -c 1`: the reader goes away; the rest is not wanted. It was a
+    # BrokenPipeError traceback (generate's stream alike).
+    import subprocess
+    import sys
+
+    texts = [f"text number {i}" for i in range(24)]  # ~11 KB a line: more than a pipe holds
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "localinfer", "embed", *texts],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(1) == b"{"
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=300) == 141, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err
