@@ -200,3 +200,14 @@ def test_output_cut_short_by_a_closed_pipe_is_no_traceback() -> None:
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=300) == 141, err
     assert "Traceback" not in err and "BrokenPipeError" not in err
+
+
+def test_generate_says_when_the_context_cut_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
+    # --max-tokens 100 in a 48-token context stopped after 32 tokens with "finish: length", the
+    # same words as a --max-tokens stop: nothing said the context had run out.
+    argv = ["generate", "--ctx", "48", "--raw", "1, 2, 3, 4, 5, 6,", "--max-tokens", "100"]
+    assert main(argv) == 0
+    err = capsys.readouterr().err
+    assert "finish: length" in err and "the 48-token context is full" in err
+    assert main([*argv[:-1], "5"]) == 0  # stopped by --max-tokens: no such note
+    assert "context is full" not in capsys.readouterr().err

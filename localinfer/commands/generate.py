@@ -146,7 +146,7 @@ def run(args: argparse.Namespace) -> int:
         if args.json:
             print(json.dumps(_as_json(session, result), ensure_ascii=False))
         else:
-            print(_metrics_line(session, result), file=sys.stderr)
+            print(_metrics_line(session, result, params.max_tokens), file=sys.stderr)
         if result.finish_reason == "error":
             raise LocalinferError(f"generation failed: {result.error}")
         return 0
@@ -182,7 +182,7 @@ def _prompt(session: Any, args: argparse.Namespace, params: Any) -> tuple[list[i
     return session.chat_prompt_ids(messages), params
 
 
-def _metrics_line(session: Any, result: Any) -> str:
+def _metrics_line(session: Any, result: Any, max_tokens: int) -> str:
     m = result.metrics
     parts = [session.runner_notice.split(" (")[0]]
     if m is not None:
@@ -197,7 +197,11 @@ def _metrics_line(session: Any, result: Any) -> str:
             f"speculative: {spec.spec_accepted}/{spec.spec_proposed} accepted, "
             f"{spec.tokens_per_target_forward:.2f} tokens/forward"
         )
-    parts.append(f"finish: {result.finish_reason}")
+    finish = f"finish: {result.finish_reason}"
+    if result.finish_reason == "length" and len(result.token_ids) < max_tokens:
+        # Stopped short of --max-tokens: the context ran out, which "length" alone hides.
+        finish += f" (the {session.engine.max_ctx}-token context is full; raise --ctx)"
+    parts.append(finish)
     return " · ".join(parts)
 
 
