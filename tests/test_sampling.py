@@ -33,6 +33,17 @@ def test_temperature_sampling_follows_the_softmax() -> None:
     assert counts[6] == 0 and counts[7] == 0
 
 
+@pytest.mark.parametrize("temperature", [1e-30, 1e-40, 1e-45, 1e-300, 5e-324])
+def test_a_vanishing_temperature_is_the_argmax(temperature: float) -> None:
+    """Its limit: the scaled logits overflow float32 (or the temperature rounds to 0.0 there),
+    which used to make every probability NaN and the draw land on the vocabulary's last id."""
+    masked = LOGITS.copy()
+    masked[0] = -np.inf  # a constraint's mask: stays out
+    for logits in (LOGITS, masked, LOGITS[::-1] + 40.0):  # one maximum each
+        s = sampler(temperature=temperature, seed=3)
+        assert set(draws(s, logits, 20)) == {int(np.argmax(logits))}
+
+
 def test_seed_reproduces_and_different_seeds_differ() -> None:
     a = draws(sampler(temperature=1.0, seed=42), LOGITS, 50)
     b = draws(sampler(temperature=1.0, seed=42), LOGITS, 50)

@@ -127,10 +127,15 @@ def sampling_probs(params: SamplingParams, x: np.ndarray) -> np.ndarray:
     logits ``x``; a point mass on the argmax when greedy. Speculative verification compares
     exactly this distribution, so it is defined once, here."""
     if params.greedy:
-        probs = np.zeros(x.shape[0], dtype=np.float64)
-        probs[int(np.argmax(x))] = 1.0
-        return probs
-    x = x / np.float32(params.temperature)
+        return _point_mass(x)
+    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+        scaled = x / np.float32(params.temperature)
+    if not np.isfinite(np.max(scaled)):
+        # A temperature so small that the scaled logits overflow float32 (1e-40 and below; one
+        # that rounds to 0.0 divides by zero): its limit, the argmax. Left alone, inf - inf made
+        # every probability NaN and the draw fell on the last token of the vocabulary.
+        return _point_mass(x)
+    x = scaled
     if 0 < params.top_k < x.shape[0]:
         kth = np.partition(x, -params.top_k)[-params.top_k]
         x = np.where(x >= kth, x, -np.inf)
@@ -148,6 +153,12 @@ def sampling_probs(params: SamplingParams, x: np.ndarray) -> np.ndarray:
         mask[order[:keep]] = True
         probs = np.where(mask, probs, 0.0)
     return probs / probs.sum()
+
+
+def _point_mass(x: np.ndarray) -> np.ndarray:
+    probs = np.zeros(x.shape[0], dtype=np.float64)
+    probs[int(np.argmax(x))] = 1.0
+    return probs
 
 
 def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
