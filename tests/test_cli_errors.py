@@ -211,3 +211,9 @@ def test_generate_says_when_the_context_cut_the_answer(capsys: pytest.CaptureFix
     assert "finish: length" in err and "the 48-token context is full" in err
     assert main([*argv[:-1], "5"]) == 0  # stopped by --max-tokens: no such note
     assert "context is full" not in capsys.readouterr().err
+
+
+def test_budget_empty_kv_dtype_is_an_error(capsys: pytest.CaptureFixture[str]) -> None:
+    # `--kv-dtype ""` (an unset shell variable) silently budgeted the default cache type.
+    assert main(["budget", "smollm2-135m", "--kv-dtype", ""]) == 1
+    assert "unknown KV cache dtype ''" in capsys.readouterr().err

@@ -101,7 +101,8 @@ def compute_budget(
     profile = backend_profile(backend)
     chunk = request.prefill_chunk or profile.memory.prefill_chunk
     planner = Planner(facts, profile, chunk, memory.kind, request.dtype)
-    kv = kv_dtype(request.kv_dtype or planner.default_kv_dtype())
+    asked_kv = request.kv_dtype
+    kv = kv_dtype(planner.default_kv_dtype() if asked_kv is None else asked_kv)
     parts = planner.breakdown(quant, ctx, request.concurrency, kv)
     ram = _kv_ram(request, memory, parts.total)
     # What the planner may fill: the device's memory, less a RAM tier drawn from the same memory.
