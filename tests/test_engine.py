@@ -172,7 +172,7 @@ def test_bad_requests_fail_before_any_compute() -> None:
         engine.submit(Request([], greedy(4)))
     with pytest.raises(InvalidParameterError, match="vocabulary"):
         engine.submit(Request([1, 256], greedy(4)))
-    with pytest.raises(InvalidParameterError, match="stop token"):
+    with pytest.raises(InvalidParameterError, match="stop_token_ids: token id 999"):
         engine.submit(Request([1], greedy(4, stop_token_ids=(999,))))
     with pytest.raises(ValidationError):
         SamplingParams(temperature=-1.0)

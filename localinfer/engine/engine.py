@@ -338,7 +338,7 @@ class Engine:
         bad = next((t for t in ids if not (0 <= int(t) < self.vocab_size)), None)
         if bad is not None:
             raise InvalidParameterError(
-                f"prompt token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})"
+                f"prompt: token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})"
             )
         # The prompt plus one generated token must fit; nothing is ever truncated.
         if len(ids) + 1 > self.max_ctx:
@@ -350,7 +350,10 @@ class Engine:
         p = request.params
         bad = next((t for t in p.stop_token_ids if not (0 <= t < self.vocab_size)), None)
         if bad is not None:
-            raise InvalidParameterError(f"stop token id {bad} is outside the vocabulary")
+            raise InvalidParameterError(
+                f"stop_token_ids: token id {bad} is outside the vocabulary "
+                f"(0..{self.vocab_size - 1})"
+            )
 
     def _token_text(self, token_id: int) -> str:
         return self.tokenizer.token_bytes(token_id).decode("utf-8", errors="replace")
