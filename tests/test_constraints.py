@@ -193,6 +193,12 @@ def test_grammar_lark_and_gbnf(grammar, tokenizer, compiler, leanings) -> None:
         (lambda: ConstraintSpec("regex", "[z-a]"), "invalid character class range"),
         (lambda: ConstraintSpec("grammar", "start: missing_rule"), "missing_rule"),
         (lambda: ConstraintSpec("xml", "x"), "unknown constraint kind"),  # type: ignore[arg-type]
+        (
+            lambda: ConstraintSpec(
+                "json_schema", {"$ref": "#/$defs/a", "$defs": {"a": {"$ref": "#/$defs/a"}}}
+            ),
+            "admits no answer",  # it gave an empty answer ending with "stop"
+        ),
     ],
 )
 def test_invalid_sources_name_the_problem(spec, words, compiler) -> None:

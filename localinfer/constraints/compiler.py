@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+from functools import lru_cache
 from typing import Any
 
 import llguidance
@@ -56,8 +57,22 @@ class ConstraintCompiler:
         grammar = _grammar_text(spec)
         matcher = llguidance.LLMatcher(self._tokenizer, grammar, log_level=0)
         if matcher.is_error():
-            raise InvalidParameterError(f"{spec.field}: {_one_line(matcher.get_error(), spec)}")
+            raise InvalidParameterError(
+                f"{spec.field}: {_one_line(matcher.get_error(), spec.kind)}"
+            )
+        if _admits_nothing(matcher):
+            raise InvalidParameterError(f"{spec.field}: the constraint admits no answer at all")
         return CompiledConstraint(matcher, spec, self.vocabulary.size)
+
+
+def _admits_nothing(matcher: llguidance.LLMatcher) -> bool:
+    """Whether no answer can ever be written: a schema whose only definition is itself
+    ({"$ref": "#/$defs/a"} with a: {"$ref": "#/$defs/a"}) would otherwise give an empty "JSON"
+    answer ending with "stop". llguidance finds out while computing the first mask (on a
+    copy: the compiled matcher stays as built)."""
+    probe = matcher.deep_copy()
+    probe.compute_bitmask()
+    return probe.is_stopped() and not probe.is_accepting()
 
 
 class _Wrapper:
@@ -80,6 +95,26 @@ class _Wrapper:
         return self._encode(text)
 
 
+@lru_cache(maxsize=256)
+def _schema_problem(schema_json: str) -> str | None:
+    try:
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema_json, defaults=JSON_OPTIONS)
+    except Exception as exc:  # the converter raises ValueError or its own error classes
+        return str(exc)
+    return llguidance.LLMatcher.validate_grammar(grammar, None) or None
+
+
+def json_schema_problem(schema: dict[str, Any]) -> str | None:
+    """Why llguidance could not build ``schema`` (one line), or None when it can: for schemas a
+    request carries but may never constrain with (a tool's parameters under tool_choice
+    "auto"), checked as a forced call would compile them. Cached: agents send the same tools
+    every turn."""
+    problem = _schema_problem(json.dumps(schema, sort_keys=True))
+    if problem is None:
+        return None
+    return _one_line(problem, "json_schema")
+
+
 def _grammar_text(spec: ConstraintSpec) -> str:
     """The llguidance grammar for a spec; errors in the source surface as InvalidParameterError."""
     try:
@@ -95,10 +130,10 @@ def _grammar_text(spec: ConstraintSpec) -> str:
     except InvalidParameterError:
         raise
     except Exception as exc:  # the converters raise ValueError or their own error classes
-        raise InvalidParameterError(f"{spec.field}: {_one_line(str(exc), spec)}") from None
+        raise InvalidParameterError(f"{spec.field}: {_one_line(str(exc), spec.kind)}") from None
 
 
-def _one_line(message: str, spec: ConstraintSpec) -> str:
+def _one_line(message: str, kind: str) -> str:
     """llguidance's error as one line: its first line, plus the parser's own ``error:`` line
     when the first only announces it (a regex's "regex parse error:"). Positions ("at 1(8)")
     point into the grammar llguidance built, so they are kept for grammars only."""
@@ -106,7 +141,7 @@ def _one_line(message: str, spec: ConstraintSpec) -> str:
     if not lines:
         return "invalid constraint"
     first = lines[0]
-    if spec.kind != "grammar":
+    if kind != "grammar":
         first = re.sub(r"^at \d+\(\d+\): ", "", first)
     detail = next((line for line in lines[1:] if line.startswith("error: ")), None)
     if first.endswith(":") and detail is not None:
