@@ -68,6 +68,16 @@ def test_parse_tools_reads_each_field():
         ([fn("f", strict="yes")], "tools[0].function.strict: must be a boolean"),
         ([fn("f", parameters="{}")], "tools[0].function.parameters: must be a JSON schema"),
         ([fn("f", parameters={"type": "array"})], "tools[0].function.parameters: the arg"),
+        # checked whatever tool_choice is (it used to pass under "auto" and fail as tool_choice
+        # once a call was forced)
+        (
+            [WEATHER, fn("f", parameters={"type": "object", "properties": {"a": {"type": "x"}}})],
+            "tools[1].function.parameters: Invalid type: x",
+        ),
+        (
+            [fn("f", parameters={"type": "object", "properties": {"a": {"not": {}}}})],
+            "tools[0].function.parameters: Unimplemented keys",
+        ),
         ([fn(f"f{i}") for i in range(129)], "tools: at most 128 tools"),
     ],
 )

@@ -10,6 +10,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from localinfer.constraints.compiler import json_schema_problem
 from localinfer.errors import InvalidParameterError
 
 # OpenAI's own rule for function names; templates and parsers rely on it (no quotes or tags).
@@ -68,6 +69,11 @@ def _parameters(field: str, value: object) -> dict[str, Any]:
     kind = value.get("type", "object")
     if kind != "object":
         raise _bad(field, f"the arguments' schema must have type 'object', not {kind!r}")
+    # Checked now whatever tool_choice is: a schema the constraint engine cannot build would
+    # otherwise pass under "auto" and fail (naming tool_choice) only once a call is forced.
+    problem = json_schema_problem(value)
+    if problem is not None:
+        raise _bad(field, problem)
     return value
 
 
