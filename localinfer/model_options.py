@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from localinfer.counts import count_arg
 from localinfer.threads_option import add_threads_option
 
 Parser = argparse.ArgumentParser | argparse._ArgumentGroup
@@ -26,7 +27,10 @@ def add_model_options(parser: Parser, *, ctx: int | None = None) -> None:
     parser.add_argument("--backend", choices=BACKENDS, help="default: the fastest installed here")
     default = f"{ctx}" if ctx is not None else "2048, or the model's trained context if less"
     parser.add_argument(
-        "--ctx", type=int, default=ctx, help=f"context tokens per slot (default: {default})"
+        "--ctx",
+        type=count_arg,
+        default=ctx,
+        help=f"context tokens per slot, e.g. 4096 or 8k (default: {default})",
     )
     parser.add_argument(
         "--quant",

@@ -27,6 +27,8 @@ from __future__ import annotations
 
 import argparse
 
+from localinfer.counts import positive_int_arg
+
 THREADS_HELP = (
     "CPU threads for the backend (default: this machine's physical cores, measured fastest "
     "while the chat UI or HTTP server shares the process; fewer if other busy programs share "
@@ -35,4 +37,6 @@ THREADS_HELP = (
 
 
 def add_threads_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
-    parser.add_argument("--threads", type=int, default=None, metavar="N", help=THREADS_HELP)
+    parser.add_argument(
+        "--threads", type=positive_int_arg, default=None, metavar="N", help=THREADS_HELP
+    )

@@ -4,23 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 
 from localinfer.command_help import command_parser
-from localinfer.errors import InvalidParameterError
-
-_COUNT = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
-
-
-def parse_count(text: str, flag: str) -> int:
-    """'4096' -> 4096, '8k' -> 8192 (a k is 1024 tokens, as model cards count context)."""
-    match = _COUNT.match(text)
-    if not match:
-        raise InvalidParameterError(f"{flag} wants a whole number like 4096 or 8k, got '{text}'")
-    value = int(match.group(1)) * (1024 if match.group(2) else 1)
-    if value < 1:
-        raise InvalidParameterError(f"{flag} must be at least 1, got '{text}'")
-    return value
+from localinfer.counts import parse_count
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -151,7 +151,7 @@ def _hub_budget(
     architecture it does not count) is still pulled, with a warning."""
     from localinfer.budget import BudgetRequest, compute_budget
     from localinfer.budget.model_facts import model_facts
-    from localinfer.commands.budget import parse_count
+    from localinfer.counts import parse_count
     from localinfer.errors import LocalinferError
     from localinfer.hub import HubError, exact_files
     from localinfer.resolve import ResolvedModel
@@ -182,7 +182,7 @@ def _hub_budget(
 
 def _budget(plan: DownloadPlan, args: argparse.Namespace) -> BudgetReport:
     from localinfer.budget import BudgetRequest, compute_budget
-    from localinfer.commands.budget import parse_count
+    from localinfer.counts import parse_count
 
     request = BudgetRequest(
         model=plan.name,
