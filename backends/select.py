@@ -19,7 +19,11 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from localinfer.errors import BackendUnavailableError, UnsupportedModelError
+from localinfer.errors import (
+    BackendUnavailableError,
+    OutOfMemoryBudgetError,
+    UnsupportedModelError,
+)
 
 if TYPE_CHECKING:
     from localinfer.backends.base import Runner, RunnerConfig
@@ -209,4 +213,26 @@ def create_runner(model: LoadedModel, config: RunnerConfig, choice: BackendChoic
     """Build the runner of the backend already chosen (choose_backend); selection runs once."""
     _require(choice.name)
     module = importlib.import_module(f"localinfer.backends.{choice.name}.runner")
-    return module.create_runner(model, config)
+    try:
+        return module.create_runner(model, config)
+    except (MemoryError, RuntimeError) as exc:
+        if not _allocation_failure(exc):
+            raise
+        first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+        raise OutOfMemoryBudgetError(
+            f"not enough memory for {choice.name} with {config.slots} slot(s) of "
+            f"{config.max_ctx} tokens ({first}); `localinfer budget` shows what fits"
+        ) from None
+
+
+# What the frameworks raise when an allocation fails: torch's CPU allocator ("can't allocate
+# memory") and torch.OutOfMemoryError (CUDA), MLX's "[malloc]", Python's MemoryError. Matched
+# by name and text: this module never imports a framework.
+_ALLOCATION_WORDS = ("can't allocate memory", "out of memory", "[malloc")
+
+
+def _allocation_failure(exc: BaseException) -> bool:
+    if isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError":
+        return True
+    text = str(exc).lower()
+    return any(words in text for words in _ALLOCATION_WORDS)

@@ -217,3 +217,46 @@ def test_budget_empty_kv_dtype_is_an_error(capsys: pytest.CaptureFixture[str]) -
     # `--kv-dtype ""` (an unset shell variable) silently budgeted the default cache type.
     assert main(["budget", "smollm2-135m", "--kv-dtype", ""]) == 1
     assert "unknown KV cache dtype ''" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (
+            ["--threads", "-2"],
+            "argument --threads: wants a whole number of at least 1",
+        ),  # traceback
+        (["--threads", "0"], "argument --threads: wants a whole number of at least 1"),
+        (["--ctx", "0"], "argument --ctx: wants a count of at least 1"),
+        (["--ctx", "lots"], "argument --ctx: wants a count of at least 1"),
+    ],
+)
+def test_model_command_counts_are_usage_errors(
+    argv: list[str], words: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["generate", *argv, "hi"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and words in err and "Traceback" not in err
+
+
+def test_ctx_takes_k_as_budget_does() -> None:
+    from localinfer.cli import build_parser
+
+    args = build_parser().parse_args(["generate", "--ctx", "8k", "hi"])
+    assert args.ctx == 8192
+
+
+def test_forced_setting_that_cannot_be_allocated_is_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--force past the budget, into an allocation no machine can make (1.5 TB of KV): the
+    framework's allocator error becomes one line, not a traceback."""
+    overcommit = Path("/proc/sys/vm/overcommit_memory")
+    if not overcommit.exists() or overcommit.read_text().strip() == "1":
+        pytest.skip("with overcommit always on the allocation succeeds and the OOM killer decides")
+    argv = ["generate", "--backend", "torch", "--slots", "1000000", "--force", "hi"]
+    rc = main(argv)
+    err = capsys.readouterr().err
+    assert rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1
+    assert err.startswith("localinfer: error: not enough memory for torch with 1000000 slot(s)")
