@@ -18,7 +18,11 @@ from localinfer.backends.llamacpp.quantize import (  # noqa: E402
 )
 from localinfer.backends.llamacpp.runner import LlamaCppRunner  # noqa: E402
 from localinfer.cli import main  # noqa: E402
-from localinfer.errors import InvalidParameterError, ModelFileError  # noqa: E402
+from localinfer.errors import (  # noqa: E402
+    InvalidParameterError,
+    ModelFileError,
+    UnsupportedModelError,
+)
 from localinfer.loading.embedded import embedded_model_path  # noqa: E402
 from tests.gguf_writer import finish_gguf, write_tiny_gguf  # noqa: E402
 from tests.model_files import file_model  # noqa: E402
@@ -114,10 +118,27 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["quantize", str(garbage), "--to", "q4_0"]) == 1
     assert "not a GGUF file" in capsys.readouterr().err
 
+    assert main(["quantize", str(tmp_path), "--to", "q4_0"]) == 1  # said "file not found"
+    assert "is a directory" in capsys.readouterr().err
+
     with pytest.raises(SystemExit):  # argparse rejects an unknown target
         main(["quantize", str(garbage), "--to", "q3_x"])
     with pytest.raises(InvalidParameterError):
         quantize_gguf(garbage, None, "q3_x")
+
+
+@pytest.mark.parametrize(
+    ("quant", "advice"),
+    [
+        ("q8_0", "--to q8_0 --allow-requantize"),  # the embedded file is Q4_1: a requantize
+        ("mlx-4bit", "llama.cpp writes only q8_0, q4_0"),  # it suggested --to mlx-4bit
+    ],
+)
+def test_another_quantization_says_what_writes_it(quant: str, advice: str) -> None:
+    config = RunnerConfig(slots=1, max_ctx=64, threads=1, quant=quant)
+    with pytest.raises(UnsupportedModelError, match="runs a GGUF as stored") as caught:
+        LlamaCppRunner(file_model(embedded_model_path(), "Q4_1"), config)
+    assert advice in str(caught.value)
 
 
 def test_truncated_source_is_a_model_file_error(f16_source: Path, tmp_path: Path) -> None:

@@ -60,6 +60,20 @@ def target_label(target: str) -> str:
     return TARGETS[key][1]
 
 
+def requantize_advice(source: Path, quant: str, file_quant: str | None) -> str:
+    """What to do when the llamacpp backend is asked for ``quant`` but the file stores
+    ``file_quant``: the quantize command that writes it, where llama.cpp can write it."""
+    if quant.lower() not in TARGETS:
+        return (
+            f"llama.cpp writes only {', '.join(TARGETS)} (localinfer quantize); "
+            f"for {quant}, use another backend (--backend torch or mlx)"
+        )
+    command = f"localinfer quantize {source} --to {quant}"
+    if (file_quant or "").upper() not in ("F16", "BF16", "F32"):
+        command += " --allow-requantize"  # from an already quantized file: worse than F16's
+    return f"write a new file: {command}"
+
+
 def default_output(source: Path, target: str) -> Path:
     """``model-F16.gguf`` -> ``model-Q8_0.gguf`` beside the source."""
     stem = _SOURCE_SUFFIX.sub("", source.stem)
@@ -67,6 +81,8 @@ def default_output(source: Path, target: str) -> Path:
 
 
 def _check_source(source: Path) -> None:
+    if source.is_dir():
+        raise ModelFileError(source, "is a directory; quantize reads one GGUF file")
     if not source.is_file():
         raise ModelFileError(source, "file not found")
     with source.open("rb") as f:

@@ -44,6 +44,7 @@ from localinfer.backends.llamacpp.kv_splice import splice_slot
 from localinfer.backends.llamacpp.kv_transfer import SeqFormat, SeqTransferMethods
 from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
+from localinfer.backends.llamacpp.quantize import requantize_advice
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
     BackendUnavailableError,
@@ -119,9 +120,10 @@ class LlamaCppRunner(SeqTransferMethods):
                 "(use --backend torch, or convert it to GGUF)"
             )
         if config.quant not in (None, "none") and not quant_matches(config.quant, model.file_quant):
+            advice = requantize_advice(path, config.quant, model.file_quant)
             raise UnsupportedModelError(
                 f"the llamacpp backend runs a GGUF as stored ({model.file_quant}); to use "
-                f"{config.quant}, write a new file: localinfer quantize {path} --to {config.quant}"
+                f"{config.quant}, {advice}"
             )
         if not path.is_file():
             raise ModelFileError(path, "file not found")
