@@ -104,3 +104,11 @@ def test_bad_logits_raise() -> None:
         sampler().sample(np.full(8, np.nan, np.float32))
     with pytest.raises(ValueError, match="vocab"):
         sampler().sample(np.zeros(4, np.float32))
+
+
+@pytest.mark.parametrize("field", ["temperature", "top_p", "min_p", "repetition_penalty"])
+def test_nan_and_infinity_are_refused_as_not_finite(field: str) -> None:
+    """NaN fails every bound, so it was refused as 'less than or equal to 5'."""
+    for value in (float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="finite number"):
+            SamplingParams(**{field: value})

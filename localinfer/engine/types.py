@@ -15,7 +15,8 @@ FinishReason = Literal["stop", "length", "abort", "error"]
 class SamplingParams(BaseModel):
     """Per-request sampling; validated at the edge so the engine never sees a bad value."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    # NaN fails every bound, so without allow_inf_nan=False it read "less than or equal to 5".
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
     max_tokens: int = Field(default=256, ge=1)
     temperature: float = Field(default=0.0, ge=0.0, le=5.0)  # 0 means greedy
