@@ -56,16 +56,19 @@ def newest_line_visible(app) -> bool | None:
 async def test_a_short_terminal_shows_the_newest_text_while_it_streams(session, tmp_path):
     """The room an answer holds below its text to grow into (RESERVE_LINES) is sized to the view:
     in a 12-row terminal it used to push the lines being written below the view's bottom, so the
-    answer streamed out of sight."""
-    settings = ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=60)
+    answer streamed out of sight (every sample below was False)."""
+    settings = ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=120)
     app = ChatApp(ChatHost(settings, session=session), ConversationStore(tmp_path / "c"))
     async with app.run_test(size=(60, 12)) as pilot:
         app.prompt.load_text("Write a long story about a dragon.")
-        await pilot.press("enter")
+        # Not pilot.press: it waits for the app to go idle, which is after the whole answer.
+        app.prompt.submit()
+        await wait_until(pilot, lambda: app.answering)
         seen = []
         while app.answering:
-            await pilot.pause(0.05)
+            await pilot.pause(0.05)  # a sleep, not an idle wait: samples land mid-stream
             visible = newest_line_visible(app)
             if visible is not None:
                 seen.append(visible)
-        assert seen and all(seen), seen
+        # A sample may fall between a paragraph's new line and the layout that scrolls to it.
+        assert len(seen) >= 5 and sum(seen) >= 0.8 * len(seen), seen
