@@ -72,3 +72,19 @@ async def test_a_short_terminal_shows_the_newest_text_while_it_streams(session, 
                 seen.append(visible)
         # A sample may fall between a paragraph's new line and the layout that scrolls to it.
         assert len(seen) >= 5 and sum(seen) >= 0.8 * len(seen), seen
+
+
+async def test_a_short_terminal_reaches_the_settings_buttons(session, tmp_path):
+    """The settings form is taller than a 12-row terminal: the dialog scrolls, so focusing
+    Apply brings it into view (it used to stay clipped below the dialog's edge)."""
+    settings = ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=4)
+    app = ChatApp(ChatHost(settings, session=session), ConversationStore(tmp_path / "c"))
+    async with app.run_test(size=(40, 12)) as pilot:
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: len(app.screen_stack) == 2)
+        await pilot.pause()
+        save = app.screen.query_one("#apply")
+        save.focus()
+        await pilot.pause()
+        dialog = app.screen.query_one(".dialog").region
+        assert save.region.height and dialog.contains_region(save.region)
