@@ -104,3 +104,24 @@ async def test_ctrl_o_says_which_files_it_could_not_read(session, tmp_path):
         for name in ("cut.json", "list.json", "notes.json", "wrong.json"):
             assert name in note
         assert str(root) in note
+
+
+async def test_opening_a_conversation_clears_the_last_answers_figures(session, tmp_path):
+    """The Answer panel shows the figures of this conversation's last answer: opening another one
+    clears them, as Ctrl+N does (they used to stay, describing the conversation left)."""
+    root = tmp_path / "conversations"
+    fill_folder(root)
+    host = ChatHost(ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=4), session=session)
+    app = ChatApp(host, ConversationStore(root))
+    async with app.run_test(size=SIZE) as pilot:
+        app.prompt.load_text("Hi!")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not app.answering and len(app.conversation.messages) == 2)
+        assert "completion 4 tok" in app.stats.answer_text
+        await pilot.press("ctrl+o")
+        await wait_until(pilot, lambda: isinstance(app.screen, ConversationsScreen), timeout=60)
+        await pilot.pause()
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConversationsScreen), timeout=60)
+        assert "completion 0 tok" in app.stats.answer_text
+        assert "TTFT       —" in app.stats.answer_text

@@ -90,6 +90,7 @@ class ConversationActions(ChatAppBase):
             self.keep_conversation_kv()
         self.conversation = conversation
         self.view.show_conversation(conversation)
+        self.stats.show_answer(StatsSnapshot())  # the figures were the left conversation's
         answers = [m.content for m in conversation.messages if m.role == "assistant"]
         self._last_answer_text = answers[-1] if answers else ""
 
