@@ -34,6 +34,7 @@ from localinfer.engine.embedding import (
 from localinfer.engine.handle import GenerationResult, RequestHandle
 from localinfer.engine.kv_store import KVStore
 from localinfer.engine.metrics import Clock, MetricsRecorder, RequestTiming
+from localinfer.engine.request_checks import check_request
 from localinfer.engine.sampler import TokenSampler
 from localinfer.engine.scheduler import Scheduler, StepReport
 from localinfer.engine.sequence import EventSink, Sequence
@@ -41,7 +42,6 @@ from localinfer.engine.speculative import Speculator
 from localinfer.engine.thread_calls import EngineCalls, T
 from localinfer.engine.types import EngineMetrics, Request, StreamEvent
 from localinfer.errors import (
-    ContextOverflowError,
     InvalidParameterError,
     QueueFullError,
     UnsupportedModelError,
@@ -302,7 +302,7 @@ class Engine:
         return seqs
 
     def _make_sequence(self, request: Request, sink: EventSink) -> Sequence:
-        self._validate(request)
+        check_request(request, self.vocab_size, self.max_ctx)
         params = request.params
         with self._live_lock:
             # The caller's Request is left untouched (it may be submitted again).
@@ -330,30 +330,6 @@ class Engine:
             )
             self._live[seq.request_id] = seq
         return seq
-
-    def _validate(self, request: Request) -> None:
-        ids = request.prompt_ids
-        if not ids:
-            raise InvalidParameterError("the prompt has no tokens")
-        bad = next((t for t in ids if not (0 <= int(t) < self.vocab_size)), None)
-        if bad is not None:
-            raise InvalidParameterError(
-                f"prompt: token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})"
-            )
-        # The prompt plus one generated token must fit; nothing is ever truncated.
-        if len(ids) + 1 > self.max_ctx:
-            raise ContextOverflowError(
-                requested=len(ids) + 1,
-                limit=self.max_ctx,
-                what=f"the prompt ({len(ids)} tokens) plus one new token",
-            )
-        p = request.params
-        bad = next((t for t in p.stop_token_ids if not (0 <= t < self.vocab_size)), None)
-        if bad is not None:
-            raise InvalidParameterError(
-                f"stop_token_ids: token id {bad} is outside the vocabulary "
-                f"(0..{self.vocab_size - 1})"
-            )
 
     def _token_text(self, token_id: int) -> str:
         return self.tokenizer.token_bytes(token_id).decode("utf-8", errors="replace")

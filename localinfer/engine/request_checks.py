@@ -1,0 +1,32 @@
+"""A request's checks before it is queued: the engine refuses what it cannot run whole, with the
+field named, so no compute is spent on it and nothing is ever truncated."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from localinfer.engine.types import Request
+from localinfer.errors import ContextOverflowError, InvalidParameterError
+
+
+def check_request(request: Request, vocab_size: int, max_ctx: int) -> None:
+    """Raises InvalidParameterError or ContextOverflowError for a request the engine cannot run."""
+    ids = request.prompt_ids
+    if not ids:
+        raise InvalidParameterError("the prompt has no tokens")
+    _check_ids("prompt", ids, vocab_size)
+    # The prompt plus one generated token must fit; nothing is ever truncated.
+    if len(ids) + 1 > max_ctx:
+        raise ContextOverflowError(
+            requested=len(ids) + 1,
+            limit=max_ctx,
+            what=f"the prompt ({len(ids)} tokens) plus one new token",
+        )
+    _check_ids("stop_token_ids", request.params.stop_token_ids, vocab_size)
+
+
+def _check_ids(field: str, ids: Sequence[int], vocab_size: int) -> None:
+    bad = next((t for t in ids if not (0 <= int(t) < vocab_size)), None)
+    if bad is not None:
+        within = f"0..{vocab_size - 1}"
+        raise InvalidParameterError(f"{field}: token id {bad} is outside the vocabulary ({within})")
