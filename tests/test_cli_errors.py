@@ -260,3 +260,23 @@ def test_forced_setting_that_cannot_be_allocated_is_one_line(
     err = capsys.readouterr().err
     assert rc == 1 and "Traceback" not in err and len(err.strip().splitlines()) == 1
     assert err.startswith("localinfer: error: not enough memory for torch with 1000000 slot(s)")
+
+
+@pytest.mark.parametrize(
+    ("argv", "words"),
+    [
+        (["--kv-ram", "lots"], "--kv-ram wants a size"),
+        (["--kv-disk-cap", "huge"], "--kv-disk-cap wants a size"),
+        (["--quant", "int3"], "unknown quantization 'int3'"),
+    ],
+)
+def test_chat_refuses_bad_flags_before_the_window_opens(argv: list[str], words: str) -> None:
+    """They surfaced only inside the chat, as a model that could not load, and exit status 0."""
+    from localinfer.cli import build_parser
+    from localinfer.commands.chat import check_flags_before_loading
+    from localinfer.errors import InvalidParameterError
+
+    args = build_parser().parse_args(["chat", *argv])
+    with pytest.raises(InvalidParameterError, match=re.escape(words)):
+        check_flags_before_loading(args)
+    check_flags_before_loading(build_parser().parse_args(["chat", "--kv-ram", "1GiB"]))

@@ -114,6 +114,21 @@ def _no_kv_flags_with_url(args: argparse.Namespace) -> None:
         )
 
 
+def check_flags_before_loading(args: argparse.Namespace) -> None:
+    """What can be refused from the flags alone, refused before the window opens: a bad value
+    surfaced only inside the chat as "could not load a model" (with advice about other models)
+    and the command still exited 0."""
+    from localinfer.budget.kv_tier import parse_kv_ram
+    from localinfer.facts.quant import normalize_quant
+    from localinfer.kv_tiers import parse_disk_cap
+
+    parse_kv_ram(getattr(args, "kv_ram", None))
+    if getattr(args, "kv_disk_cap", None) is not None:
+        parse_disk_cap(args.kv_disk_cap)
+    if args.quant is not None and args.quant.strip().lower() != "none":
+        normalize_quant(args.quant)
+
+
 def run(args: argparse.Namespace) -> int:
     from functools import partial
 
@@ -128,6 +143,7 @@ def run(args: argparse.Namespace) -> int:
         raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
     api_key = _api_key(args)
     _no_kv_flags_with_url(args)
+    check_flags_before_loading(args)
     settings = ChatSettings(
         model=args.model,
         backend=args.backend,
@@ -140,6 +156,7 @@ def run(args: argparse.Namespace) -> int:
         temperature=args.temperature,
         max_tokens=args.max_tokens,
     )
+    settings.validated()
     host: ChatBackend
     if args.url is not None:
         from localinfer.tui.remote_host import RemoteHost
@@ -156,7 +173,6 @@ def run(args: argparse.Namespace) -> int:
         local.load_in_background(settings)
         host = local
     try:
-        settings.validated()
         from localinfer.conversations import ConversationStore
         from localinfer.tui.app import ChatApp
 
