@@ -71,6 +71,8 @@ class BackendProfile:
     # Weights dequantized and the KV cache held in the compute dtype (torch), rather than the
     # file's types and an f16 cache (llama.cpp, MLX).
     holds_compute_dtype: bool = False
+    # The most sequences (slots) one runner can hold at once; None: no limit but memory.
+    max_sequences: int | None = None
 
     def default_dtype(self, device: str) -> str:
         """The compute dtype a runner uses when none is asked (llama.cpp keeps the file's)."""

@@ -50,6 +50,9 @@ PROFILE = LlamaCppProfile(
     # 1 + 0.45 + 0.48 k one-token steps (a matrix-vector kernel for one token, compute-bound
     # batches); speculation pays up to 2 busy slots (1.51x / 1.04x at 1 / 2).
     cpu_speculation=SpeculationCosts(per_token=0.48, fixed=0.45, max_busy_slots=2),
+    # LLAMA_MAX_SEQ (llama.cpp's src/llama-cparams.h): a context with more sequences fails to
+    # initialize, "n_seq_max must be <= 256" (llama-cpp-python 0.3.36's libllama, measured).
+    max_sequences=256,
 )
 
 

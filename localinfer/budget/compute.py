@@ -99,6 +99,7 @@ def compute_budget(
     backend = choose_backend(memory, request.backend, facts if own_file else None)
     quant = resolve_quant(facts, asked_quant, backend)
     profile = backend_profile(backend)
+    _check_sequences(profile.name, profile.max_sequences, request.concurrency)
     chunk = request.prefill_chunk or profile.memory.prefill_chunk
     planner = Planner(facts, profile, chunk, memory.kind, request.dtype)
     asked_kv = request.kv_dtype
@@ -139,6 +140,16 @@ def compute_budget(
         if not report.suggestions:
             report.vllm = vllm_plan_for(facts, ctx, request.concurrency, kv)
     return report
+
+
+def _check_sequences(backend: str, limit: int | None, asked: int) -> None:
+    """Refuse more sequences than the backend's runner can create (it would fail at load time
+    whatever the memory: llama.cpp's context refuses n_seq_max above LLAMA_MAX_SEQ)."""
+    if limit is not None and asked > limit:
+        raise InvalidParameterError(
+            f"the {backend} backend runs at most {limit} sequences at once, not {asked}; "
+            f"ask for {limit} or fewer (--concurrency, or --slots when loading) or another backend"
+        )
 
 
 def _kv_ram(request: BudgetRequest, memory: DeviceMemory, model_total: int) -> KVRamTier:

@@ -218,7 +218,9 @@ class Planner:
         )
 
     def max_sequences(self, budget: int, quant: str, ctx: int, kv: KVDtype) -> int:
-        return _largest(lambda s: self.fits(budget, quant, ctx, s, kv), MAX_SEQUENCES)
+        """Most sequences that fit, up to the backend's own limit (llama.cpp's 256)."""
+        upper = min(MAX_SEQUENCES, self.profile.max_sequences or MAX_SEQUENCES)
+        return _largest(lambda s: self.fits(budget, quant, ctx, s, kv), upper)
 
 
 def _largest(ok: Callable[[int], bool], upper: int) -> int:
