@@ -81,6 +81,11 @@ class BackendProfile:
     def runs_format(self, model_format: str | None) -> bool:
         return model_format is None or model_format in self.formats
 
+    def quant_refusal(self, quant: str, file_quant: str | None) -> str | None:
+        """Why this backend's runner refuses to hold the weights as ``quant`` (the name asked,
+        not the file's own), in the runner's own words; None where it can."""
+        return None
+
     def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
         """A prefill chunk's attention runs fused (no chunk x heads x ctx scores) on this
         device kind, for a model with ``n_heads`` query heads and ``ctx`` cells per sequence."""

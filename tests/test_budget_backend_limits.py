@@ -1,6 +1,6 @@
 """What a backend's runner refuses whatever the memory, refused by the budget first: more
-sequences than llama.cpp can hold. The embedded model, budgeted for a planned machine large
-enough that memory is never the reason."""
+sequences than llama.cpp can hold, and weight quantizations a runner cannot make. The embedded
+model, budgeted for a planned machine large enough that memory is never the reason."""
 
 from __future__ import annotations
 
@@ -8,9 +8,14 @@ import pytest
 
 from localinfer.backends.base import RunnerConfig
 from localinfer.backends.llamacpp.profile import PROFILE as LLAMACPP
+from localinfer.backends.torch.profile import PROFILE as TORCH
 from localinfer.budget import BudgetRequest, compute_budget
 from localinfer.cli import main
-from localinfer.errors import BackendUnavailableError, InvalidParameterError
+from localinfer.errors import (
+    BackendUnavailableError,
+    InvalidParameterError,
+    UnsupportedModelError,
+)
 from localinfer.loading.embedded import embedded_model_path
 
 BIG = "512GiB"  # a planned machine: memory never limits these requests
@@ -51,3 +56,64 @@ def test_cli_refuses_400_sequences_on_llamacpp(capsys: pytest.CaptureFixture[str
     err = capsys.readouterr().err
     assert err.startswith("localinfer: error: ") and err.count("\n") == 1
     assert "at most 256 sequences" in err and "400" in err
+
+
+@pytest.mark.parametrize("backend", ["llamacpp", "torch"])
+@pytest.mark.parametrize("quant", ["mlx-4bit", "mlx-8bit"])
+def test_mlx_quant_on_another_backend_is_refused(backend: str, quant: str) -> None:
+    request = BudgetRequest("smollm2-135m", quant=quant, backend=backend, device=BIG)
+    with pytest.raises(UnsupportedModelError, match=quant):
+        compute_budget(request)
+
+
+def test_mlx_quant_on_mlx_is_budgeted() -> None:
+    request = BudgetRequest("smollm2-135m", quant="mlx-4bit", backend="mlx", device=BIG)
+    assert compute_budget(request).quant == "mlx-4bit"
+
+
+def test_budget_refusal_is_the_llamacpp_runners() -> None:
+    """Word for word what LlamaCppRunner raises for the same name and file."""
+    from localinfer.backends.llamacpp.runner import LlamaCppRunner
+    from localinfer.session import open_model
+
+    model = open_model(str(embedded_model_path())).model
+    with pytest.raises(UnsupportedModelError) as runner:
+        LlamaCppRunner(model, RunnerConfig(max_ctx=16, quant="mlx-4bit"))
+    request = BudgetRequest("smollm2-135m", quant="mlx-4bit", backend="llamacpp", device=BIG)
+    with pytest.raises(UnsupportedModelError) as budget:
+        compute_budget(request)
+    assert str(budget.value) == str(runner.value)
+
+
+@pytest.mark.parametrize(
+    "quant",
+    [
+        "mlx-4bit",
+        "mlx-8bit",
+        "mlx-4bit-g32",
+        "int8",
+        "int4",
+        "int4-g32",
+        "int4-g128",
+        "bf16",
+        "f32",
+    ],
+)
+def test_torch_refusal_matches_its_parser(quant: str) -> None:
+    """The profile (torch-free) refuses exactly the names quant_layout.parse_quant refuses."""
+    from localinfer.backends.torch.quant_layout import parse_quant
+
+    try:
+        parse_quant(quant)
+        refused = None
+    except UnsupportedModelError as exc:
+        refused = str(exc)
+    assert TORCH.quant_refusal(quant, "Q4_1") == refused
+
+
+def test_cli_refuses_mlx_quant_on_llamacpp(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["budget", "smollm2-135m", "--quant", "mlx-4bit", "--backend", "llamacpp"]
+    assert main(argv) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("localinfer: error: ") and err.count("\n") == 1
+    assert "runs a GGUF as stored" in err

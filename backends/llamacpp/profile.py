@@ -24,6 +24,23 @@ class LlamaCppProfile(BackendProfile):
             return True
         return flash_attention(n_heads, ctx, PREFILL_UBATCH)
 
+    def quant_refusal(self, quant: str, file_quant: str | None) -> str | None:
+        """A name that is no GGUF type and not one llama.cpp can write (mlx-4bit, int4-g64): the
+        runner's refusal (runner.py), which no `localinfer quantize` can lift. GGUF types are
+        budgeted: a catalog entry offers them as files, `quantize` writes the others."""
+        from localinfer.backends.llamacpp.quantize import TARGETS, requantize_advice
+
+        key = quant.strip().lower()
+        if key in TARGETS or key in _FLOAT_NAMES or key.upper().startswith(("Q", "IQ")):
+            return None
+        advice = requantize_advice(Path(quant), quant, file_quant)
+        return (
+            f"the llamacpp backend runs a GGUF as stored ({file_quant}); to use {quant}, {advice}"
+        )
+
+
+_FLOAT_NAMES = ("none", "f32", "f16", "bf16", "fp32", "fp16", "float32", "float16", "bfloat16")
+
 
 PROFILE = LlamaCppProfile(
     name="llamacpp",

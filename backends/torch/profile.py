@@ -10,6 +10,7 @@ one-stream and 8-slot decode (scripts/bench-native-kernels, part 3), so selectio
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -84,8 +85,23 @@ _F32_SPECULATION = SpeculationCosts(per_token=0.14, fixed=0.0, max_busy_slots=2)
 _BLOCKS_SPECULATION = SpeculationCosts(per_token=0.34, fixed=0.0, max_busy_slots=1)
 
 
+# What the runner's quant_layout.parse_quant accepts (that module imports torch): float names and
+# int8 / int4 in groups; a GGUF's own block types are run as stored, never asked of the quantizer.
+_TORCH_QUANT_RE = re.compile(r"^int(4|8)(?:[-_]?g(\d+))?$")
+_FLOAT_NAMES = {"none", "fp32", "f32", "float32", "bf16", "bfloat16", "fp16", "f16", "float16"}
+
+
 @dataclass(frozen=True, slots=True)
 class TorchProfile(BackendProfile):
+    def quant_refusal(self, quant: str, file_quant: str | None) -> str | None:
+        """parse_quant's refusal, for names the torch runner cannot make (mlx-4bit, ...)."""
+        key = quant.strip().lower()
+        if key in _FLOAT_NAMES or _TORCH_QUANT_RE.match(key) or quant.upper() == file_quant:
+            return None
+        if key.upper().startswith(("Q", "IQ")):  # GGUF types: budgeted as their files
+            return None
+        return f"the torch runner quantizes to int8 or int4 (int4-g32/-g64/-g128), not {quant!r}"
+
     def speculation(self, device: str, weights: str | None = None) -> SpeculationCosts:
         if not device.startswith(("cuda", "metal")) and weights in NATIVE_BLOCK_TYPES:
             return _BLOCKS_SPECULATION

@@ -19,7 +19,11 @@ from localinfer.budget.report import (
     Suggestion,
     VllmPlan,
 )
-from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
+from localinfer.errors import (
+    InvalidParameterError,
+    OutOfMemoryBudgetError,
+    UnsupportedModelError,
+)
 from localinfer.facts.quant import normalize_quant
 from localinfer.resolve import resolve_model, split_quant_tag
 
@@ -100,6 +104,13 @@ def compute_budget(
     quant = resolve_quant(facts, asked_quant, backend)
     profile = backend_profile(backend)
     _check_sequences(profile.name, profile.max_sequences, request.concurrency)
+    refusal = (
+        None
+        if own_file or asked_quant is None
+        else profile.quant_refusal(asked_quant.strip(), facts.native_quant)
+    )
+    if refusal is not None:  # the runner would refuse it at load time: say so now
+        raise UnsupportedModelError(refusal)
     chunk = request.prefill_chunk or profile.memory.prefill_chunk
     planner = Planner(facts, profile, chunk, memory.kind, request.dtype)
     asked_kv = request.kv_dtype
