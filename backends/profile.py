@@ -9,6 +9,10 @@ nothing outside ``backends/<name>/`` imports that backend's other modules.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from localinfer.facts.arch import ArchSpec
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +37,12 @@ class MemoryModel:
     tied_head_copy_on_cpu: bool = False
     # Runtime constant when a GGUF's blocks are kept as stored (None: runtime_bytes).
     kept_blocks_runtime_bytes: int | None = None
+    # Bytes per element of a second copy of unfused attention scores (llama.cpp's CPU backend
+    # converts the probabilities to f16 before multiplying by an f16 V cache); 0: none.
+    score_copy_bytes: int = 2
+    # Float32 values per token one layer's activations hold at their peak, in units of the
+    # hidden size and of the MLP's width; None: the budget's default set (planner.py).
+    activation_width: tuple[int, int] | None = None
 
     def runtime_for(self, device_kind: str, kept_blocks: bool = False) -> int:
         if kept_blocks and self.kept_blocks_runtime_bytes is not None:
@@ -71,6 +81,8 @@ class BackendProfile:
     # Weights dequantized and the KV cache held in the compute dtype (torch), rather than the
     # file's types and an f16 cache (llama.cpp, MLX).
     holds_compute_dtype: bool = False
+    # The KV cache alone held in the compute dtype (MLX: float32 on a CPU), weights as stored.
+    kv_in_compute_dtype: bool = False
     # The most sequences (slots) one runner can hold at once; None: no limit but memory.
     max_sequences: int | None = None
 
@@ -85,6 +97,11 @@ class BackendProfile:
         """Why this backend's runner refuses to hold the weights as ``quant`` (the name asked,
         not the file's own), in the runner's own words; None where it can."""
         return None
+
+    def promoted_weight_bytes(self, arch: ArchSpec, quant: str, compute_dtype: str) -> int:
+        """Bytes of a weight matrix's parts a forward pass converts to the compute dtype for
+        the while it runs (the largest such conversion, counted with the compute buffers)."""
+        return 0
 
     def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
         """A prefill chunk's attention runs fused (no chunk x heads x ctx scores) on this

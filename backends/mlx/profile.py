@@ -2,21 +2,66 @@
 
 from __future__ import annotations
 
-from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
+from dataclasses import dataclass
 
-PROFILE = BackendProfile(
+from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
+from localinfer.facts.arch import ArchSpec
+from localinfer.facts.quant import mlx_recipe_layout
+
+FLOAT32_BYTES = 4
+
+
+@dataclass(frozen=True, slots=True)
+class MLXProfile(BackendProfile):
+    def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
+        """mx.fast.scaled_dot_product_attention is a fused kernel on Metal only; on a CPU it runs
+        the composed fallback, which holds the chunk's float32 scores against every cell
+        (measured: the peak grows 2.25 MiB per 256 cells for a 256-token chunk of the embedded
+        model's 9 heads, exactly one chunk x heads x cells x 4 bytes)."""
+        return device_kind != "cpu"
+
+    def promoted_weight_bytes(self, arch: ArchSpec, quant: str, compute_dtype: str) -> int:
+        """A quantized matrix's float16 scales and biases (backends/mlx/weights.py keeps them
+        16-bit beside float32 activations) are promoted to float32 for each product: the LM
+        head's, vocab x groups x 2 x 4 bytes, is the largest (measured 7.5 MiB of the embedded
+        Q4_1 model's one-token forward, 6.75 of it the head's; 0.2 with float weights)."""
+        layout = mlx_recipe_layout(quant, arch.tied_embeddings)
+        if compute_dtype != "float32" or layout is None:
+            return 0
+        group = layout["head"].group
+        if arch.hidden_size % group:  # a matrix of partial groups stays float (weights.py)
+            return 0
+        return 2 * arch.vocab_size * (arch.hidden_size // group) * FLOAT32_BYTES
+
+
+PROFILE = MLXProfile(
     name="mlx",
     module="mlx",
     install_hint="pip install 'localinfer[mlx]'",
     formats=("gguf", "safetensors"),
     memory=MemoryModel(
-        # UNMEASURED placeholders: mx.get_active_memory() + mx.get_cache_memory() of an idle
+        # CPU (mlx-cpu 0.32.4, embedded model, fresh process, chunks of 256 from position 0):
+        # RSS growth minus the runner's weights, KV and overhead = 50.1 MiB (512 x 4 slots) and
+        # 51.4 (2,048 x 1, after the first chunk); a prefill to 2,048 cells grows it 16 MiB
+        # more (MLX's buffer cache keeps each chunk's differently sized score buffers).
+        runtime_bytes=52 * 2**20,
+        # UNMEASURED placeholder: mx.get_active_memory() + mx.get_cache_memory() of an idle
         # runner minus its weights and KV cache, on an Apple Silicon Mac.
-        runtime_bytes=128 * 2**20,
         accelerator_runtime_bytes=128 * 2**20,
-        fused_attention=True,  # mx.fast.scaled_dot_product_attention
+        fused_attention=True,  # on Metal: mx.fast.scaled_dot_product_attention (see above)
         prefill_chunk=256,  # the engine's prefill chunk
-        how_measured="UNMEASURED placeholder",
+        how_measured="CPU: measured RSS growth of load + forward minus weights, KV, overhead; "
+        "Metal: UNMEASURED placeholder",
+        score_copy_bytes=0,  # the fallback's float32 scores are the only copy
+        # MLX evaluates a layer's graph lazily and holds its intermediates until their last use:
+        # around the MLP x, the normed input, the down output and the new residual (4 x hidden),
+        # the fused gate|up output, gate, up, silu's parts and the gated input (7-8 x ffn).
+        # Measured on CPU (runner.memory(), embedded model, last 256-token chunk): float32
+        # weights 19.1 MiB at 512 cells, predicted 18.8; Q4_1 37.7 MiB at 2,048, predicted 39.0.
+        activation_width=(4, 8),
     ),
     cpu_speculation=SpeculationCosts(per_token=0.1, fixed=0.0, max_busy_slots=2),
+    # The runner allocates its cache in the compute dtype: float32 on a CPU (twice the f16 the
+    # budget assumed: 90 MiB measured for 45 predicted), bfloat16 on Metal.
+    kv_in_compute_dtype=True,
 )

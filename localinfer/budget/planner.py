@@ -15,7 +15,6 @@ from localinfer.facts.quant import mlx_quant_bytes, torch_quant_bytes
 
 MAX_SEQUENCES = 4096  # upper end of the max-concurrency search
 ACTIVATION_BYTES = 4  # activations and logits are float32 on every backend
-HALF_BYTES = 2
 # Compute dtypes a runner may hold dequantized weights in -> the budget's quant name.
 DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
@@ -63,6 +62,9 @@ def compute_buffer_bytes(
     q = arch.n_heads * arch.head_dim
     kv = arch.n_kv_heads * arch.head_dim
     width = 2 * arch.hidden_size + q + 2 * kv + 2 * active_ffn_width(arch)
+    if profile.memory.activation_width is not None:  # a lazy graph's own peak (MLX)
+        per_hidden, per_ffn = profile.memory.activation_width
+        width = per_hidden * arch.hidden_size + per_ffn * active_ffn_width(arch)
     activations = tokens * width * ACTIVATION_BYTES
     rows = tokens if device_kind in profile.memory.chunk_logits_on else min(tokens, sequences)
     logits = rows * arch.vocab_size * ACTIVATION_BYTES
@@ -73,7 +75,8 @@ def compute_buffer_bytes(
     # by the f16 V cache, llama.cpp's CPU backend first converts them to f16 in its work buffer,
     # outside the graph's (measured: RSS grows 236 MiB for a last 512-token chunk at 8,192
     # cells of the embedded model: 151 MiB of scores + 75 of the f16 copy + activations).
-    return activations + max(logits, elements * ACTIVATION_BYTES) + elements * HALF_BYTES
+    copy = elements * profile.memory.score_copy_bytes
+    return activations + max(logits, elements * ACTIVATION_BYTES) + copy
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +122,10 @@ class Planner:
         return self.dtype or self.profile.default_dtype(self.device_kind)
 
     def default_kv_dtype(self) -> str:
-        """llama.cpp and MLX cache in f16; the torch runner caches in its compute dtype."""
-        return DTYPES[self.compute_dtype()] if self.profile.holds_compute_dtype else "f16"
+        """llama.cpp caches in f16; torch and MLX in their compute dtype (float32 on a CPU)."""
+        profile = self.profile
+        in_compute = profile.holds_compute_dtype or profile.kv_in_compute_dtype
+        return DTYPES[self.compute_dtype()] if in_compute else "f16"
 
     def stored_quant(self, quant: str) -> str:
         """The form the backend keeps weights in: torch dequantizes GGUF block types."""
@@ -166,6 +171,7 @@ class Planner:
             )
             return self._breakdown(ctx, sequences, kv, kept, source, kept_blocks=True)
         stored = self.stored_quant(quant)
+        promoted = self.profile.promoted_weight_bytes(self.facts.arch, stored, self.compute_dtype())
         weights, source = self.facts.weights(stored)
         arch = self.facts.arch
         exact = self.recipe_bytes(stored)
@@ -182,7 +188,7 @@ class Planner:
         ):
             weights += arch.vocab_size * arch.hidden_size * (4 if stored == "f32" else 2)
             source += " + a packed copy of the tied LM head"
-        return self._breakdown(ctx, sequences, kv, weights, source)
+        return self._breakdown(ctx, sequences, kv, weights, source, promoted=promoted)
 
     def _breakdown(
         self,
@@ -192,6 +198,7 @@ class Planner:
         weights: int,
         source: str,
         kept_blocks: bool = False,
+        promoted: int = 0,
     ) -> Breakdown:
         arch = self.facts.arch
         projector = self.facts.projector
@@ -202,7 +209,8 @@ class Planner:
             weights=weights,
             weights_source=source,
             kv=kv_cache_bytes(arch, ctx, sequences, kv),
-            compute=compute_buffer_bytes(
+            compute=promoted
+            + compute_buffer_bytes(
                 arch, ctx, sequences, self.chunk, self.profile, self.device_kind
             ),
             runtime=self.profile.memory.runtime_for(self.device_kind, kept_blocks),

@@ -1,0 +1,63 @@
+"""The budget of the MLX runner on a CPU against what the runner itself allocates (MLX's own
+allocator counters, the embedded model): its float32 KV cache, and compute buffers that hold a
+lazy graph's intermediates, the unfused attention fallback's scores and the quantized LM head's
+promoted scales."""
+
+from __future__ import annotations
+
+import pytest
+
+from localinfer.backends.base import RunnerConfig, SlotWork
+from localinfer.backends.mlx.profile import PROFILE
+from localinfer.budget import BudgetRequest, compute_budget
+from localinfer.budget.compute import Planner
+from localinfer.budget.model_facts import model_facts
+from localinfer.loading.embedded import embedded_model_path
+from localinfer.resolve import resolve_model
+
+pytest.importorskip("mlx.core")
+
+CHUNK = PROFILE.memory.prefill_chunk
+
+
+def _runner_at_last_chunk(ctx: int, quant: str | None):  # noqa: ANN202 - an MLXRunner
+    """The runner after prefilling slot 0 to ``ctx`` in the engine's chunks (the last chunk's
+    attention spans every cell: the compute buffers' worst case)."""
+    from localinfer.backends.mlx.runner import MLXRunner
+    from localinfer.session import open_model
+
+    model = open_model(str(embedded_model_path())).model
+    runner = MLXRunner(model, RunnerConfig(slots=1, max_ctx=ctx, quant=quant))
+    for start in range(0, ctx, CHUNK):
+        tokens = tuple(1 + i for i in range(min(CHUNK, ctx - start)))
+        runner.forward([SlotWork(slot=0, tokens=tokens, start_pos=start, logits="last")])
+    return runner
+
+
+@pytest.mark.parametrize("quant", [None, "none"])  # the file's Q4_1 blocks; float32 weights
+def test_kv_and_compute_match_the_runner_on_cpu(quant: str | None) -> None:
+    ctx = 2 * CHUNK
+    report = compute_budget(
+        BudgetRequest("smollm2-135m", ctx=ctx, quant=quant, backend="mlx", device="cpu")
+    )
+    assert report.kv_dtype == "f32"  # the runner's float32 compute dtype, not f16
+    runner = _runner_at_last_chunk(ctx, quant)
+    try:
+        measured = runner.memory()
+    finally:
+        runner.close()
+    assert measured.kv_cache == report.kv_cache_bytes
+    # Overhead: RoPE tables and the largest forward's transient peak, against compute buffers.
+    assert 0.9 <= measured.overhead / report.compute_bytes <= 1.1, (measured, report)
+
+
+def test_kv_dtype_follows_the_compute_dtype() -> None:
+    facts = model_facts(resolve_model("smollm2-135m", None, assemble=False))
+    assert Planner(facts, PROFILE, CHUNK, "cpu").default_kv_dtype() == "f32"
+    assert Planner(facts, PROFILE, CHUNK, "metal").default_kv_dtype() == "bf16"
+    assert Planner(facts, PROFILE, CHUNK, "cpu", "float16").default_kv_dtype() == "f16"
+
+
+def test_attention_is_unfused_on_cpu_only() -> None:
+    assert PROFILE.fused_attention("cpu", 9, 2048, CHUNK) is False
+    assert PROFILE.fused_attention("metal", 9, 2048, CHUNK) is True
