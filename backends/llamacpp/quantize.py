@@ -64,10 +64,10 @@ def requantize_advice(source: Path, quant: str, file_quant: str | None) -> str:
     """What to do when the llamacpp backend is asked for ``quant`` but the file stores
     ``file_quant``: the quantize command that writes it, where llama.cpp can write it."""
     if quant.lower() not in TARGETS:
-        return (
-            f"llama.cpp writes only {', '.join(TARGETS)} (localinfer quantize); "
-            f"for {quant}, use another backend (--backend torch or mlx)"
-        )
+        writes = f"llama.cpp writes only {', '.join(TARGETS)} (localinfer quantize)"
+        if quant.lower().startswith("mlx"):
+            return f"{writes}; {quant} is the MLX backend's (--backend mlx)"
+        return writes
     command = f"localinfer quantize {source} --to {quant}"
     if (file_quant or "").upper() not in ("F16", "BF16", "F32"):
         command += " --allow-requantize"  # from an already quantized file: worse than F16's
