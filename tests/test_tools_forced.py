@@ -235,6 +235,15 @@ def test_a_schema_the_engine_cannot_build_names_its_tool():
         parse_tools([{"type": "function", "function": {"name": "f", "parameters": broken}}])
 
 
+def test_a_forced_call_the_engine_cannot_build_names_tool_choice(compiler):
+    """A keyword llguidance does not implement passes when the tools are read (lenient, as
+    under tool_choice auto) but cannot constrain a forced call: a 400 naming tool_choice."""
+    loose = {"type": "object", "properties": {"a": {"type": "string", "not": {"const": "x"}}}}
+    tools = parse_tools([{"type": "function", "function": {"name": "f", "parameters": loose}}])
+    with pytest.raises(InvalidParameterError, match=r"^tool_choice: .*not"):
+        compiler.compile(forced_call_spec(tools, REQUIRED, parallel=False))
+
+
 def test_reading_forced_answers_back():
     one = json.dumps(WEATHER_CALL)
     assert [c.name for c in calls_from_forced(one, False, ToolFamily.HERMES)] == ["get_weather"]

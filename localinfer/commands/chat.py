@@ -117,16 +117,14 @@ def _no_kv_flags_with_url(args: argparse.Namespace) -> None:
 def check_flags_before_loading(args: argparse.Namespace) -> None:
     """What can be refused from the flags alone, refused before the window opens: a bad value
     surfaced only inside the chat as "could not load a model" (with advice about other models)
-    and the command still exited 0."""
+    and the command still exited 0. --quant is left to the model's resolution: a repo's file
+    tag ('UD-Q4_K_XL') is a valid --quant no list of quantizations knows."""
     from localinfer.budget.kv_tier import parse_kv_ram
-    from localinfer.facts.quant import normalize_quant
     from localinfer.kv_tiers import parse_disk_cap
 
     parse_kv_ram(getattr(args, "kv_ram", None))
     if getattr(args, "kv_disk_cap", None) is not None:
         parse_disk_cap(args.kv_disk_cap)
-    if args.quant is not None and args.quant.strip().lower() != "none":
-        normalize_quant(args.quant)
 
 
 def run(args: argparse.Namespace) -> int:

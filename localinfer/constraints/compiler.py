@@ -25,6 +25,7 @@ from localinfer.errors import InvalidParameterError
 # model loop on newlines until max_tokens.
 JSON_OPTIONS: dict[str, Any] = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{1,16}"}
 ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
+LENIENT: dict[str, Any] = {**JSON_OPTIONS, "lenient": True}
 
 
 class CompiledConstraint:
@@ -98,17 +99,19 @@ class _Wrapper:
 @lru_cache(maxsize=256)
 def _schema_problem(schema_json: str) -> str | None:
     try:
-        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema_json, defaults=JSON_OPTIONS)
+        grammar = llguidance.LLMatcher.grammar_from_json_schema(schema_json, defaults=LENIENT)
     except Exception as exc:  # the converter raises ValueError or its own error classes
         return str(exc)
     return llguidance.LLMatcher.validate_grammar(grammar, None) or None
 
 
 def json_schema_problem(schema: dict[str, Any]) -> str | None:
-    """Why llguidance could not build ``schema`` (one line), or None when it can: for schemas a
-    request carries but may never constrain with (a tool's parameters under tool_choice
-    "auto"), checked as a forced call would compile them. Cached: agents send the same tools
-    every turn."""
+    """Why ``schema`` is broken (one line), or None: for schemas a request carries but may never
+    constrain with (a tool's parameters under tool_choice "auto"). Lenient: keywords llguidance
+    does not implement (uniqueItems, not, if/then, unknown formats: common in agents' tool
+    lists) pass, as they did before; an unknown type or a pattern that is not a regex does not.
+    A forced call still compiles strictly and names tool_choice. Cached: agents send the same
+    tools every turn."""
     problem = _schema_problem(json.dumps(schema, sort_keys=True))
     if problem is None:
         return None
