@@ -226,9 +226,16 @@ def create_runner(model: LoadedModel, config: RunnerConfig, choice: BackendChoic
 
 
 # What the frameworks raise when an allocation fails: torch's CPU allocator ("can't allocate
-# memory") and torch.OutOfMemoryError (CUDA), MLX's "[malloc]", Python's MemoryError. Matched
-# by name and text: this module never imports a framework.
-_ALLOCATION_WORDS = ("can't allocate memory", "out of memory", "[malloc")
+# memory") and torch.OutOfMemoryError (CUDA), MLX's "[malloc]" / "[metal::malloc] Attempting to
+# allocate" / "Resource limit (N) exceeded", Python's MemoryError. Matched by name and text:
+# this module never imports a framework.
+_ALLOCATION_WORDS = (
+    "can't allocate memory",
+    "out of memory",
+    "malloc]",
+    "unable to allocate",
+    "resource limit",
+)
 
 
 def _allocation_failure(exc: BaseException) -> bool:

@@ -280,3 +280,21 @@ def test_chat_refuses_bad_flags_before_the_window_opens(argv: list[str], words: 
         check_flags_before_loading(args)
     for fine in (["--kv-ram", "1GiB"], ["--quant", "UD-Q4_K_XL"]):  # a repo file's own tag
         check_flags_before_loading(build_parser().parse_args(["chat", *fine]))
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: can't allocate memory",
+        "CUDA out of memory. Tried to allocate 20.00 GiB",
+        "[metal::malloc] Attempting to allocate 68719476736 bytes which is greater than ...",
+        "[metal::malloc] Resource limit (499000) exceeded.",
+        "[malloc] Unable to allocate 1024 bytes.",
+    ],
+)
+def test_allocation_failures_of_each_framework_are_recognised(text: str) -> None:
+    from localinfer.backends.select import _allocation_failure
+
+    assert _allocation_failure(RuntimeError(text))
+    assert _allocation_failure(MemoryError())
+    assert not _allocation_failure(RuntimeError("shape '[2, 3]' is invalid for input of size 5"))

@@ -133,6 +133,7 @@ def test_cli_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
         ("q8_0", "--to q8_0 --allow-requantize"),  # the embedded file is Q4_1: a requantize
         ("mlx-4bit", "llama.cpp writes only q8_0, q4_0"),  # it suggested --to mlx-4bit
         ("mlx-4bit", "mlx-4bit is the MLX backend's (--backend mlx)"),  # torch refuses it too
+        ("Q5_K_M", "localinfer pull ORG/REPO:Q5_K_M"),  # it said "another backend"
     ],
 )
 def test_another_quantization_says_what_writes_it(quant: str, advice: str) -> None:

@@ -67,7 +67,8 @@ def requantize_advice(source: Path, quant: str, file_quant: str | None) -> str:
         writes = f"llama.cpp writes only {', '.join(TARGETS)} (localinfer quantize)"
         if quant.lower().startswith("mlx"):
             return f"{writes}; {quant} is the MLX backend's (--backend mlx)"
-        return writes
+        # Another GGUF type (Q5_K_M, IQ3_XXS ...): a repo that ships it has it as a file.
+        return f"{writes}; for a repo's {quant} file: localinfer pull ORG/REPO:{quant}"
     command = f"localinfer quantize {source} --to {quant}"
     if (file_quant or "").upper() not in ("F16", "BF16", "F32"):
         command += " --allow-requantize"  # from an already quantized file: worse than F16's
