@@ -239,7 +239,6 @@ def test_embedded_model_on_blocks_equals_float32(embedded: LoadedModel) -> None:
     from tests.test_torch_native import HUGE_PAGES_SEEN, _vma_flags
 
     if HUGE_PAGES_SEEN:  # blocks on huge pages, as dense fp32 matrices are
-
         for m in (weights.embed, weights.layers[0].qkv, weights.layers[29].down):
             assert "hg" in _vma_flags(m.blocks.data_ptr())
             assert m.blocks.untyped_storage().nbytes() == m.blocks.nbytes  # own storage
