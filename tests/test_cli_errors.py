@@ -298,3 +298,16 @@ def test_allocation_failures_of_each_framework_are_recognised(text: str) -> None
     assert _allocation_failure(RuntimeError(text))
     assert _allocation_failure(MemoryError())
     assert not _allocation_failure(RuntimeError("shape '[2, 3]' is invalid for input of size 5"))
+
+
+def test_a_dtype_hint_says_which_commands_have_the_flag() -> None:
+    """chat and bench have no --dtype: the torch float32 hint names the commands that do."""
+    from localinfer.budget import BudgetRequest, compute_budget, ensure_fits
+    from localinfer.errors import OutOfMemoryBudgetError
+
+    report = compute_budget(
+        BudgetRequest("qwen3-8b", ctx=16384, backend="torch", device="24GiB")
+    )  # float32 on a CPU: only halving it fits
+    assert any(s.change == "--dtype bfloat16" for s in report.suggestions)
+    with pytest.raises(OutOfMemoryBudgetError, match=r"try --dtype bfloat16 \(generate, serve\)"):
+        ensure_fits(report)

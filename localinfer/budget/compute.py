@@ -188,7 +188,10 @@ def ensure_fits(report: BudgetReport) -> BudgetReport:
 def _as_session_flags(change: str) -> str | None:
     """A budget suggestion in the flags of the commands that load a model (chat, generate,
     serve, bench): sequences are their --slots; None for a KV cache type, which they cannot
-    set (the runner's own cache type is what was budgeted)."""
+    set (the runner's own cache type is what was budgeted); --dtype only generate and serve
+    have, so the hint says so."""
     if "--kv-dtype" in change:
         return None
+    if "--dtype" in change:
+        change += " (generate, serve)"
     return change.replace("--concurrency", "--slots")
