@@ -11,6 +11,7 @@ import argparse
 import importlib
 import os
 import pkgutil
+import select
 import sys
 
 from localinfer import __version__
@@ -71,13 +72,27 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:
+    except BrokenPipeError as exc:
+        if not _stdout_is_closed():  # a socket or a child's pipe: an error like any other
+            print(f"localinfer: error: {exc}", file=sys.stderr)
+            return 1
         # The reader went away (`localinfer embed ... | head`): the rest is unwanted. Point stdout
         # at /dev/null so the interpreter's final flush does not fail again, and exit as a
         # program stopped by SIGPIPE does (128 + 13).
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         return 141
+
+
+def _stdout_is_closed() -> bool:
+    """Whether stdout is a pipe whose reader has gone: poll reports an error on its write end
+    (writing nothing would not tell: Linux returns 0 for an empty write to any pipe)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no fileno (captured), or no poll (Windows)
+        return False
 
 
 if __name__ == "__main__":

@@ -5,12 +5,13 @@ features, and a measured choice (llama.cpp's attention kernel, the native kernel
 holds only for the CPU it was measured on, so their cache keys include this. Linux names the CPU
 differently per architecture: x86 ``model name`` and ``flags``; ARM ``Features`` and the
 ``CPU implementer`` / ``CPU part`` / ``CPU variant`` numbers (ARM has no model name line).
-Elsewhere (macOS, Windows) ``platform`` is what there is.
+Elsewhere: the machine, the processor and, on macOS, sysctl's CPU name.
 """
 
 from __future__ import annotations
 
 import platform
+import subprocess
 from functools import cache
 from pathlib import Path
 
@@ -32,4 +33,19 @@ def cpu_identity() -> str:
         found = []
     if found:
         return "\n".join(found)
-    return f"{platform.machine()}|{platform.processor()}|{platform.platform()}"
+    return f"{platform.machine()}|{platform.processor()}|{_brand()}"
+
+
+def _brand() -> str:
+    """The CPU's name where there is no /proc/cpuinfo: macOS's sysctl ("Apple M3 Pro"); not the
+    OS version, or every system update would rebuild and re-measure what is keyed on this."""
+    if platform.system() != "Darwin":
+        return ""
+    try:
+        done = subprocess.run(
+            ["sysctl", "-n", "machdep.cpu.brand_string"],
+            capture_output=True, text=True, timeout=5, check=False,
+        )  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip()

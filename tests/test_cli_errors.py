@@ -311,3 +311,18 @@ def test_a_dtype_hint_says_which_commands_have_the_flag() -> None:
     assert any(s.change == "--dtype bfloat16" for s in report.suggestions)
     with pytest.raises(OutOfMemoryBudgetError, match=r"try --dtype bfloat16 \(generate, serve\)"):
         ensure_fits(report)
+
+
+def test_a_broken_pipe_elsewhere_is_an_error_not_a_quiet_exit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Only stdout's reader going away is the quiet 141; a socket or child's broken pipe while
+    stdout is fine is reported."""
+    from localinfer.commands import generate
+
+    def broken(args: object) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(generate, "run", broken)
+    assert main(["generate", "hi"]) == 1
+    assert "localinfer: error: [Errno 32] Broken pipe" in capsys.readouterr().err
