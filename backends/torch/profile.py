@@ -17,6 +17,7 @@ from pathlib import Path
 
 from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
 from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens, native_plan
+from localinfer.facts.quant import TORCH_INT_GROUPS
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
 
 TORCH_ARCHS = ("llama", "mistral", "qwen2", "qwen3")
@@ -96,7 +97,11 @@ class TorchProfile(BackendProfile):
     def quant_refusal(self, quant: str, file_quant: str | None) -> str | None:
         """parse_quant's refusal, for names the torch runner cannot make (mlx-4bit, ...)."""
         key = quant.strip().lower()
-        if key in _FLOAT_NAMES or _TORCH_QUANT_RE.match(key) or quant.upper() == file_quant:
+        named = _TORCH_QUANT_RE.match(key)
+        if named and named.group(2) and int(named.group(2)) not in TORCH_INT_GROUPS:
+            bits, group = named.group(1), int(named.group(2))
+            return f"int{bits} group size must be one of {TORCH_INT_GROUPS}: {group}"
+        if key in _FLOAT_NAMES or named or quant.upper() == file_quant:
             return None
         if key.upper().startswith(("Q", "IQ")):  # GGUF types: budgeted as their files
             return None
