@@ -11,17 +11,17 @@ from localinfer.errors import InvalidParameterError
 _COUNT = re.compile(r"^\s*(\d+)\s*([kK]?)\s*$")
 
 
-def _count(text: str) -> int:
-    """The count ``text`` spells, or 0 when it spells none."""
+def _count(text: str) -> int | None:
+    """The count ``text`` spells (0 included), or None when it spells none."""
     match = _COUNT.match(text)
-    return int(match.group(1)) * (1024 if match.group(2) else 1) if match else 0
+    return int(match.group(1)) * (1024 if match.group(2) else 1) if match else None
 
 
 def parse_count(text: str, flag: str) -> int:
     """'4096' -> 4096, '8k' -> 8192; InvalidParameterError naming ``flag`` otherwise."""
-    if not _COUNT.match(text):
-        raise InvalidParameterError(f"{flag} wants a whole number like 4096 or 8k, got '{text}'")
     value = _count(text)
+    if value is None:
+        raise InvalidParameterError(f"{flag} wants a whole number like 4096 or 8k, got '{text}'")
     if value < 1:
         raise InvalidParameterError(f"{flag} must be at least 1, got '{text}'")
     return value
@@ -29,7 +29,7 @@ def parse_count(text: str, flag: str) -> int:
 
 def count_arg(text: str) -> int:
     """argparse ``type=`` for a count flag ('4096', '8k'): a usage error when it is not one."""
-    value = _count(text)
+    value = _count(text) or 0
     if value < 1:
         raise argparse.ArgumentTypeError(f"wants a count of at least 1 like 4096 or 8k: '{text}'")
     return value
