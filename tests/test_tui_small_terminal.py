@@ -85,6 +85,10 @@ async def test_a_short_terminal_reaches_the_settings_buttons(session, tmp_path):
         await pilot.pause()
         save = app.screen.query_one("#apply")
         save.focus()
-        await pilot.pause()
-        dialog = app.screen.query_one(".dialog").region
-        assert save.region.height and dialog.contains_region(save.region)
+        dialog = app.screen.query_one(".dialog")
+
+        def in_view() -> bool:  # the scroll to the focused button lands a refresh or two later
+            return bool(save.region.height) and dialog.region.contains_region(save.region)
+
+        await wait_until(pilot, in_view, timeout=30)
+        assert in_view()
