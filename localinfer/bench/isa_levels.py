@@ -1,11 +1,10 @@
 """Run a benchmark once per CPU ISA level on this machine: as built for it, and as an AVX2 laptop.
 
-Most users' CPUs have AVX2 + FMA and no AVX-512 (Intel Core since 12th gen, AMD Zen 2/3); the
-project's machines have AVX-512. A benchmark run with ``--isa native,avx2`` measures both in one
-run: the second pass is a fresh process whose native kernels are built without AVX-512
-(LOCALINFER_KERNEL_ISA=avx2) and whose torch (oneDNN, ATen) is told to stay at AVX2. llama.cpp's
-CPU backend was compiled for this machine when pip built it and cannot be lowered at run time: in
-the AVX2 pass it still uses whatever this CPU has, so the comparison errs in its favour.
+Most users' CPUs have AVX2 + FMA and no AVX-512; the project's machines have AVX-512. A benchmark
+run with ``--isa native,avx2`` measures both in one run: the second pass is a fresh process with
+every library held at AVX2 (as_avx2: the native kernels, torch, numpy, and llama.cpp's second
+build). Where that llama.cpp build cannot be made, the pass says so and uses the installed one,
+compiled for this CPU: its rows then err in llama.cpp's favour.
 """
 
 from __future__ import annotations
@@ -17,14 +16,8 @@ import sys
 from pathlib import Path
 
 from localinfer.backends.torch.profile import cpu_flags  # torch-free
+from localinfer.bench.as_avx2 import avx2_env
 
-# What a process needs to behave as on a CPU without AVX-512.
-AVX2_ENV = {
-    "LOCALINFER_KERNEL_ISA": "avx2",
-    "ONEDNN_MAX_CPU_ISA": "AVX2",
-    "ATEN_CPU_CAPABILITY": "avx2",
-    "MKL_ENABLE_INSTRUCTIONS": "AVX2",  # torch's F.linear on CPU is MKL's sgemm: hide it there too
-}
 SHOWN_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
                "amx_tile", "avx_vnni", "neon", "asimd")  # fmt: skip
 
@@ -69,7 +62,7 @@ def rerun(script: Path, argv: list[str], level: str) -> int:
     env = dict(os.environ)
     env[PASS_ENV] = level
     if level == "avx2":
-        env.update(AVX2_ENV)
+        env.update(avx2_env(env, log=lambda line: print(line, flush=True)))
     elif level != "native":
         raise ValueError(f"unknown ISA level {level!r}: native or avx2")
     label = "this machine's build" if level == "native" else "AVX-512 hidden (an AVX2 laptop)"
