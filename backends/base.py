@@ -57,6 +57,9 @@ class RunnerConfig:
     device: str = "cpu"  # cpu | cuda | cuda:N | metal
     threads: int | None = None  # None: the backend's default (physical cores)
     quant: str | None = None  # none | int8 | int4 | a GGUF type; None keeps the file's own
+    # KV cache element type (f16 | bf16 | f32 | q8_0 | q4_0); None: the backend's own (llama.cpp
+    # F16; torch and MLX the compute dtype, the only one they hold: select.py refuses another).
+    kv_dtype: str | None = None
 
     def __post_init__(self) -> None:
         if self.slots < 1:

@@ -98,6 +98,24 @@ class BackendProfile:
         not the file's own), in the runner's own words; None where it can."""
         return None
 
+    def kv_dtype_refusal(self, kv_dtype: str | None, compute_dtype: str) -> str | None:
+        """Why this backend's runner cannot keep its KV cache as ``kv_dtype`` (None: its own);
+        None where it can. torch and MLX hold it in the compute dtype and nothing else."""
+        from localinfer.budget.quant import kv_dtype as parse_kv
+
+        if kv_dtype is None:
+            return None
+        own = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(compute_dtype)
+        asked = parse_kv(kv_dtype).name
+        if asked == own:
+            return None
+        dtype_hint = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}.get(asked)
+        other = f"--dtype {dtype_hint}" if dtype_hint else "--backend llamacpp with a GGUF"
+        return (
+            f"the {self.name} backend keeps its KV cache in its compute dtype ({compute_dtype}), "
+            f"not {asked}: leave --kv-dtype out, or use {other}"
+        )
+
     def promoted_weight_bytes(self, arch: ArchSpec, quant: str, compute_dtype: str) -> int:
         """Bytes of a weight matrix's parts a forward pass converts to the compute dtype for
         the while it runs (the largest such conversion, counted with the compute buffers)."""

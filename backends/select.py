@@ -212,6 +212,9 @@ def planned_backend(
 def create_runner(model: LoadedModel, config: RunnerConfig, choice: BackendChoice) -> Runner:
     """Build the runner of the backend already chosen (choose_backend); selection runs once."""
     _require(choice.name)
+    refusal = choice.profile.kv_dtype_refusal(config.kv_dtype, config.dtype)
+    if refusal is not None:
+        raise UnsupportedModelError(refusal)
     module = importlib.import_module(f"localinfer.backends.{choice.name}.runner")
     try:
         return module.create_runner(model, config)

@@ -23,7 +23,7 @@ DRAFT_HELP = (
 
 def add_model_options(parser: Parser, *, ctx: int | None = None) -> None:
     """--backend, --ctx (default ``ctx``; None: 2048 or the model's trained context if less),
-    --quant, --threads and --force."""
+    --quant, --kv-dtype, --threads and --force."""
     parser.add_argument("--backend", choices=BACKENDS, help="default: the fastest installed here")
     default = f"{ctx}" if ctx is not None else "2048, or the model's trained context if less"
     parser.add_argument(
@@ -36,6 +36,13 @@ def add_model_options(parser: Parser, *, ctx: int | None = None) -> None:
         "--quant",
         help="weight quantization: int8, int4, or which of a catalog model's files "
         "(default: the file's own)",
+    )
+    parser.add_argument(
+        "--kv-dtype",
+        metavar="f16|bf16|f32|q8_0|q4_0",
+        help="the KV cache's element type, llama.cpp only (default: f16; q8_0 and q4_0 take "
+        "about 1/2 and 1/4 of its memory and turn flash attention on); torch and MLX keep the "
+        "cache in their compute dtype",
     )
     add_threads_option(parser)
     parser.add_argument(
@@ -70,7 +77,7 @@ def add_cache_reuse_option(parser: Parser) -> None:
 
 def model_settings(args: argparse.Namespace) -> dict[str, Any]:
     """open_session's keywords for what add_model_options parsed."""
-    names = ("backend", "ctx", "quant", "threads", "force")
+    names = ("backend", "ctx", "quant", "kv_dtype", "threads", "force")
     return {name: getattr(args, name) for name in names}
 
 

@@ -42,6 +42,7 @@ class RunnerSettings:
     device: str | None = None  # None: the device the backend choice implies
     force: bool = False  # load without asking the budget whether it fits
     kv_ram: str | None = None  # budget a KV RAM tier: --kv-ram as typed, "auto"; None: none
+    kv_dtype: str | None = None  # --kv-dtype: the KV cache's element type; None: the backend's
     memory: DeviceMemory | None = None  # what the budget counts against; None: free memory now
 
     def __post_init__(self) -> None:
@@ -92,6 +93,7 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
         device=device,
         threads=settings.threads,
         quant=settings.quant,
+        kv_dtype=settings.kv_dtype,
     )
     report = None
     if not settings.force:
@@ -117,6 +119,7 @@ def check_budget(
         device=config.device,
         backend=backend,
         dtype=config.dtype,
+        kv_dtype=config.kv_dtype,
         kv_ram=kv_ram,
     )
     report = compute_budget(request, memory=memory, facts=facts_of_loaded(model))

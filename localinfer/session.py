@@ -188,6 +188,7 @@ def open_session(
     slots: int = DEFAULT_SLOTS,
     dtype: str | None = None,
     quant: str | None = None,
+    kv_dtype: str | None = None,
     threads: int | None = None,
     max_queue: int = 64,
     prefill_chunk: int = 256,
@@ -202,21 +203,21 @@ def open_session(
 ) -> Session:
     """Resolve, budget, load and start ``model_spec`` (default: the embedded SmolLM2-135M).
 
-    ``ctx``, ``dtype``, ``quant``: see RunnerSettings (``dtype``: bfloat16 on a GPU, float32 on
-    CPU; llama.cpp keeps the file's types). The budget refuses what does not fit before any
-    weight loads; ``force`` loads anyway. ``prefix_reuse`` (on by default) lets a new request
-    reuse the KV of an idle slot that shares its prompt's beginning; ``cache_reuse`` N > 0 also
-    moves cached chunks of N+ tokens found later in the prompt instead of prefilling them (an
-    approximation: see localinfer/engine/chunk_reuse.py). ``kv`` (--kv-ram/--kv-disk; None: no
-    tiers) keeps slots' KV below the slots: a RAM tier (``kv.ram`` None: the budget's default
+    ``ctx``, ``dtype``, ``quant``, ``kv_dtype``: see RunnerSettings (``dtype``: bfloat16 on a
+    GPU, float32 on CPU; llama.cpp keeps the file's types). The budget refuses what does not fit
+    before any weight loads; ``force`` loads anyway. ``prefix_reuse`` (on by default) lets a new
+    request reuse the KV of an idle slot that shares its prompt's beginning; ``cache_reuse`` N >
+    0 also moves cached chunks of N+ tokens found later in the prompt instead of prefilling them
+    (an approximation: see localinfer/engine/chunk_reuse.py). ``kv`` (--kv-ram/--kv-disk; None:
+    no tiers) keeps slots' KV below the slots: a RAM tier (``kv.ram`` None: the budget's default
     share, "0": off) spilling into a disk tier (``kv.disk``) that close() fills and a later
     session restores from; they need prefix reuse and a runner with KVTransfer, else they are
-    off and ``Session.tiers.notice`` says why. ``draft`` turns on
-    speculative decoding: ``"ngram"``, ``"auto"`` (the catalog's recommended draft model), a
-    draft model spec, or None/``"off"``; a draft model runs on ``draft_backend`` (default: the
-    target's); ``spec_config`` overrides the settings chosen for the backend.
-    ``budget_memory`` is what the budget counts against (serve's pool: --device SIZE or the free
-    memory before any of its models loaded); None: this device's free memory now.
+    off and ``Session.tiers.notice`` says why. ``draft`` turns on speculative decoding:
+    ``"ngram"``, ``"auto"`` (the catalog's recommended draft model), a draft model spec, or
+    None/``"off"``; a draft model runs on ``draft_backend`` (default: the target's);
+    ``spec_config`` overrides the settings chosen for the backend. ``budget_memory``: what the
+    budget counts against (serve's pool: --device SIZE or the free memory before its models
+    loaded); None: the device's free memory now.
     """
     if cache_reuse < 0:
         raise InvalidParameterError(f"--cache-reuse must be >= 0, got {cache_reuse}")
@@ -224,7 +225,6 @@ def open_session(
         raise InvalidParameterError("--cache-reuse needs prefix reuse, which is off")
     # --quant none picks a catalog model's original weights (open_model), run as they are.
     runner_quant = quant if quant and quant.lower() != "none" else None
-    kv_ram = budgeted_kv_ram(kv, prefix_reuse)  # checks the tier flags before any weight loads
     settings = RunnerSettings(
         backend,
         ctx,
@@ -233,7 +233,8 @@ def open_session(
         runner_quant,
         threads,
         force=force,
-        kv_ram=kv_ram,
+        kv_ram=budgeted_kv_ram(kv, prefix_reuse),  # checks the tier flags before weights load
+        kv_dtype=kv_dtype,
         memory=budget_memory,
     )
     opened = open_model(model_spec, quant)
@@ -294,6 +295,9 @@ def _speculator(
             dtype=target.config.dtype,
             quant=None,
             kv_ram=None,  # the target's tier is the session's only one
+            # The target's cache type where the draft runs on the same backend; another
+            # backend keeps its own (torch and MLX have only their compute dtype).
+            kv_dtype=settings.kv_dtype if draft_backend in (None, target.choice.name) else None,
         ),
     )
     proposer = DraftProposer(built.runner, vocab_size=draft_model.tokenizer.vocab_size)

@@ -28,8 +28,8 @@ def test_budget_verify_refuses_what_does_not_fit(capsys: pytest.CaptureFixture[s
 
 
 def test_refusal_hints_use_the_flags_of_the_commands_that_load() -> None:
-    # ensure_fits speaks for chat, generate, serve and bench: their flag is --slots, and they
-    # have no --kv-dtype (llama.cpp's cache is f16 there). The hints used to be budget's flags.
+    # ensure_fits speaks for chat, generate, serve and bench: their flag is --slots (the hints
+    # used to be budget's flags); --kv-dtype they have (llama.cpp's cache type).
     from localinfer.budget import BudgetRequest, compute_budget, ensure_fits
     from localinfer.errors import OutOfMemoryBudgetError
 
@@ -42,7 +42,7 @@ def test_refusal_hints_use_the_flags_of_the_commands_that_load() -> None:
         ensure_fits(report)
     message = str(refused.value)
     assert "--slots " in message and "--ctx " in message
-    assert "--concurrency" not in message and "--kv-dtype" not in message
+    assert "--concurrency" not in message and "--kv-dtype q8_0" in message
 
 
 def test_generate_refusal_names_slots(capsys: pytest.CaptureFixture[str]) -> None:
@@ -267,6 +267,7 @@ def test_forced_setting_that_cannot_be_allocated_is_one_line(
     [
         (["--kv-ram", "lots"], "--kv-ram wants a size"),
         (["--kv-disk-cap", "huge"], "--kv-disk-cap wants a size"),
+        (["--kv-dtype", "q3_k"], "unknown KV cache dtype 'q3_k'"),
     ],
 )
 def test_chat_refuses_bad_flags_before_the_window_opens(argv: list[str], words: str) -> None:
@@ -278,7 +279,7 @@ def test_chat_refuses_bad_flags_before_the_window_opens(argv: list[str], words: 
     args = build_parser().parse_args(["chat", *argv])
     with pytest.raises(InvalidParameterError, match=re.escape(words)):
         check_flags_before_loading(args)
-    for fine in (["--kv-ram", "1GiB"], ["--quant", "UD-Q4_K_XL"]):  # a repo file's own tag
+    for fine in (["--kv-ram", "1GiB"], ["--quant", "UD-Q4_K_XL"], ["--kv-dtype", "Q8_0"]):
         check_flags_before_loading(build_parser().parse_args(["chat", *fine]))
 
 

@@ -271,7 +271,7 @@ def test_wrong_format_or_quant_is_a_clear_error(embedded: LoadedModel, tmp_path:
 
 
 def test_quant_matches() -> None:
-    from localinfer.backends.llamacpp.runner import quant_matches
+    from localinfer.backends.llamacpp.quantize import quant_matches
 
     assert quant_matches("q4_k_m", "Q4_K") and quant_matches("Q4_K_M", "Q4_K_M")
     assert quant_matches("int8", "Q8_0") and quant_matches("int4", "Q4_0")

@@ -29,6 +29,7 @@ from localinfer.backends.kv_transfer_checks import (
     check_snapshot,
     layout_key,
 )
+from localinfer.backends.llamacpp.cache_types import ggml_type_id
 from localinfer.backends.llamacpp.seq_state import (
     CacheCells,
     LayerCells,
@@ -42,9 +43,6 @@ from localinfer.backends.llamacpp.seq_state import (
 if TYPE_CHECKING:
     from localinfer.backends.llamacpp.runner import LlamaCppRunner
 
-GGML_F16 = 1  # the runner's context keeps llama.cpp's default F16 K and V cache (ggml type id)
-F16_BYTES = 2
-
 
 @dataclass(slots=True)
 class SeqFormat:
@@ -54,8 +52,9 @@ class SeqFormat:
     n_caches: int  # KV caches per sequence (2: interleaved sliding-window attention)
     n_stream: int  # KV streams in the context (one per slot)
     n_layer: int
-    k_row: int  # bytes of one cell's keys (all KV heads) in one layer
+    k_row: int  # bytes of one cell's keys (all KV heads) in one layer, in the cache's type
     v_row: int
+    type_id: int  # the K and V cache's ggml type (the runner's --kv-dtype)
     layout: str
     v_trans: bool | None = None  # how the context lays out V; learned from a state it wrote
 
@@ -70,13 +69,13 @@ class SeqFormat:
         kv_heads = int(llama.llama_model_n_head_kv(model))
         head = int(llama.llama_model_n_embd(model)) // int(llama.llama_model_n_head(model))
         arch = runner.metadata("general.architecture") or ""
-        k_row = kv_heads * int(runner.metadata(f"{arch}.attention.key_length") or head) * F16_BYTES
-        v_row = (
-            kv_heads * int(runner.metadata(f"{arch}.attention.value_length") or head) * F16_BYTES
-        )
+        kv = runner.kv_type
+        k_dim = int(runner.metadata(f"{arch}.attention.key_length") or head)
+        v_dim = int(runner.metadata(f"{arch}.attention.value_length") or head)
+        k_row, v_row = kv.row_bytes(kv_heads * k_dim), kv.row_bytes(kv_heads * v_dim)
         layout = layout_key(
             "llamacpp",
-            kv="f16",
+            kv=kv.name,
             layers=n_layer,
             kv_heads=kv_heads,
             k_row=k_row,
@@ -85,7 +84,8 @@ class SeqFormat:
             model=_model_identity(runner),
         )
         n_stream = int(np.frombuffer(raw, "<u4", count=1, offset=8)[0])
-        return cls(empty.magic, len(empty.caches), n_stream, n_layer, k_row, v_row, layout)
+        caches, type_id = len(empty.caches), ggml_type_id(kv)
+        return cls(empty.magic, caches, n_stream, n_layer, k_row, v_row, type_id, layout)
 
 
 class SeqTransferMethods:
@@ -185,13 +185,13 @@ def _cells(runner: LlamaCppRunner, slot: int, n_tokens: int) -> SeqState:
 
 
 def _check_cells(fmt: SeqFormat, state: SeqState, n_tokens: int) -> None:
-    """ValueError unless ``state`` is ``n_tokens`` cells of this runner's caches: F16 rows of
-    its sizes, every layer once, positions ``0..n-1`` (a sliding window: its last ones)."""
+    """ValueError unless ``state`` is ``n_tokens`` cells of this runner's caches: rows of
+    its type and sizes, every layer once, positions ``0..n-1`` (a sliding window: its last ones)."""
     if state.magic != fmt.magic or len(state.caches) != fmt.n_caches:
         raise ValueError("KV payload: not this llama.cpp's state format")
     if sum(len(c.layers) for c in state.caches) != fmt.n_layer:
         raise ValueError(f"KV payload: layers do not add up to {fmt.n_layer}")
-    rows = (GGML_F16, GGML_F16, fmt.k_row, fmt.v_row)
+    rows = (fmt.type_id, fmt.type_id, fmt.k_row, fmt.v_row)
     for cache in state.caches:
         pos = cache.positions
         full = cache.holds_every_position() and len(pos) == n_tokens

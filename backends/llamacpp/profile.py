@@ -24,6 +24,18 @@ class LlamaCppProfile(BackendProfile):
             return True
         return flash_attention(n_heads, ctx, PREFILL_UBATCH)
 
+    def kv_dtype_refusal(self, kv_dtype: str | None, compute_dtype: str) -> str | None:
+        """llama.cpp keeps its cache in any type of cache_types.py (Q8_0/Q4_0: the runner turns
+        flash attention on for them), whatever the activations' dtype."""
+        from localinfer.backends.llamacpp.cache_types import cache_type
+        from localinfer.errors import InvalidParameterError
+
+        try:
+            cache_type(kv_dtype)
+        except InvalidParameterError as exc:
+            return str(exc)
+        return None
+
     def quant_refusal(self, quant: str, file_quant: str | None) -> str | None:
         """A name that is no GGUF type and not one llama.cpp can write (mlx-4bit, int4-g64): the
         runner's refusal (runner.py), which no `localinfer quantize` can lift. GGUF types are

@@ -150,3 +150,17 @@ def quantize_gguf(
         output_bytes=out.stat().st_size,
         seconds=time.perf_counter() - start,
     )
+
+
+def quant_matches(asked: str, file_quant: str) -> bool:
+    """Whether a GGUF stored as ``file_quant`` already is the ``asked`` quantization.
+
+    int8 is any Q8 type, int4 any 4-bit one; K-quant mixes compare without their _S/_M/_L size
+    suffix (a loader may report the file type "Q4_K_M" or the dominant tensor type "Q4_K").
+    """
+    a, f = asked.upper(), file_quant.upper()
+    if a == "INT8":
+        return f.startswith("Q8")
+    if a == "INT4":
+        return f.startswith(("Q4", "IQ4"))
+    return re.sub(r"_[SML]$", "", a) == re.sub(r"_[SML]$", "", f)

@@ -38,13 +38,19 @@ from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.attention_plan import PREFILL_UBATCH as DEFAULT_N_BATCH
 from localinfer.backends.llamacpp.attention_plan import check_runs_here, flash_attention
 from localinfer.backends.llamacpp.batch import BatchBuffer, flatten_batch
+from localinfer.backends.llamacpp.cache_types import (
+    cache_bytes,
+    cache_type,
+    ggml_type_id,
+    is_quantized,
+)
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.backends.llamacpp.kv_splice import splice_slot
 from localinfer.backends.llamacpp.kv_transfer import SeqFormat, SeqTransferMethods
 from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
-from localinfer.backends.llamacpp.quantize import requantize_advice
+from localinfer.backends.llamacpp.quantize import quant_matches, requantize_advice
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
     BackendUnavailableError,
@@ -53,8 +59,6 @@ from localinfer.errors import (
     UnsupportedModelError,
 )
 from localinfer.loading.model import LoadedModel
-
-KV_TYPE_BYTES = 2  # the context keeps llama.cpp's default F16 K and V cache
 
 _BUFFER_RE = re.compile(r"(\S+)\s+(KV|output|compute) buffer size =\s+([\d.]+) MiB")
 
@@ -78,20 +82,6 @@ def _parse_buffers(log_text: str) -> LlamaCppBuffers:
         output=sum(sizes["output"].values()),
         compute=sum(sizes["compute"].values()),
     )
-
-
-def quant_matches(asked: str, file_quant: str) -> bool:
-    """Whether a GGUF stored as ``file_quant`` already is the ``asked`` quantization.
-
-    int8 is any Q8 type, int4 any 4-bit one; K-quant mixes compare without their _S/_M/_L size
-    suffix (a loader may report the file type "Q4_K_M" or the dominant tensor type "Q4_K").
-    """
-    a, f = asked.upper(), file_quant.upper()
-    if a == "INT8":
-        return f.startswith("Q8")
-    if a == "INT4":
-        return f.startswith(("Q4", "IQ4"))
-    return re.sub(r"_[SML]$", "", a) == re.sub(r"_[SML]$", "", f)
 
 
 class LlamaCppRunner(SeqTransferMethods):
@@ -129,7 +119,10 @@ class LlamaCppRunner(SeqTransferMethods):
             raise ModelFileError(path, "file not found")
         check_runs_here()  # in a child first: a build for another CPU dies there, not here
         self._embedding_flash = flash_attn  # embeddings (large batches): as the caller asked
-        if flash_attn is None and config.device == "cpu" and model.config is not None:
+        self.kv_type = cache_type(config.kv_dtype)
+        if is_quantized(self.kv_type):
+            flash_attn = True  # llama.cpp reads a quantized V cache only in flash attention
+        elif flash_attn is None and config.device == "cpu" and model.config is not None:
             flash_attn = flash_attention(model.config.n_heads, config.max_ctx, max(1, n_batch))
         self.flash_attention = flash_attn  # measured (attention_plan.py); None: llama.cpp's own
         prepare_omp_wait()  # before llama_cpp loads libgomp, which reads it once (omp_wait.py)
@@ -145,7 +138,7 @@ class LlamaCppRunner(SeqTransferMethods):
         self._lengths = SlotLengths(config.slots)
         self._buffer = BatchBuffer(self._llama, self._n_batch)
         self._max_outputs = 0
-        # dtype: the activations'; weights keep the file's types, KV is F16.
+        # dtype: the activations'; weights keep the file's types, KV is kv_type (F16 by default).
         self.info = RunnerInfo.from_config(
             config, "llamacpp", config.device, self._vocab, model.file_quant, dtype="float32"
         )
@@ -184,6 +177,7 @@ class LlamaCppRunner(SeqTransferMethods):
         params.n_threads = self._threads
         params.n_threads_batch = self._threads
         params.no_perf = True
+        params.type_k = params.type_v = ggml_type_id(self.kv_type)
         if hasattr(params, "n_outputs_max"):  # newer llama.cpp: logits rows per ubatch
             params.n_outputs_max = 0  # 0 = n_batch: verification may ask for every row
         flash = self.flash_attention
@@ -292,7 +286,7 @@ class LlamaCppRunner(SeqTransferMethods):
 
         weights: ``llama_model_size`` (bytes of all tensors as loaded). kv_cache: the KV buffer
         size llama.cpp logged when it allocated the context: the whole preallocated
-        ``n_ctx x layers x (k + v) x f16`` block, which is what is resident whatever the slots
+        ``n_ctx x layers x (k + v)`` block of the cache's type, resident whatever the slots
         hold (``llama_state_seq_get_size`` would instead measure only the used cells, serialised).
         overhead: llama.cpp's logged compute buffer plus its logits buffer, which grows to the
         largest number of output rows requested so far; once embeddings have run, also the
@@ -312,7 +306,7 @@ class LlamaCppRunner(SeqTransferMethods):
         )
 
     def kv_cache_bytes_computed(self) -> int:
-        """KV bytes from the shapes: cells x layers x (k + v dims) x sizeof(f16)."""
+        """KV bytes from the shapes: cells x layers x (a K row + a V row of the cache's type)."""
         llama = self._llama
         cells = int(llama.llama_n_ctx(self._ctx))
         layers = int(llama.llama_model_n_layer(self._model_ptr))
@@ -322,7 +316,7 @@ class LlamaCppRunner(SeqTransferMethods):
         arch = self.metadata("general.architecture") or ""
         k_dim = int(self.metadata(f"{arch}.attention.key_length") or embd // heads)
         v_dim = int(self.metadata(f"{arch}.attention.value_length") or embd // heads)
-        return cells * layers * kv_heads * (k_dim + v_dim) * KV_TYPE_BYTES
+        return cache_bytes(cells, layers, kv_heads * k_dim, kv_heads * v_dim, self.kv_type)
 
     def metadata(self, key: str) -> str | None:
         """A GGUF metadata value as llama.cpp read it, or None when absent."""

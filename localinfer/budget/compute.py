@@ -115,6 +115,9 @@ def compute_budget(
     planner = Planner(facts, profile, chunk, memory.kind, request.dtype)
     asked_kv = request.kv_dtype
     kv = kv_dtype(planner.default_kv_dtype() if asked_kv is None else asked_kv)
+    kv_refusal = profile.kv_dtype_refusal(asked_kv, planner.compute_dtype())
+    if kv_refusal is not None:  # the runner would refuse it (select.py): say so now
+        raise UnsupportedModelError(kv_refusal)
     parts = planner.breakdown(quant, ctx, request.concurrency, kv)
     ram = _kv_ram(request, memory, parts.total)
     # What the planner may fill: the device's memory, less a RAM tier drawn from the same memory.
@@ -187,11 +190,8 @@ def ensure_fits(report: BudgetReport) -> BudgetReport:
 
 def _as_session_flags(change: str) -> str | None:
     """A budget suggestion in the flags of the commands that load a model (chat, generate,
-    serve, bench): sequences are their --slots; None for a KV cache type, which they cannot
-    set (the runner's own cache type is what was budgeted); --dtype only generate and serve
-    have, so the hint says so."""
-    if "--kv-dtype" in change:
-        return None
+    serve, bench, embed): sequences are their --slots; --dtype only generate and serve have, so
+    the hint says so."""
     if "--dtype" in change:
         change += " (generate, serve)"
     return change.replace("--concurrency", "--slots")

@@ -67,7 +67,7 @@ def suggestions_for(
                         total_bytes=total,
                     )
                 )
-    else:  # quantized caches are a llama.cpp feature
+    elif quantized_caches(planner):
         for name in ("q8_0", "q4_0"):
             cheaper = KV_DTYPES[name]
             if cheaper.block_bytes / cheaper.block < kv.block_bytes / kv.block and planner.fits(
@@ -79,7 +79,7 @@ def suggestions_for(
         return out
     # Nothing alone: the smallest quantization, the cheapest cache, the longest context it allows.
     q = smaller[-1] if smaller else quant
-    k = kv if planner.profile.holds_compute_dtype else kv_dtype("q4_0")
+    k = kv_dtype("q4_0") if quantized_caches(planner) else kv
     for seqs in dict.fromkeys((sequences, 1)):
         best_ctx = planner.max_context(budget, q, seqs, k)
         if best_ctx >= min(MIN_USEFUL_CTX, ctx):
@@ -91,6 +91,12 @@ def suggestions_for(
             add(" ".join(flags), q, best_ctx, seqs, k)
             break
     return out
+
+
+def quantized_caches(planner: Planner) -> bool:
+    """Q8_0/Q4_0 KV caches are llama.cpp's (--kv-dtype); torch and MLX hold the compute dtype."""
+    profile = planner.profile
+    return not (profile.holds_compute_dtype or profile.kv_in_compute_dtype)
 
 
 def _smaller_quants(facts: ModelFacts, quant: str) -> list[str]:

@@ -46,6 +46,7 @@ def compute_buffer_bytes(
     chunk: int,
     profile: BackendProfile,
     device_kind: str = "planned",
+    cache: KVDtype | None = None,
 ) -> int:
     """Float32 working memory of one prefill step of `chunk` tokens.
 
@@ -55,8 +56,10 @@ def compute_buffer_bytes(
     (`profile.memory.chunk_logits_on`: llama.cpp's reserved graph on a GPU or an unknown machine);
     elsewhere only the rows the engine asks for are ever resident, one per sequence. A backend
     without fused attention also holds the chunk's scores against the whole context
-    (chunk x heads x ctx). Checked against llama.cpp's own report for the embedded model
-    (n_ubatch 512): 98.25 MiB reserved at every n_ctx, 106 MiB estimated here with chunk logits.
+    (chunk x heads x ctx); a block-quantized ``cache`` (Q8_0/Q4_0) is only read by fused
+    attention, which llama.cpp's runner then turns on (cache_types.py). Checked against
+    llama.cpp's own report for the embedded model (n_ubatch 512): 98.25 MiB reserved at every
+    n_ctx, 106 MiB estimated here with chunk logits.
     """
     tokens = min(chunk, ctx * sequences)
     q = arch.n_heads * arch.head_dim
@@ -68,7 +71,8 @@ def compute_buffer_bytes(
     activations = tokens * width * ACTIVATION_BYTES
     rows = tokens if device_kind in profile.memory.chunk_logits_on else min(tokens, sequences)
     logits = rows * arch.vocab_size * ACTIVATION_BYTES
-    fused = profile.fused_attention(device_kind, arch.n_heads, ctx, chunk)
+    quantized_cache = cache is not None and cache.block > 1
+    fused = quantized_cache or profile.fused_attention(device_kind, arch.n_heads, ctx, chunk)
     elements = 0 if fused else tokens * arch.n_heads * ctx
     # Scores live inside a layer, logits after the last one: graph allocators (llama.cpp's)
     # reuse one buffer for both, so the larger of the two counts. Multiplying the probabilities
@@ -211,7 +215,7 @@ class Planner:
             kv=kv_cache_bytes(arch, ctx, sequences, kv),
             compute=promoted
             + compute_buffer_bytes(
-                arch, ctx, sequences, self.chunk, self.profile, self.device_kind
+                arch, ctx, sequences, self.chunk, self.profile, self.device_kind, kv
             ),
             runtime=self.profile.memory.runtime_for(self.device_kind, kept_blocks),
         )

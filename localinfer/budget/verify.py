@@ -141,12 +141,19 @@ def _budgeted_runner(report: BudgetReport, dtype: str | None) -> Runner:
     skips the session's own budget check, which would repeat it). The dtype defaults to the one the
     budget assumed (the backend's default on the device, as in a session)."""
     assert report.model_path is not None
-    # backend, ctx, slots, dtype: the report's
+    # backend, ctx, slots, dtype, KV type: the report's
     # Imported here, after the first RSS reading: the session's modules (engine, loaders) are
     # part of what the runtime constant measures, as when a session starts in a fresh process.
     from localinfer.session import RunnerSettings, build_runner, open_model
 
+    # The cache type as budgeted (the backend's own unless --kv-dtype named another).
     settings = RunnerSettings(
-        report.backend, report.ctx, report.concurrency, dtype, device=report.device, force=True
+        report.backend,
+        report.ctx,
+        report.concurrency,
+        dtype,
+        device=report.device,
+        force=True,
+        kv_dtype=report.kv_dtype,
     )
     return build_runner(open_model(report.model_path).model, settings).runner

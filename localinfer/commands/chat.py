@@ -105,7 +105,8 @@ def kv_tiers(args: argparse.Namespace, conversations: Path) -> KVTierOptions:
 def _no_kv_flags_with_url(args: argparse.Namespace) -> None:
     from localinfer.errors import InvalidParameterError
 
-    given = [f for f in ("kv_ram", "kv_disk", "kv_disk_cap") if getattr(args, f, None) is not None]
+    kv_flags = ("kv_ram", "kv_disk", "kv_disk_cap", "kv_dtype")
+    given = [f for f in kv_flags if getattr(args, f, None) is not None]
     if given and args.url is not None:
         flag = "--" + given[0].replace("_", "-")
         raise InvalidParameterError(
@@ -120,9 +121,12 @@ def check_flags_before_loading(args: argparse.Namespace) -> None:
     and the command still exited 0. --quant is left to the model's resolution: a repo's file
     tag ('UD-Q4_K_XL') is a valid --quant no list of quantizations knows."""
     from localinfer.budget.kv_tier import parse_kv_ram
+    from localinfer.budget.quant import kv_dtype
     from localinfer.kv_tiers import parse_disk_cap
 
     parse_kv_ram(getattr(args, "kv_ram", None))
+    if getattr(args, "kv_dtype", None) is not None:
+        kv_dtype(args.kv_dtype)
     if getattr(args, "kv_disk_cap", None) is not None:
         parse_disk_cap(args.kv_disk_cap)
 
@@ -166,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         from localinfer.conversations import default_root
 
         kv = kv_tiers(args, default_root())
-        opener = partial(open_with_settings, force=args.force, kv=kv)
+        opener = partial(open_with_settings, force=args.force, kv=kv, kv_dtype=args.kv_dtype)
         local = ChatHost(settings, opener=opener)
         local.load_in_background(settings)
         host = local

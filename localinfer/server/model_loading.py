@@ -122,6 +122,7 @@ class ServeSupply:
             device=choice.device,
             backend=choice.name,
             dtype=s.dtype or choice.profile.default_dtype(choice.device),
+            kv_dtype=s.options.get("kv_dtype"),
             kv_ram=budgeted_kv_ram(s.options.get("kv")),  # the session's own budget rows
         )
         memory = self.memory_for(choice.device)

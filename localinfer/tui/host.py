@@ -92,17 +92,28 @@ class _Opened:
 
 
 def open_with_settings(
-    settings: ChatSettings, *, force: bool = False, kv: KVTierOptions | None = None
+    settings: ChatSettings,
+    *,
+    force: bool = False,
+    kv: KVTierOptions | None = None,
+    kv_dtype: str | None = None,
 ) -> SessionLike:
     """Open a session the way `localinfer chat` does (imports the engine stack on first call);
     ``force``: load even what the budget says does not fit (`chat --force`); ``kv``: the KV
-    tiers (--kv-ram/--kv-disk), where a closed conversation's KV is kept."""
+    tiers (--kv-ram/--kv-disk), where a closed conversation's KV is kept; ``kv_dtype``: the
+    cache's element type (`chat --kv-dtype`)."""
     from localinfer.session import open_session
 
     draft = {"off": None, "ngram": "ngram", "draft": settings.draft}[settings.speculative]
     sizes = {name: getattr(settings, name) for name in ("backend", "ctx", "slots", "threads")}
     return open_session(
-        settings.model, quant=settings.quant, draft=draft, force=force, kv=kv, **sizes
+        settings.model,
+        quant=settings.quant,
+        draft=draft,
+        force=force,
+        kv=kv,
+        kv_dtype=kv_dtype,
+        **sizes,
     )
 
 
