@@ -122,13 +122,15 @@ def choose_backend(
     model_format: str | None = None,
     file_quant: str | None = None,
     arch: str | None = None,
+    kv_dtype: str | None = None,
 ) -> BackendChoice:
     """The backend to use; ``requested`` (from --backend) wins when it is installed.
 
     ``model_format`` ("gguf" | "safetensors"), when known, keeps safetensors models off llama.cpp,
     which only reads GGUF. ``file_quant`` and ``arch`` (a GGUF's dominant type and architecture),
     when known, let a CPU pick the torch runner's native kernels for files they read as stored
-    (backends/torch/profile.py).
+    (backends/torch/profile.py), unless ``kv_dtype`` (--kv-dtype) is a cache type only llama.cpp
+    holds. On a GPU the choice stays and the runner refuses such a type (create_runner).
     """
     if requested:
         name = requested.lower()
@@ -151,7 +153,7 @@ def choose_backend(
         if is_installed("torch"):
             return BackendChoice("torch", "NVIDIA GPU found: PyTorch on CUDA", "cuda")
         note = f"; an NVIDIA GPU is present, to use it: {_hint('torch')}"
-    choice = _cpu_choice(model_format, file_quant, arch, note)
+    choice = _cpu_choice(model_format, file_quant, arch, note, kv_dtype)
     if choice is None:
         raise BackendUnavailableError(
             "no backend is installed: " + "; ".join(f"{name}: {_hint(name)}" for name in BACKENDS)
@@ -160,15 +162,21 @@ def choose_backend(
 
 
 def _cpu_choice(
-    model_format: str | None, file_quant: str | None, arch: str | None, note: str = ""
+    model_format: str | None,
+    file_quant: str | None,
+    arch: str | None,
+    note: str = "",
+    kv_dtype: str | None = None,
 ) -> BackendChoice | None:
     """This CPU's engine among the installed ones (None: none is): the native kernels for a
-    GGUF they read as stored where measured faster, else llama.cpp for GGUF, else torch."""
-    if (
+    GGUF they read as stored where measured faster and torch holds the KV cache type asked
+    (only its float32), else llama.cpp for GGUF, else torch."""
+    native = (
         model_format == "gguf"
         and is_installed("torch")
         and _native_blocks_preferred(file_quant, arch)
-    ):
+    )
+    if native and backend_profile("torch").kv_dtype_refusal(kv_dtype, "float32") is None:
         return BackendChoice(
             "torch",
             f"CPU: localinfer's native kernels on the file's {file_quant} blocks, faster than "
@@ -176,8 +184,9 @@ def _cpu_choice(
         )
     if is_installed("llamacpp"):
         if model_format in (None, "gguf"):
+            why = f"; it holds the {kv_dtype} KV cache asked" if native else ""
             return BackendChoice(
-                "llamacpp", "CPU: llama.cpp, the fast CPU path for this file" + note
+                "llamacpp", "CPU: llama.cpp, the fast CPU path for this file" + why + note
             )
         if is_installed("torch"):
             return BackendChoice(
@@ -196,16 +205,18 @@ def planned_backend(
     model_format: str | None = None,
     file_quant: str | None = None,
     arch: str | None = None,
+    kv_dtype: str | None = None,
 ) -> str:
     """The backend the budget costs on a device of ``device_kind`` (cpu | cuda | metal | planned:
     a named machine), installed here or not: cuda -> torch, metal -> mlx, a planned machine ->
-    llama.cpp, this CPU -> choose_backend's CPU rule (torch when nothing is installed)."""
+    llama.cpp, this CPU -> choose_backend's CPU rule (torch when nothing is installed), which
+    ``kv_dtype`` takes part in."""
     if requested:
         return backend_profile(requested.lower()).name
     by_kind = {"cuda": "torch", "metal": "mlx", "planned": "llamacpp"}
     if device_kind in by_kind:
         return by_kind[device_kind]
-    choice = _cpu_choice(model_format, file_quant, arch)
+    choice = _cpu_choice(model_format, file_quant, arch, kv_dtype=kv_dtype)
     return choice.name if choice is not None else "torch"
 
 

@@ -84,7 +84,9 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
     Raises OutOfMemoryBudgetError, with what would fit, before any weight is read.
     """
     ctx = _context(model, settings.ctx)
-    choice = choose_backend(settings.backend, model.format, model.file_quant, model.config.arch)
+    choice = choose_backend(
+        settings.backend, model.format, model.file_quant, model.config.arch, settings.kv_dtype
+    )
     device = settings.device or choice.device
     config = RunnerConfig(
         slots=settings.slots,

@@ -214,3 +214,20 @@ def test_the_command_line_refuses_a_cache_type_the_backend_lacks(tmp_path: Path)
         "localinfer: error: the torch backend keeps its KV cache in its compute dtype "
         "(float32), not q8_0: leave --kv-dtype out, or use --backend llamacpp with a GGUF"
     )
+
+
+def test_a_quantized_cache_steers_the_automatic_choice_to_llama_cpp(embedded: LoadedModel) -> None:
+    """With no --backend, a cache type only llama.cpp holds picks it on a CPU (here the native
+    kernels would win otherwise); a type the default holds leaves the choice as it was."""
+    from localinfer.backends.select import choose_backend, planned_backend
+
+    facts = (embedded.format, embedded.file_quant, embedded.config.arch)
+    default = choose_backend(None, *facts)
+    if default.device != "cpu":
+        pytest.skip("the automatic choice here is a GPU backend")
+    assert choose_backend(None, *facts, kv_dtype="q4_0").name == "llamacpp"
+    assert planned_backend("cpu", None, *facts, kv_dtype="q8_0") == "llamacpp"
+    own = "f32" if default.name == "torch" else "f16"
+    assert choose_backend(None, *facts, kv_dtype=own) == default
+    report = compute_budget(BudgetRequest(str(embedded.path), 512, 1, None, kv_dtype="q8_0"))
+    assert report.backend == "llamacpp"

@@ -40,13 +40,20 @@ __all__ = [
 ]
 
 
-def choose_backend(memory: DeviceMemory, asked: str | None, facts: ModelFacts | None = None) -> str:
+def choose_backend(
+    memory: DeviceMemory,
+    asked: str | None,
+    facts: ModelFacts | None = None,
+    kv_dtype: str | None = None,
+) -> str:
     """backends/select.py's choice for the device the budget is for; ``facts`` (given when the
-    file's own quantization is asked) let this CPU pick the native kernels for the file's blocks."""
+    file's own quantization is asked) let this CPU pick the native kernels for the file's blocks,
+    unless ``kv_dtype`` is a cache type only llama.cpp holds."""
     if facts is None:
-        return planned_backend(memory.kind, asked)
+        return planned_backend(memory.kind, asked, kv_dtype=kv_dtype)
     model_format = facts.format or "gguf"  # a catalog entry's default is a GGUF file
-    return planned_backend(memory.kind, asked, model_format, facts.native_quant, facts.arch.arch)
+    quant, arch = facts.native_quant, facts.arch.arch
+    return planned_backend(memory.kind, asked, model_format, quant, arch, kv_dtype)
 
 
 # llama.cpp runs GGUF types: its int8/int4 are the files `localinfer quantize` writes.
@@ -100,7 +107,7 @@ def compute_budget(
         )
     memory = memory or device_memory(request.device)
     own_file = asked_quant is None or _picked_the_file(facts, asked_quant)
-    backend = choose_backend(memory, request.backend, facts if own_file else None)
+    backend = choose_backend(memory, request.backend, facts if own_file else None, request.kv_dtype)
     quant = resolve_quant(facts, asked_quant, backend)
     profile = backend_profile(backend)
     _check_sequences(profile.name, profile.max_sequences, request.concurrency)

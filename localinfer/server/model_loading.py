@@ -112,7 +112,9 @@ class ServeSupply:
         s = self.settings
         resolved = resolve_model(source.spec, s.quant)
         facts = model_facts(resolved)
-        choice = choose_backend(s.backend, facts.format, facts.native_quant, facts.arch.arch)
+        kv_dtype = s.options.get("kv_dtype")
+        arch = facts.arch.arch
+        choice = choose_backend(s.backend, facts.format, facts.native_quant, arch, kv_dtype)
         quant = s.quant if s.quant and s.quant.lower() != "none" else None
         request = BudgetRequest(
             str(resolved.require_path()),
@@ -122,7 +124,7 @@ class ServeSupply:
             device=choice.device,
             backend=choice.name,
             dtype=s.dtype or choice.profile.default_dtype(choice.device),
-            kv_dtype=s.options.get("kv_dtype"),
+            kv_dtype=kv_dtype,
             kv_ram=budgeted_kv_ram(s.options.get("kv")),  # the session's own budget rows
         )
         memory = self.memory_for(choice.device)
