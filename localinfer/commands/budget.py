@@ -33,7 +33,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--kv-dtype",
         default=None,
-        help="f16 | bf16 | f32 | q8_0 | q4_0 (default: f16; torch: its compute dtype)",
+        help="f16 | bf16 | f32 | q8_0 | q4_0 (default: the backend's own: llama.cpp f16, torch "
+        "and MLX their compute dtype, the only one they hold); as chat/generate/serve --kv-dtype",
     )
     parser.add_argument(
         "--device",
