@@ -268,6 +268,7 @@ def test_forced_setting_that_cannot_be_allocated_is_one_line(
         (["--kv-ram", "lots"], "--kv-ram wants a size"),
         (["--kv-disk-cap", "huge"], "--kv-disk-cap wants a size"),
         (["--kv-dtype", "q3_k"], "unknown KV cache dtype 'q3_k'"),
+        (["--backend", "torch", "--kv-dtype", "q8_0"], "keeps its KV cache in its compute dtype"),
     ],
 )
 def test_chat_refuses_bad_flags_before_the_window_opens(argv: list[str], words: str) -> None:

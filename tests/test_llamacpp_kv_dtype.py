@@ -152,6 +152,7 @@ def test_transfers_keep_a_quantized_cache_exact(embedded: LoadedModel) -> None:
 
 
 def test_torch_and_mlx_refuse_another_cache_type(embedded: LoadedModel) -> None:
+    pytest.importorskip("torch")  # the runner choice needs it installed to refuse
     for name in ("torch", "mlx"):
         profile = BackendChoice(name, "test").profile
         assert profile.kv_dtype_refusal(None, "float32") is None
@@ -200,11 +201,16 @@ def test_a_session_with_a_q4_0_cache_answers_and_reuses_its_prefix() -> None:
         request = Request(ids, SamplingParams(max_tokens=12, ignore_eos=True))
         cold = session.engine.generate(request)
         warm = session.engine.generate(request)
+        from localinfer.tui.host import _predicted_memory  # the chat's memory panel
+
+        parts, _ = _predicted_memory(session)
+        assert parts is not None and parts.kv_cache == runner.kv_cache_bytes_computed()
     assert warm.metrics.cached_tokens > 0 and cold.metrics.cached_tokens == 0
     assert warm.token_ids == cold.token_ids
 
 
 def test_the_command_line_refuses_a_cache_type_the_backend_lacks(tmp_path: Path) -> None:
+    pytest.importorskip("torch")
     env = {**os.environ, "LOCALINFER_CACHE_DIR": str(tmp_path)}
     command = ["generate", "hi", "--backend", "torch", "--kv-dtype", "q8_0"]
     done = subprocess.run([sys.executable, "-m", "localinfer", *command], capture_output=True,
@@ -231,3 +237,18 @@ def test_a_quantized_cache_steers_the_automatic_choice_to_llama_cpp(embedded: Lo
     assert choose_backend(None, *facts, kv_dtype=own) == default
     report = compute_budget(BudgetRequest(str(embedded.path), 512, 1, None, kv_dtype="q8_0"))
     assert report.backend == "llamacpp"
+
+
+def test_embeddings_keep_the_cache_type_too(embedded: LoadedModel) -> None:
+    """The embedding context (a second llama.cpp context) holds the asked type as well."""
+    inputs = [prompt(20, 7), prompt(33, 8)]
+    vectors, kv_bytes = {}, {}
+    for kv in ("f16", "q8_0"):
+        runner = LlamaCppRunner(embedded, cfg(slots=1, max_ctx=256, kv_dtype=kv))
+        vectors[kv] = runner.embed(inputs, "mean")
+        kv_bytes[kv] = runner._embedding_buffers.kv  # llama.cpp's log of that context
+        runner.close()
+    assert abs(kv_bytes["q8_0"] / kv_bytes["f16"] - 17 / 32) < 0.01, kv_bytes
+    a, b = vectors["f16"], vectors["q8_0"]
+    cosines = np.sum(a * b, axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert cosines.min() > 0.99 and not np.array_equal(a, b)

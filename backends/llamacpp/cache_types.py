@@ -19,7 +19,7 @@ GGML_TYPE_IDS = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}  # enum g
 def cache_type(name: str | None) -> KVDtype:
     """The KV element type ``--kv-dtype`` names (None: F16), parsed as the budget parses it;
     InvalidParameterError for a name that is none of them."""
-    kv = kv_dtype(name or DEFAULT)
+    kv = kv_dtype(DEFAULT if name is None else name)  # "" is a mistake, not the default
     if kv.name not in GGML_TYPE_IDS:  # a type the budget knows and this table does not
         raise InvalidParameterError(f"--kv-dtype {name}: llama.cpp has no {kv.name} KV cache")
     return kv

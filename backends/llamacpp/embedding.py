@@ -29,7 +29,9 @@ from localinfer.backends.base import EMBED_PASS_MAX_INPUTS, Pooling
 from localinfer.backends.embedding_pass import Piece, PooledPass, split_pooled
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.batch import BatchBuffer
+from localinfer.backends.llamacpp.cache_types import ggml_type_id, is_quantized
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
+from localinfer.budget.quant import KVDtype
 from localinfer.errors import BackendUnavailableError
 
 EMBED_N_BATCH = 128  # tokens per llama_decode call of the embedding context (>= n_seq_max)
@@ -51,7 +53,10 @@ class EmbeddingContext:
         max_ctx: int,
         threads: int,
         flash_attn: bool | None,
+        kv_type: KVDtype | None = None,
     ) -> None:
+        """``kv_type``: the runner's cache type (--kv-dtype; None: F16), here too: a quantized
+        one is read only by flash attention, which it then turns on."""
         params = llama.llama_context_default_params()
         params.n_ctx = max_ctx
         params.n_seq_max = EMBED_PASS_MAX_INPUTS
@@ -63,6 +68,9 @@ class EmbeddingContext:
         params.embeddings = True
         params.pooling_type = llama.LLAMA_POOLING_TYPE_NONE
         params.no_perf = True
+        if kv_type is not None:
+            params.type_k = params.type_v = ggml_type_id(kv_type)
+            flash_attn = True if is_quantized(kv_type) else flash_attn
         if flash_attn is not None:
             params.flash_attn_type = (
                 llama.LLAMA_FLASH_ATTN_TYPE_ENABLED

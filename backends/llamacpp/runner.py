@@ -247,7 +247,7 @@ class LlamaCppRunner(SeqTransferMethods):
         if self._embedding is None:
             self._embedding = EmbeddingContext(
                 self._llama, self._model_ptr, self._config.max_ctx, self._threads,
-                self._embedding_flash,
+                self._embedding_flash, self.kv_type,
             )  # fmt: skip
             self._embedding_buffers = _parse_buffers(self._embedding.log_text)
         return LlamaCppEmbeddingPass(

@@ -17,13 +17,14 @@ folders): one build of ~5 minutes per machine and version, then nothing.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib import metadata
 from pathlib import Path
 
@@ -59,34 +60,66 @@ def build_dir(version: str) -> Path:
     return base / f"llamacpp-avx2-{version}-{key}"
 
 
-def is_built(site: Path) -> bool:
-    return (site / MARKER).is_file() and (site / "llama_cpp").is_dir()
+def marker_text(version: str) -> str:
+    return f"{PACKAGE} {version}\nCMAKE_ARGS={CMAKE_ARGS}\n"
+
+
+def is_built(site: Path, version: str) -> bool:
+    """A finished build of ``version`` with these flags (an override directory may hold an
+    older version's: the marker says which)."""
+    marker = site / MARKER
+    return marker.is_file() and marker.read_text() == marker_text(version)
 
 
 def ensure_built(log: Callable[[str], None] = print) -> Path:
-    """The AVX2 build's site directory, building it first when missing; BuildFailed if pip fails."""
+    """The AVX2 build's site directory, building it first when missing; BuildFailed if pip fails.
+
+    One build at a time per directory (a lock beside it: a second caller waits, then finds it
+    built), made in a sibling folder and renamed into place once finished, so no process ever
+    imports a half-installed tree.
+    """
     version = installed_version()
     if version is None:
         raise BuildFailed(f"{PACKAGE} is not installed: nothing to build a second copy of")
     site = build_dir(version)
-    if is_built(site):
+    if is_built(site, version):
         return site
-    log(f"building {PACKAGE} {version} for AVX2 without AVX-512 into {site} (once, ~5 min)")
-    with tempfile.TemporaryDirectory(prefix="llamacpp-avx2-") as tmp:
-        wheel = ["wheel", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE, "-w", tmp]
-        _pip([*wheel, f"{PACKAGE}=={version}"], env={"CMAKE_ARGS": CMAKE_ARGS, "FORCE_CMAKE": "1"})
-        wheels = sorted(Path(tmp).glob("*.whl"))
-        if not wheels:
-            raise BuildFailed("pip wheel finished without a wheel")
-        shutil.rmtree(site, ignore_errors=True)
-        _pip(["install", "--no-deps", "--no-compile", "--target", str(site), str(wheels[0])])
-    (site / MARKER).write_text(f"{PACKAGE} {version}\nCMAKE_ARGS={CMAKE_ARGS}\n")
+    site.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(site.parent / f"{site.name}.lock"):
+        if is_built(site, version):  # built by the process that held the lock
+            return site
+        log(f"building {PACKAGE} {version} for AVX2 without AVX-512 into {site} (once, ~5 min)")
+        with tempfile.TemporaryDirectory(prefix="llamacpp-avx2-", dir=site.parent) as tmp:
+            wheel = ["wheel", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE, "-w", tmp]
+            _pip([*wheel, f"{PACKAGE}=={version}"], env={"CMAKE_ARGS": CMAKE_ARGS})
+            wheels = sorted(Path(tmp).glob("*.whl"))
+            if not wheels:
+                raise BuildFailed("pip wheel finished without a wheel")
+            staged = Path(tmp) / "site"
+            _pip(["install", "--no-deps", "--no-compile", "--target", str(staged), str(wheels[0])])
+            (staged / MARKER).write_text(marker_text(version))
+            shutil.rmtree(site, ignore_errors=True)  # an older or unfinished build
+            staged.rename(site)
     return site
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    import fcntl  # POSIX: the AVX2 build is for x86-64 Linux machines
+
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _pip(args: list[str], env: dict[str, str] | None = None) -> None:
     run_env = {**os.environ, **(env or {})}
-    done = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
+    # Few retries, short timeouts: an offline machine learns it in seconds, not minutes.
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--retries", "1"]
+    done = subprocess.run([*pip, "--timeout", "30", *args],
                           env=run_env, capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode != 0:
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
@@ -103,7 +136,7 @@ def loaded_build() -> str:
     import llama_cpp
 
     site = Path(llama_cpp.__file__).resolve().parent.parent
-    return "AVX2 build, no AVX-512" if is_built(site) else "as pip built it for this CPU"
+    return "AVX2 build, no AVX-512" if (site / MARKER).is_file() else "as pip built it for this CPU"
 
 
 def main() -> int:

@@ -109,9 +109,10 @@ def _no_kv_flags_with_url(args: argparse.Namespace) -> None:
     given = [f for f in kv_flags if getattr(args, f, None) is not None]
     if given and args.url is not None:
         flag = "--" + given[0].replace("_", "-")
+        serve_flag = "--kv-dtype TYPE" if flag == "--kv-dtype" else "--kv-disk DIR"
         raise InvalidParameterError(
             f"{flag} is for a model loaded here; with --url the server keeps its own KV "
-            "(`localinfer serve --kv-disk DIR`)"
+            f"(`localinfer serve {serve_flag}`)"
         )
 
 
@@ -122,11 +123,20 @@ def check_flags_before_loading(args: argparse.Namespace) -> None:
     tag ('UD-Q4_K_XL') is a valid --quant no list of quantizations knows."""
     from localinfer.budget.kv_tier import parse_kv_ram
     from localinfer.budget.quant import kv_dtype
+    from localinfer.errors import InvalidParameterError
     from localinfer.kv_tiers import parse_disk_cap
 
     parse_kv_ram(getattr(args, "kv_ram", None))
     if getattr(args, "kv_dtype", None) is not None:
         kv_dtype(args.kv_dtype)
+        if getattr(args, "backend", None):  # a backend that holds no such cache: say so now
+            from localinfer.backends.select import choose_backend
+
+            choice = choose_backend(args.backend)
+            profile = choice.profile
+            refusal = profile.kv_dtype_refusal(args.kv_dtype, profile.default_dtype(choice.device))
+            if refusal is not None:
+                raise InvalidParameterError(refusal)
     if getattr(args, "kv_disk_cap", None) is not None:
         parse_disk_cap(args.kv_disk_cap)
 

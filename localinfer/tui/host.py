@@ -334,20 +334,25 @@ def _runner_memory(session: SessionLike) -> Any:
 
 
 def _predicted_memory(session: SessionLike) -> tuple[Any, int | None]:
-    """The budget's prediction for the loaded model at its actual slots x context and backend,
-    and the memory the budget says this machine has."""
+    """The budget's prediction for the loaded model at its actual slots x context, backend and
+    KV cache type (the session's own budget where it was asked one: not under --force), and the
+    memory the budget says this machine has."""
     from localinfer.budget import BudgetRequest, compute_budget
 
-    info = session.engine.runner.info
-    request = BudgetRequest(
-        model=str(session.model.path),
-        ctx=info.max_ctx,
-        concurrency=info.slots,
-        backend=info.backend,
-    )
-    try:
-        report = compute_budget(request)
-    except LocalinferError:
-        return None, None
+    report = getattr(session, "budget", None)
+    if report is None:
+        runner = session.engine.runner
+        info, kv = runner.info, getattr(runner, "kv_type", None)  # llama.cpp's --kv-dtype
+        request = BudgetRequest(
+            model=str(session.model.path),
+            ctx=info.max_ctx,
+            concurrency=info.slots,
+            backend=info.backend,
+            kv_dtype=None if kv is None else kv.name,
+        )
+        try:
+            report = compute_budget(request)
+        except LocalinferError:
+            return None, None
     parts = MemoryParts(report.weights_bytes, report.kv_cache_bytes, report.overhead_bytes)
     return parts, report.available_bytes
