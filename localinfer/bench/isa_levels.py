@@ -51,18 +51,19 @@ def in_pass() -> bool:
     return bool(os.environ.get(PASS_ENV))
 
 
-def run_levels(script: Path, argv: list[str], asked: str) -> int:
-    """The parent's job: print the CPU, run ``script argv`` once per level; the worst exit."""
+def run_levels(script: Path, argv: list[str], asked: str, llamacpp: bool = True) -> int:
+    """The parent's job: print the CPU, run ``script argv`` once per level; the worst exit.
+    ``llamacpp``: the run measures llama.cpp (its AVX2 pass then needs the AVX2 build)."""
     print(f"CPU: {cpu_summary()}")
-    return max(rerun(script, argv, level) for level in levels(asked))
+    return max(rerun(script, argv, level, llamacpp) for level in levels(asked))
 
 
-def rerun(script: Path, argv: list[str], level: str) -> int:
+def rerun(script: Path, argv: list[str], level: str, llamacpp: bool = True) -> int:
     """Run ``script argv`` in a fresh Python at ``level`` (native | avx2); its exit code."""
     env = dict(os.environ)
     env[PASS_ENV] = level
     if level == "avx2":
-        env.update(avx2_env(env, log=lambda line: print(line, flush=True)))
+        env.update(avx2_env(env, llamacpp, log=lambda line: print(line, flush=True)))
     elif level != "native":
         raise ValueError(f"unknown ISA level {level!r}: native or avx2")
     label = "this machine's build" if level == "native" else "AVX-512 hidden (an AVX2 laptop)"
