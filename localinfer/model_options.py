@@ -40,9 +40,9 @@ def add_model_options(parser: Parser, *, ctx: int | None = None) -> None:
     parser.add_argument(
         "--kv-dtype",
         metavar="f16|bf16|f32|q8_0|q4_0",
-        help="the KV cache's element type, llama.cpp only (default: f16; q8_0 and q4_0 take "
-        "about 1/2 and 1/4 of its memory and turn flash attention on); torch and MLX keep the "
-        "cache in their compute dtype",
+        help="the KV cache's element type, llama.cpp's (default: f16; q8_0 and q4_0 take "
+        "about 1/2 and 1/4 of its memory and turn flash attention on; without --backend they "
+        "pick llama.cpp on a CPU); torch and MLX keep the cache in their compute dtype",
     )
     add_threads_option(parser)
     parser.add_argument(
