@@ -101,15 +101,15 @@ class BackendProfile:
     def kv_dtype_refusal(self, kv_dtype: str | None, compute_dtype: str) -> str | None:
         """Why this backend's runner cannot keep its KV cache as ``kv_dtype`` (None: its own);
         None where it can. torch and MLX hold it in the compute dtype and nothing else."""
+        from localinfer.budget.quant import DTYPES
         from localinfer.budget.quant import kv_dtype as parse_kv
 
         if kv_dtype is None:
             return None
-        own = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}.get(compute_dtype)
         asked = parse_kv(kv_dtype).name
-        if asked == own:
+        if asked == DTYPES.get(compute_dtype):
             return None
-        dtype_hint = {"f32": "float32", "bf16": "bfloat16", "f16": "float16"}.get(asked)
+        dtype_hint = {kv: dtype for dtype, kv in DTYPES.items()}.get(asked)
         other = f"--dtype {dtype_hint}" if dtype_hint else "--backend llamacpp with a GGUF"
         return (
             f"the {self.name} backend keeps its KV cache in its compute dtype ({compute_dtype}), "

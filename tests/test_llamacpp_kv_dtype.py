@@ -2,8 +2,9 @@
 
 - The cache holds the asked type: llama.cpp's own allocation is the budget's KV figure, and the
   rows' sizes follow the type (Q8_0 17/32 of F16, Q4_0 9/32, F32 2x).
-- Numerics on the embedded model, teacher-forced against an F32 cache: fewer bits, more error;
-  top-1 agreement measured 0.98 (F16), 0.96 (Q8_0), 0.86 (Q4_0) on 51 positions.
+- Numerics on the embedded model, teacher-forced against an F32 cache: fewer bits, more error
+  (scripts/bench-kv-dtype measures them on the evaluation text: top-1 0.960 / 0.959 / 0.874 for
+  F16 / Q8_0 / Q4_0).
 - Batched = single, copied prefix = cold and restored snapshot = original hold with a quantized
   cache as with F16; a snapshot of another cache type is refused and the slot keeps what it held.
 - torch and MLX keep the cache in their compute dtype: another is refused with one line by the
@@ -64,7 +65,8 @@ def test_the_cache_holds_the_asked_type_and_the_budgeted_bytes(
         assert runner.kv_cache_bytes_computed() == round(f16_bytes * vs_f16)
         logged = runner.memory().kv_cache  # llama.cpp's own log line, in MiB to 2 decimals
         assert abs(logged - runner.kv_cache_bytes_computed()) <= 0.005 * 2**20
-        assert runner.flash_attention is (True if kv != "f32" else runner.flash_attention)
+        if kv != "f32":  # F32's attention is the measured plan's choice
+            assert runner.flash_attention is True
         budget = compute_budget(
             BudgetRequest(str(embedded.path), 512, 2, None, backend="llamacpp", kv_dtype=kv)
         )

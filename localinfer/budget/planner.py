@@ -9,14 +9,13 @@ from dataclasses import dataclass
 from localinfer.backends.profile import BackendProfile
 from localinfer.budget.memory import human_bytes
 from localinfer.budget.model_facts import ModelFacts
-from localinfer.budget.quant import KVDtype
+from localinfer.budget.quant import DTYPES, KVDtype
 from localinfer.facts.arch import ArchSpec, active_ffn_width
 from localinfer.facts.quant import mlx_quant_bytes, torch_quant_bytes
 
 MAX_SEQUENCES = 4096  # upper end of the max-concurrency search
 ACTIVATION_BYTES = 4  # activations and logits are float32 on every backend
 # Compute dtypes a runner may hold dequantized weights in -> the budget's quant name.
-DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
 
 
 def kv_cache_bytes(arch: ArchSpec, ctx: int, sequences: int, dtype: KVDtype) -> int:

@@ -36,6 +36,10 @@ KV_DTYPES: dict[str, KVDtype] = {
 }
 
 
+# A compute dtype's name as a cache element type (torch and MLX hold their KV cache in it).
+DTYPES = {"float32": "f32", "bfloat16": "bf16", "float16": "f16"}
+
+
 def kv_dtype(name: str) -> KVDtype:
     key = QUANT_ALIASES.get(name.strip().lower(), name.strip().lower())
     if key not in KV_DTYPES:

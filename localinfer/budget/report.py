@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pydantic import BaseModel
 
 from localinfer.backends.select import BACKENDS
-from localinfer.budget.planner import DTYPES
+from localinfer.budget.quant import DTYPES
 from localinfer.errors import InvalidParameterError
 
 # What `localinfer chat/serve` allocate per slot when no --ctx is given; the budget's default
