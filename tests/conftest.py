@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +23,19 @@ ISA_DEPENDENT = {
     "test_quant",
     "test_quant_runner",
 }
+
+
+# Choices that a machine makes by timing itself (the torch runner's native kernels against torch
+# ops, llama.cpp's flash attention on or off) are given here for the whole run, subprocesses
+# included, so which path a test runs never depends on how fast this machine is or how busy it
+# was when it measured. A test of another path sets that path itself; the choice logic is tested
+# with given timings; the tests of the measurement itself unset these.
+PINNED_CHOICES = {"LOCALINFER_NATIVE_PLAN": "native", "LOCALINFER_FLASH_ATTN": "on"}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, value in PINNED_CHOICES.items():
+        os.environ.setdefault(name, value)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,6 +1,6 @@
 """Running as on a CPU without AVX-512: the environment (as_avx2) and llama.cpp's AVX2 build.
 
-The build itself takes ~5 minutes; scripts/test makes it before its AVX-512-hidden pass, where
+The build itself takes about a minute; scripts/test makes it before its AVX-512-hidden pass, where
 the tests marked llamacpp here check what was built and that the pass imports it.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from localinfer.bench import as_avx2, llamacpp_avx2
+from bench import as_avx2, llamacpp_avx2
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -78,7 +78,7 @@ def test_numpy_runs_without_its_avx512_kernels_under_the_environment():
     probe = ("from numpy._core._multiarray_umath import __cpu_features__ as f; "
              f"print(' '.join(t for t in {targets!r} if f.get(t)))")  # fmt: skip
     py = sys.executable
-    script = (f'eval "$({py} -m localinfer.bench.as_avx2 --no-llamacpp)" && '
+    script = (f'eval "$({py} -m bench.as_avx2 --no-llamacpp)" && '
               f'echo "$ONEDNN_MAX_CPU_ISA $LOCALINFER_KERNEL_ISA"; {py} -c "{probe}"')  # fmt: skip
     done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, cwd=ROOT,
                           check=True, timeout=120)  # fmt: skip

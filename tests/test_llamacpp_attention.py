@@ -54,7 +54,8 @@ def test_calibration_round_trips_through_json() -> None:
 
 
 @pytest.fixture
-def fresh_measurement(private_cache: None) -> None:
+def fresh_measurement(private_cache: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(plan.ENV, raising=False)  # the suite pins the choice (conftest)
     plan.forget()
     yield
     plan.forget()

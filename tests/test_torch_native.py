@@ -146,6 +146,7 @@ def test_kernels_that_crash_this_cpu_leave_torch_ops_in_charge(
     crash.write_text("#!/bin/sh\nkill -ILL $$\n")
     crash.chmod(0o755)
     monkeypatch.setattr(sys, "executable", str(crash))
+    monkeypatch.delenv(native_plan.PLAN_ENV)  # measured here, not the suite's pinned plan
     native_plan._measure_once.cache_clear()
     try:
         with caplog.at_level(logging.WARNING):
@@ -312,3 +313,42 @@ def test_a_build_for_another_platform_that_fails_falls_back_to_torch_ops(
         assert_torch_ops_fallback(native_max_tokens=32)
     finally:
         cpu_kernels._load.cache_clear()
+
+
+def test_a_given_plan_replaces_the_measurement(monkeypatch: pytest.MonkeyPatch) -> None:
+    from localinfer.backends.torch import native_plan
+    from localinfer.errors import BackendUnavailableError
+
+    monkeypatch.setenv(native_plan.PLAN_ENV, "native")
+    assert native_plan.native_f32_tokens() == native_plan.DEFAULT_MAX_TOKENS
+    assert native_plan.keeps_blocks()
+    runner = TorchRunner(tiny_model(), RunnerConfig(slots=1, max_ctx=16, dtype="float32"))
+    assert runner.native_max_tokens == native_plan.DEFAULT_MAX_TOKENS
+    monkeypatch.setenv(native_plan.PLAN_ENV, "torch")
+    assert native_plan.native_f32_tokens() == 0
+    assert not native_plan.keeps_blocks()
+    runner = TorchRunner(tiny_model(), RunnerConfig(slots=1, max_ctx=16, dtype="float32"))
+    assert runner.native_max_tokens == 0
+    monkeypatch.setenv(native_plan.PLAN_ENV, "fastest")
+    with pytest.raises(BackendUnavailableError, match="expected 'native' or 'torch'"):
+        native_plan.native_plan()
+
+
+def test_the_measurement_times_every_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """This machine's own measurement (what runs without a given plan): every product timed,
+    whatever it concludes. Which path it picks is not asserted: that is this machine's timing."""
+    from localinfer.backends.torch import native_plan
+
+    monkeypatch.delenv(native_plan.PLAN_ENV)
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path))
+    native_plan._measure_once.cache_clear()
+    try:
+        plan = native_plan.native_plan()
+    finally:
+        native_plan._measure_once.cache_clear()
+    assert plan is not None and plan.threads == native_plan.CALIBRATION_THREADS
+    assert sorted(row.tokens for row in plan.products) == list(native_plan.TOKEN_COUNTS)
+    for row in plan.products:
+        assert 0 < row.native_f32 < 1 and 0 < row.native_q4_1 < 1 and 0 < row.torch_f32 < 1
+    assert 0 <= plan.native_f32_max_tokens() <= native_plan.DEFAULT_MAX_TOKENS
+    assert native_plan._stored(native_plan._library()) == plan  # kept for the next process

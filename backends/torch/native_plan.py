@@ -26,6 +26,7 @@ from functools import cache
 from pathlib import Path
 
 from localinfer.backends.child_json import run_json_child
+from localinfer.errors import BackendUnavailableError
 from localinfer.backends.torch.native_build import (
     BuildError,
     Platform,
@@ -43,6 +44,10 @@ DEFAULT_MAX_TOKENS = 32
 TOKEN_COUNTS = (1, 8, DEFAULT_MAX_TOKENS)  # decode, batched decode / verification, prefill chunk
 CALIBRATION_VERSION = 2
 SUBPROCESS_TIMEOUT_S = 300  # a first build (~1 s) + torch import + ~0.1 s of timing
+# A given answer instead of this machine's measurement: "native" (the kernels win every measured
+# size and keep blocks) or "torch" (torch ops win). Tests set it, so that which path a test runs
+# never hangs on how fast this machine happens to be; also a user's way to pin the path.
+PLAN_ENV = "LOCALINFER_NATIVE_PLAN"
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +83,18 @@ class Calibration:
     def blocks_faster(self) -> bool:
         one = min(self.products, key=lambda r: r.tokens)
         return one.native_q4_1 < min(one.native_f32, self.torch_seconds(one))
+
+    @classmethod
+    def given(cls, winner: str) -> Calibration:
+        """A calibration in which ``winner`` ("native" or "torch") is faster at every size."""
+        fast, slow = 1e-4, 1e-3
+        native = winner == "native"
+        rows = tuple(
+            ProductTimes(tokens, fast if native else slow, fast / 2 if native else slow,
+                         slow if native else fast)  # fmt: skip
+            for tokens in TOKEN_COUNTS
+        )
+        return cls(isa=0, threads=CALIBRATION_THREADS, torch_overhead=0.0, products=rows)
 
     @classmethod
     def crashed(cls) -> Calibration:
@@ -146,11 +163,24 @@ def native_plan() -> Calibration | None:
     when the kernels are off, cannot be built, or could not be measured (logged)."""
     if not native_kernels_expected():
         return None
+    given = given_plan()
+    if given is not None:
+        return given
     library = _library()
     stored = _stored(library) if library is not None else None
     if stored is not None:
         return stored
     return _measure_once()
+
+
+def given_plan() -> Calibration | None:
+    """The calibration PLAN_ENV names, or None when it is unset."""
+    asked = os.environ.get(PLAN_ENV, "").strip().lower()
+    if not asked:
+        return None
+    if asked not in ("native", "torch"):
+        raise BackendUnavailableError(f"{PLAN_ENV}={asked!r}: expected 'native' or 'torch'")
+    return Calibration.given(asked)
 
 
 @cache
@@ -203,20 +233,12 @@ def native_block_tokens() -> int:
     """With a GGUF's blocks kept: forwards up to this many tokens run the kernels, longer ones
     torch ops on the matrices dequantized as they are used. Not from the product calibration,
     which misjudges it: dequantizing every matrix for one forward is a fixed cost a whole
-    forward pays once. scripts/bench-native-kernels part 3 (embedded model, 2 threads): a
-    17-token verification forward cost 5.7 one-token steps on the kernels (AVX2 build: 8.8)
-    against 12.1 (11.2) through dequantized torch ops, while a 512-token prefill ran at 588
-    (272) tok/s on the kernels against 1058 (751) through torch ops.
-
-    Where a long chunk's time goes (512 tokens, 1 thread, CPU time): the matrix products are
-    the same GEMM as torch ops on float32 weights (709 vs 709 ms), and the dequantization of
-    every block matrix into the reused buffer adds 30-36 ms (3.5%: it writes 424 MB of float32,
-    bound by memory bandwidth, not by the decode). A block LM head saves back about 3 ms. So
-    the kept blocks' long chunks are torch ops' speed less that pass, at best: about 1.00x with
-    F.linear on the dequantized matrix (weight_forms.BlockForm), 0.97-0.98x with the AVX-512
-    kernels and MKL hidden. Tried and slower: rows decoded in L2-sized tiles with a torch GEMM
-    each (0.95-0.99x), streaming stores (the GEMM then reads from memory), and a native
-    register-tiled product on tiles decoded into L2 (64-78% of oneDNN's fp32 GEMM)."""
+    forward pays once. scripts/bench-native-kernels part 3 shows both sides: a 17-token
+    verification forward costs less on the kernels than through dequantized torch ops (about
+    half on AVX-512), while a 512-token prefill runs about twice as fast or more through torch
+    ops. A long chunk on kept blocks is the same GEMM as torch ops on float32 weights plus one
+    dequantization pass (about 3.5%, bound by memory bandwidth), so about 1.00x torch ops at best
+    (docs/measurements.md, "Kept blocks: long chunks", with the alternatives tried)."""
     return DEFAULT_MAX_TOKENS
 
 

@@ -10,12 +10,12 @@ by its own setting, in a fresh process (they read them once, at load):
 - numpy: its AVX-512 dispatch targets disabled (NPY_DISABLE_CPU_FEATURES; only those this numpy
   build dispatches, since naming another is an error);
 - llama.cpp: compiled for the CPU pip built it on, so a second build without AVX-512 is put first
-  on PYTHONPATH (llamacpp_avx2; built once per machine, ~5 minutes).
+  on PYTHONPATH (llamacpp_avx2; built once per machine, about a minute).
 
 What no variable reaches: CPUID itself (scripts/test-emulated-cpu runs the ISA tests on an
 emulated CPU for that) and /proc/cpuinfo, which scripts/test-as-avx2 replaces where it may.
 
-    eval "$(python -m localinfer.bench.as_avx2)"     # export lines for a shell
+    eval "$(python -m bench.as_avx2)"     # export lines for a shell
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import shlex
 import sys
 from collections.abc import Callable
 
-from localinfer.bench import llamacpp_avx2
+from bench import llamacpp_avx2
 
 MARK = "LOCALINFER_AS_AVX2"  # set in such a process: tests know they run in that pass
 LIBRARY_ENV = {

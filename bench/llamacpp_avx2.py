@@ -1,18 +1,19 @@
-"""llama.cpp as an AVX2 laptop runs it: a second build of the installed llama-cpp-python.
+"""llama.cpp as an AVX2 laptop runs it: the installed llama-cpp-python with its CPU backend rebuilt.
 
 pip builds llama-cpp-python from source with ``GGML_NATIVE=ON``, so its CPU backend uses every
-instruction this machine has (AVX-512, VNNI, AMX here) and cannot be lowered at run time. To
-measure and test llama.cpp as on a CPU without AVX-512, this builds the same version again with
-``GGML_NATIVE=OFF`` and the Haswell set (AVX, AVX2, FMA, F16C, BMI2: what llama.cpp's own
-"haswell" CPU variant enables) into a directory of its own; a process that has that directory
-first on PYTHONPATH imports it instead of the installed one.
+instruction this machine has (AVX-512, VNNI, AMX here) and cannot be lowered at run time. Only
+that one library, ``libggml-cpu``, is built for the machine: libllama, libggml-base and the rest
+are compiled for plain x86-64 (not one zmm register in them). So to test and measure llama.cpp as
+on a CPU without AVX-512 this compiles just the ``ggml-cpu`` target of the same version's
+sources with ``GGML_NATIVE=OFF`` and the Haswell set (AVX, AVX2, FMA, F16C, BMI2: llama.cpp's
+own "haswell" CPU variant), and lays it into a copy of the installed package; a process that
+has that directory first on PYTHONPATH imports it instead of the installed one. About a minute
+(the source download and one library), against five for the whole package.
 
-pip's wheel cache keys a source build by the source archive alone, not by ``CMAKE_ARGS``, so the
-build bypasses it (it would hand back the native wheel) and keeps its own copy, keyed by version
-and flags, in the user's cache (not LOCALINFER_CACHE_DIR, which tests point at throwaway
-folders): one build of ~5 minutes per machine and version, then nothing.
+The build is kept in the user's cache, keyed by version and flags (not LOCALINFER_CACHE_DIR,
+which tests point at throwaway folders): once per machine and version, then nothing.
 
-    python -m localinfer.bench.llamacpp_avx2     # build if missing; print the directory
+    python -m bench.llamacpp_avx2     # build if missing; print the directory
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 from collections.abc import Callable, Iterator
 from importlib import metadata
@@ -88,19 +90,70 @@ def ensure_built(log: Callable[[str], None] = print) -> Path:
     with _locked(site.parent / f"{site.name}.lock"):
         if is_built(site, version):  # built by the process that held the lock
             return site
-        log(f"building {PACKAGE} {version} for AVX2 without AVX-512 into {site} (once, ~5 min)")
+        log(f"building {PACKAGE} {version}'s CPU backend for AVX2 into {site} (once, ~1 min)")
         with tempfile.TemporaryDirectory(prefix="llamacpp-avx2-", dir=site.parent) as tmp:
-            wheel = ["wheel", "--no-deps", "--no-cache-dir", "--no-binary", PACKAGE, "-w", tmp]
-            _pip([*wheel, f"{PACKAGE}=={version}"], env={"CMAKE_ARGS": CMAKE_ARGS})
-            wheels = sorted(Path(tmp).glob("*.whl"))
-            if not wheels:
-                raise BuildFailed("pip wheel finished without a wheel")
             staged = Path(tmp) / "site"
-            _pip(["install", "--no-deps", "--no-compile", "--target", str(staged), str(wheels[0])])
+            shutil.copytree(installed_package(), staged / "llama_cpp", symlinks=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
+            _replace_cpu_backend(
+                staged / "llama_cpp" / "lib", build_cpu_backend(version, Path(tmp))
+            )
             (staged / MARKER).write_text(marker_text(version))
             shutil.rmtree(site, ignore_errors=True)  # an older or unfinished build
             staged.rename(site)
     return site
+
+
+def installed_package() -> Path:
+    """The installed llama_cpp package folder (not whatever PYTHONPATH puts first)."""
+    folder = Path(str(metadata.distribution(PACKAGE).locate_file("llama_cpp")))
+    if not (folder / "lib").is_dir():
+        raise BuildFailed(f"{PACKAGE} has no llama_cpp/lib at {folder}")
+    return folder
+
+
+def build_cpu_backend(version: str, work: Path) -> Path:
+    """Compile the ``ggml-cpu`` target of ``version``'s sources with CMAKE_ARGS; its library."""
+    cmake = shutil.which("cmake")
+    if cmake is None:
+        raise BuildFailed("cmake is not installed (it builds llama.cpp's CPU backend)")
+    _pip(["download", "--no-deps", "--no-binary", ":all:", "-d", str(work),
+          f"{PACKAGE}=={version}"])  # fmt: skip
+    archives = sorted(work.glob("*.tar.gz"))
+    if not archives:
+        raise BuildFailed("pip download finished without a source archive")
+    with tarfile.open(archives[0]) as archive:
+        archive.extractall(work / "src", filter="data")
+    source = next((work / "src").iterdir())
+    build = work / "build"
+    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
+    options = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAVA_BUILD=OFF", *CMAKE_ARGS.split()]
+    configure = [cmake, "-S", str(source), "-B", str(build), *generator, *options]
+    _run(configure, "cmake configure")
+    jobs = str(os.cpu_count() or 2)
+    _run([cmake, "--build", str(build), "--target", "ggml-cpu", "-j", jobs], "cmake build")
+    libraries = sorted(build.rglob("libggml-cpu.so.*.*.*"))
+    if not libraries:
+        raise BuildFailed("the build made no libggml-cpu.so")
+    return libraries[0]
+
+
+def _replace_cpu_backend(lib: Path, built: Path) -> None:
+    """Every name the package has for libggml-cpu (the .so, .so.0, .so.0.x.y copies) becomes
+    the new build; the other libraries load it through their $ORIGIN run path."""
+    names = sorted(lib.glob("libggml-cpu.so*"))
+    if not names:
+        raise BuildFailed(f"no libggml-cpu.so in {lib} to replace")
+    for name in names:
+        name.unlink()
+        shutil.copy2(built, name)
+
+
+def _run(command: list[str], what: str) -> None:
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
+        raise BuildFailed(f"{what} failed (exit {done.returncode}):\n{tail}")
 
 
 @contextlib.contextmanager
