@@ -7,6 +7,7 @@ import threading
 import time
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import httpx
 import numpy as np
@@ -98,20 +99,87 @@ def test_max_queue_0_serves_an_idle_server(no_queue: tuple[Session, ServerThread
     assert r.status_code == 200, r.text
 
 
-def test_max_queue_0_accepts_one_request_per_slot(no_queue: tuple[Session, ServerThread]) -> None:
-    session, server = no_queue
+@contextmanager
+def four_busy_slots(session: Session, server: ServerThread, word: str) -> Iterator[None]:
+    """Four long answers hold the ``no_queue`` server's slots while the block runs."""
     wait_idle(session)
     socks = [
-        send_raw(server, "/v1/completions", {"prompt": f"Story {i}", **LONG}) for i in range(4)
+        send_raw(server, "/v1/completions", {"prompt": f"{word} {i}", **LONG}) for i in range(4)
     ]
     try:
         wait_until(lambda: session.engine.metrics().slots_busy == 4, what="4 busy slots")
-        r = httpx.post(server.url + "/v1/completions", json=SHORT_BODY, timeout=120)
-        assert r.status_code == 503 and r.json()["error"]["code"] == "server_busy"
+        yield
     finally:
         for sock in socks:
             sock.close()
     wait_idle(session)
+
+
+def test_max_queue_0_accepts_one_request_per_slot(no_queue: tuple[Session, ServerThread]) -> None:
+    session, server = no_queue
+    with four_busy_slots(session, server, "Story"):
+        r = httpx.post(server.url + "/v1/completions", json=SHORT_BODY, timeout=120)
+        assert r.status_code == 503 and r.json()["error"]["code"] == "server_busy"
+
+
+# One short request per generating API; ``stream`` is set per request.
+API_BODIES: dict[str, dict] = {
+    "/v1/chat/completions": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+    "/v1/completions": {"prompt": "Hello", "max_tokens": 2},
+    "/v1/messages": {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 2},
+    "/v1/responses": {"input": "Hi", "max_output_tokens": 2},
+}
+
+
+def refusal(server: ServerThread, path: str, stream: bool, **fields: object) -> tuple[int, dict]:
+    """Status and error of a request that must be refused before any answer starts: a JSON
+    error, never a 200 event stream that carries it."""
+    body = {**API_BODIES[path], **fields, "stream": stream}
+    r = httpx.post(server.url + path, json=body, timeout=120)
+    assert r.headers["content-type"].startswith("application/json"), r.text
+    error = r.json()["error"]
+    if path == "/v1/messages":  # Anthropic's shape
+        assert r.json()["type"] == "error" and error["message"]
+    if r.status_code == 503:
+        assert int(r.headers["retry-after"]) >= 1
+    return r.status_code, error
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_full_engine_refuses_every_api_with_503(
+    no_queue: tuple[Session, ServerThread], stream: bool
+) -> None:
+    # Engine.stream raises QueueFullError at once: the route turns it into the status line.
+    session, server = no_queue
+    with four_busy_slots(session, server, "Fable"):
+        for path in API_BODIES:
+            status, error = refusal(server, path, stream)
+            assert status == 503, (path, error)
+            if path == "/v1/messages":
+                assert error["type"] == "overloaded_error", error
+            else:
+                assert error["code"] == "server_busy", (path, error)
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["whole", "streamed"])
+def test_a_prompt_past_the_context_is_400_on_every_api(
+    no_queue: tuple[Session, ServerThread], stream: bool
+) -> None:
+    session, server = no_queue
+    text = "word " * 400  # over the 256-token context
+    long_prompt = {
+        "/v1/chat/completions": {"messages": [{"role": "user", "content": text}]},
+        "/v1/completions": {"prompt": text},
+        "/v1/messages": {"messages": [{"role": "user", "content": text}]},
+        "/v1/responses": {"input": text},
+    }
+    for path, fields in long_prompt.items():
+        status, error = refusal(server, path, stream, **fields)
+        assert status == 400, (path, error)
+        assert "context" in error["message"], (path, error)
+        if path != "/v1/messages":
+            assert error["code"] == "context_length_exceeded", (path, error)
+    assert session.engine.metrics().slots_busy == 0
 
 
 @pytest.fixture(scope="module")

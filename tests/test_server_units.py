@@ -12,8 +12,8 @@ from localinfer.engine.types import EngineMetrics, RequestMetrics, TokenLogprob
 from localinfer.errors import ContextOverflowError, UnknownModelError
 from localinfer.server import ServerThread, create_app
 from localinfer.server.errors import APIError
+from localinfer.server.openai_render import ResponseBuilder, completion_logprobs, usage
 from localinfer.server.prometheus import Histogram, ServerMetrics
-from localinfer.server.responses import ResponseBuilder, completion_logprobs, usage
 from localinfer.server.schemas import ChatCompletionRequest
 from localinfer.server.translate import sampling_params
 from tests.test_server_support import make_session, wait_until

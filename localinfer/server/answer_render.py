@@ -2,21 +2,21 @@
 
 ``generation`` runs every API's request the same way (admission before the status line, client
 disconnects, answer shapes for tool calls); an ``AnswerRenderer`` says only how that answer is
-written: the whole JSON body, or the stream's events. OpenAI's chat and text completions render
-with ``OpenAIRenderer``; other APIs (Anthropic Messages, Responses) bring their own.
+written: the whole JSON body, or the stream's events. Each API has its renderer:
+``openai_render`` (chat and text completions), ``anthropic_render`` (Messages) and
+``responses_api_render`` (Responses); the last two write each delta as typed events of their
+own through ``delta_events``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from localinfer.engine.types import RequestMetrics, TokenLogprob
 from localinfer.server.errors import APIError
-from localinfer.server.responses import ResponseBuilder
-from localinfer.server.streaming import SSE_DONE, sse
-from localinfer.tools import StreamDelta, ToolCall
+from localinfer.tools import ContentDelta, StreamDelta, ToolCall, ToolCallArguments, ToolCallStart
 
 
 @dataclass(slots=True, frozen=True)
@@ -52,47 +52,20 @@ class AnswerRenderer(Protocol):
     def failure(self, error: APIError) -> list[bytes]: ...
 
 
-class OpenAIRenderer:
-    """Chat and text completions, whole or as ``chat.completion.chunk`` / ``text_completion``
-    SSE chunks ending with ``data: [DONE]``."""
-
-    def __init__(self, builder: ResponseBuilder, echo: str = "") -> None:
-        self.builder = builder
-        self.echo = echo  # text completions with echo: the prompt text, sent before the answer
-
-    @property
-    def id(self) -> str:
-        return self.builder.id
-
-    def whole(self, answer: FinishedAnswer) -> dict[str, Any]:
-        return self.builder.response(
-            answer.content,
-            answer.finish_reason,
-            answer.logprobs,
-            answer.metrics,
-            answer.prompt_tokens,
-            answer.completion_tokens,
-            echo_prefix=self.echo,
-            tool_calls=answer.calls,
-        )
-
-    def opening(self) -> list[bytes]:
-        head = self.builder.first_chunk(self.echo)
-        return [] if head is None else [sse(head)]
-
-    def deltas(
-        self, deltas: Sequence[StreamDelta], logprobs: Sequence[TokenLogprob]
-    ) -> list[bytes]:
-        return [sse(chunk) for chunk in self.builder.delta_chunks(deltas, logprobs)]
-
-    def closing(self, answer: FinishedAnswer) -> list[bytes]:
-        out = [sse(self.builder.finish_chunk(answer.finish_reason, answer.metrics))]
-        if self.builder.include_usage:
-            usage = self.builder.usage_chunk(
-                answer.metrics, answer.prompt_tokens, answer.completion_tokens
-            )
-            out.append(sse(usage))
-        return [*out, SSE_DONE]
-
-    def failure(self, error: APIError) -> list[bytes]:
-        return [sse(error.body()), SSE_DONE]
+def delta_events(
+    deltas: Sequence[StreamDelta],
+    text: Callable[[str], list[bytes]],
+    call: Callable[[ToolCallStart], list[bytes]],
+    arguments: Callable[[ToolCallArguments], list[bytes]],
+) -> list[bytes]:
+    """The SSE messages for one engine event's deltas, in order: ``text`` writes a piece of
+    content, ``call`` a tool call's start and ``arguments`` a piece of its arguments."""
+    out: list[bytes] = []
+    for delta in deltas:
+        if isinstance(delta, ContentDelta):
+            out += text(delta.text)
+        elif isinstance(delta, ToolCallStart):
+            out += call(delta)
+        else:
+            out += arguments(delta)
+    return out

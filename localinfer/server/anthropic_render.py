@@ -24,9 +24,9 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from localinfer.engine.types import TokenLogprob
-from localinfer.server.answer_render import FinishedAnswer
+from localinfer.server.answer_render import FinishedAnswer, delta_events
 from localinfer.server.errors import APIError
-from localinfer.tools import ContentDelta, StreamDelta, ToolCall, ToolCallStart
+from localinfer.tools import StreamDelta, ToolCall, ToolCallArguments, ToolCallStart
 
 # The engine's finish reasons (after the answer shape) as Anthropic's stop reasons; "stop" by one
 # of ``stop_sequences`` is "stop_sequence" (stop_reason below).
@@ -116,18 +116,7 @@ class AnthropicRenderer:
     def deltas(
         self, deltas: Sequence[StreamDelta], logprobs: Sequence[TokenLogprob]
     ) -> list[bytes]:
-        out: list[bytes] = []
-        for delta in deltas:
-            if isinstance(delta, ContentDelta):
-                out += self._text(delta.text)
-            elif isinstance(delta, ToolCallStart):
-                self._held = ""
-                block = {"type": "tool_use", "id": tool_use_id(delta.id), "name": delta.name}
-                out += self._start("tool_use", {**block, "input": {}})
-            elif delta.fragment:
-                piece = {"type": "input_json_delta", "partial_json": delta.fragment}
-                out.append(self._delta(piece))
-        return out
+        return delta_events(deltas, self._text, self._call, self._arguments)
 
     def closing(self, answer: FinishedAnswer) -> list[bytes]:
         out = self._text_now(self._held) if not answer.calls else []
@@ -142,6 +131,16 @@ class AnthropicRenderer:
 
     def failure(self, error: APIError) -> list[bytes]:
         return [event("error", error.anthropic_body())]
+
+    def _call(self, start: ToolCallStart) -> list[bytes]:
+        self._held = ""
+        block = {"type": "tool_use", "id": tool_use_id(start.id), "name": start.name}
+        return self._start("tool_use", {**block, "input": {}})
+
+    def _arguments(self, piece: ToolCallArguments) -> list[bytes]:
+        if not piece.fragment:
+            return []
+        return [self._delta({"type": "input_json_delta", "partial_json": piece.fragment})]
 
     def _text(self, text: str) -> list[bytes]:
         pending = self._held + text

@@ -1,7 +1,7 @@
 """Anthropic's Messages API: /v1/messages and /v1/messages/count_tokens (issue #21).
 
 A request is translated into an OpenAI chat request (``anthropic_translate``) and planned and
-sampled like one (``plan_chat``, ``sampling_params``); the answer runs through ``generation``
+sampled like one (``plan_chat``, ``engine_params``); the answer runs through ``answer_route``
 and is written as Anthropic's ``message`` or event stream (``anthropic_render``). Errors on
 these paths take Anthropic's shape (``errors``), and ``x-api-key`` authenticates (``auth``).
 """
@@ -9,18 +9,16 @@ these paths take Anthropic's shape (``errors``), and ``x-api-key`` authenticates
 from __future__ import annotations
 
 from fastapi import FastAPI, Request
-from fastapi.responses import Response
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from localinfer.engine.types import SamplingParams
+from localinfer.server.answer_route import add_answer_route, chat_input, engine_params
 from localinfer.server.anthropic_render import AnthropicRenderer
 from localinfer.server.anthropic_schemas import CountTokensRequest, MessagesRequest
 from localinfer.server.anthropic_translate import anthropic_fields, chat_request
 from localinfer.server.chat_plan import ChatPlan, plan_chat
-from localinfer.server.generation import GenerationInput, generate
+from localinfer.server.generation import GenerationInput
 from localinfer.server.state import ServedSession, ServerState
-from localinfer.server.translate import sampling_params
 
 
 class TokenCount(BaseModel):
@@ -30,19 +28,7 @@ class TokenCount(BaseModel):
 def add_anthropic_routes(app: FastAPI, state: ServerState) -> None:
     """``/v1/messages`` and ``/v1/messages/count_tokens`` on ``app``."""
 
-    @app.post("/v1/messages")
-    async def messages(body: MessagesRequest, request: Request) -> Response:
-        current = await state.session_for(request, body.model)
-        plan, params = await run_in_threadpool(plan_messages, current, body)
-        given = GenerationInput(
-            plan.prompt_ids,
-            params,
-            body.stream,
-            AnthropicRenderer(state.name_of(current), len(plan.prompt_ids)),
-            constraint=plan.constraint,
-            shape=plan.shape,
-        )
-        return await generate(state, current, request, given)
+    add_answer_route(app, state, "/v1/messages", MessagesRequest, message, name="messages")
 
     @app.post("/v1/messages/count_tokens")
     async def count_tokens(body: CountTokensRequest, request: Request) -> TokenCount:
@@ -59,16 +45,13 @@ def plan_prompt(session: ServedSession, body: CountTokensRequest) -> ChatPlan:
         return plan_chat(session, chat.request)
 
 
-def plan_messages(session: ServedSession, body: MessagesRequest) -> tuple[ChatPlan, SamplingParams]:
-    """``plan_prompt`` and the engine's parameters for the answer."""
+def message(session: ServedSession, model: str, body: MessagesRequest) -> GenerationInput:
+    """``plan_prompt``, the engine's parameters for the answer and its renderer."""
     chat = chat_request(body)
     with anthropic_fields(chat.origins):
         plan = plan_chat(session, chat.request)
-        params = sampling_params(
-            chat.request,
-            prompt_tokens=len(plan.prompt_ids),
-            max_ctx=session.engine.max_ctx,
-            logprobs=None,
-            max_tokens=body.max_tokens,
+        params = engine_params(
+            chat.request, session, plan.prompt_ids, logprobs=None, max_tokens=body.max_tokens
         )
-    return plan, params
+    renderer = AnthropicRenderer(model, len(plan.prompt_ids))
+    return chat_input(plan, params, body.stream, renderer)

@@ -11,13 +11,14 @@ routes.
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
+from fastapi import FastAPI
 from pydantic import Field, StrictInt
 
-from localinfer.server.openai_routes import run_completion
+from localinfer.server.answer_route import add_answer_route
+from localinfer.server.generation import GenerationInput
+from localinfer.server.openai_routes import completion
 from localinfer.server.schemas import CompletionRequest, SamplingFields
-from localinfer.server.state import ServerState
+from localinfer.server.state import ServedSession, ServerState
 
 
 class FimCompletionRequest(SamplingFields):
@@ -39,12 +40,19 @@ class FimCompletionRequest(SamplingFields):
 
 def add_fim_routes(app: FastAPI, state: ServerState) -> None:
     """``POST /v1/fim/completions`` on ``app``."""
+    add_answer_route(
+        app,
+        state,
+        "/v1/fim/completions",
+        FimCompletionRequest,
+        fim_completion,
+        name="fim_completions",
+    )
 
-    @app.post("/v1/fim/completions")
-    async def fim_completions(body: FimCompletionRequest, request: Request) -> Response:
-        current = await state.session_for(request, body.model)
-        # Mistral's default: the middle may run to the end of the context.
-        completion = body.as_completion()
-        return await run_completion(
-            state, current, request, completion, "chat", default_max_tokens=None
-        )
+
+def fim_completion(
+    session: ServedSession, model: str, body: FimCompletionRequest
+) -> GenerationInput:
+    """The text completion ``body`` amounts to, answered as a chat completion; Mistral's
+    default: the middle may run to the end of the context."""
+    return completion(session, model, body.as_completion(), "chat", default_max_tokens=None)

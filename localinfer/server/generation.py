@@ -1,9 +1,10 @@
 """One answer through the engine, whatever the API: whole JSON or an SSE stream.
 
-The routes parse, template and tokenize; this submits the engine ``Request``, waits for the
-engine to admit it (or refuse it) before the status line goes out, reads the answer with its
-shape (content or tool calls) and writes it with the API's renderer (``answer_render``).
-A client that leaves frees its slot at once (see ``streaming``).
+The routes parse, template and tokenize (``answer_route``); this submits the engine ``Request``
+(the engine admits or refuses it at once, before any response exists), waits for its first
+event before the status line goes out, reads the answer with its shape (content or tool calls)
+and writes it with the API's renderer (``answer_render``). A client that leaves frees its slot
+at once (see ``streaming``).
 """
 
 from __future__ import annotations
@@ -56,36 +57,45 @@ async def generate(
     state: ServerState, session: ServedSession, request: Request, given: GenerationInput
 ) -> Response:
     """Run ``given`` on the session's engine and answer the HTTP ``request``."""
-    return await _Exchange(state, session, given).respond(request)
+    submitted = EngineRequest(
+        given.prompt_ids, given.params, request_id=given.renderer.id, constraint=given.constraint
+    )
+    try:
+        # ``Engine.stream`` validates and queues the request at once: a full queue (or an engine
+        # shutting down), a prompt past the context or a bad parameter raises here, before any
+        # response exists, so a stream gets the same status and error body as a whole answer.
+        events = session.engine.stream(submitted)
+    except LocalinferError as exc:
+        raise from_localinfer_error(exc) from None
+    return await _Exchange(state, session, given, events).respond(request)
 
 
 class _Exchange:
-    """One request in flight: its engine events and how its response is built."""
+    """One admitted request in flight: its engine events and how its response is built."""
 
-    def __init__(self, state: ServerState, session: ServedSession, given: GenerationInput) -> None:
+    def __init__(
+        self,
+        state: ServerState,
+        session: ServedSession,
+        given: GenerationInput,
+        events: AsyncIterator[StreamEvent],
+    ) -> None:
         self.state = state
         self.engine = session.engine
         self.given = given
         self.renderer = given.renderer
         self.rid = given.renderer.id
         self.shape = given.shape()
-        self.events = self.engine.stream(
-            EngineRequest(
-                given.prompt_ids, given.params, request_id=self.rid, constraint=given.constraint
-            )
-        )
+        self.events = events
 
     async def respond(self, request: Request) -> Response:
-        # The engine admits (or refuses: queue full, context overflow) on the first step of the
-        # stream, so the status line waits for that: errors still get their proper HTTP status.
+        # The status line waits for the first event (the request queued, then prefilled), so a
+        # client that leaves meanwhile is seen here and its place freed at once.
         try:
             first = await unless_disconnected(self._first_event(), request.receive)
         except ClientGone:
             await self.events.aclose()
             return self._client_gone()
-        except LocalinferError as exc:
-            await self.events.aclose()
-            raise from_localinfer_error(exc) from None
         if not self.given.stream:
             return await self._whole_answer(first, request)
         return EventStreamResponse(self._sse_chunks(first), self._on_stream_closed)

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from localinfer.engine.types import TokenLogprob
-from localinfer.server.answer_render import FinishedAnswer
+from localinfer.server.answer_render import FinishedAnswer, delta_events
 from localinfer.server.errors import APIError
-from localinfer.server.responses import timings
-from localinfer.tools import ContentDelta, StreamDelta, ToolCallArguments, ToolCallStart
+from localinfer.server.openai_render import timings
+from localinfer.tools import StreamDelta, ToolCallArguments, ToolCallStart
 
 
 def new_id(prefix: str) -> str:
@@ -196,17 +196,7 @@ class ResponsesRenderer:
     def deltas(
         self, deltas: Sequence[StreamDelta], logprobs: Sequence[TokenLogprob]
     ) -> list[bytes]:
-        out: list[bytes] = []
-        for delta in deltas:
-            if isinstance(delta, ContentDelta):
-                out += self._text(delta.text)
-            elif isinstance(delta, ToolCallStart):
-                self._pending = ""
-                out += self._close("completed")
-                out += self._open_call(delta)
-            elif isinstance(delta, ToolCallArguments):
-                out += self._arguments(delta)
-        return out
+        return delta_events(deltas, self._text, self._open_call, self._arguments)
 
     def closing(self, answer: FinishedAnswer) -> list[bytes]:
         cut = answer.finish_reason == "length"
@@ -253,9 +243,11 @@ class ResponsesRenderer:
         ]
 
     def _open_call(self, start: ToolCallStart) -> list[bytes]:
+        self._pending = ""  # whitespace before a call opens no message
+        out = self._close("completed")
         current = self._start(call_item(new_id("fc"), start.id, start.name, "", "in_progress"))
         self._calls[start.index] = current.index
-        return [self._added(current)]
+        return [*out, self._added(current)]
 
     def _added(self, current: _OpenItem) -> bytes:
         kind = "response.output_item.added"

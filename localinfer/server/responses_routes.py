@@ -2,17 +2,16 @@
 OpenAI-based tools.
 
 The request is translated into a chat completion request (``responses_api_translate``), planned
-and sampled exactly like one, run by ``generation`` and written by ``ResponsesRenderer``. Nothing
+and sampled exactly like one, run by ``answer_route`` and written by ``ResponsesRenderer``. Nothing
 is stored: ``store`` must be false (an absent ``store`` counts as false).
 """
 
 from __future__ import annotations
 
-from fastapi import FastAPI, Request
-from fastapi.responses import Response
-from starlette.concurrency import run_in_threadpool
+from fastapi import FastAPI
 
-from localinfer.server.generation import GenerationInput, generate
+from localinfer.server.answer_route import add_answer_route, chat_input, engine_params
+from localinfer.server.generation import GenerationInput
 from localinfer.server.responses_api_render import ResponseHead, ResponsesRenderer
 from localinfer.server.responses_api_schemas import ResponsesRequest
 from localinfer.server.responses_api_translate import (
@@ -21,36 +20,28 @@ from localinfer.server.responses_api_translate import (
     plan_responses,
     translate_request,
 )
-from localinfer.server.state import ServerState
-from localinfer.server.translate import DEFAULT_TEMPERATURE, sampling_params
+from localinfer.server.state import ServedSession, ServerState
+from localinfer.server.translate import DEFAULT_TEMPERATURE
 
 DEFAULT_TOP_P = 1.0  # what OpenAI echoes when a request leaves top_p out
 
 
 def add_responses_routes(app: FastAPI, state: ServerState) -> None:
     """``POST /v1/responses`` on ``app``."""
+    add_answer_route(
+        app, state, "/v1/responses", ResponsesRequest, response, name="create_response"
+    )
 
-    @app.post("/v1/responses")
-    async def create_response(body: ResponsesRequest, request: Request) -> Response:
-        current = await state.session_for(request, body.model)
-        translated = translate_request(body)
-        plan = await run_in_threadpool(plan_responses, current, translated)
-        params = sampling_params(
-            translated.chat,
-            prompt_tokens=len(plan.prompt_ids),
-            max_ctx=current.engine.max_ctx,
-            logprobs=None,
-            max_tokens=body.max_output_tokens,
-        )
-        given = GenerationInput(
-            plan.prompt_ids,
-            params,
-            body.stream,
-            ResponsesRenderer(response_head(body, state.name_of(current))),
-            constraint=plan.constraint,
-            shape=plan.shape,
-        )
-        return await generate(state, current, request, given)
+
+def response(session: ServedSession, model: str, body: ResponsesRequest) -> GenerationInput:
+    """The chat turn ``body`` amounts to, its parameters and its renderer."""
+    translated = translate_request(body)
+    plan = plan_responses(session, translated)
+    params = engine_params(
+        translated.chat, session, plan.prompt_ids, logprobs=None, max_tokens=body.max_output_tokens
+    )
+    renderer = ResponsesRenderer(response_head(body, model))
+    return chat_input(plan, params, body.stream, renderer)
 
 
 def response_head(body: ResponsesRequest, model: str) -> ResponseHead:

@@ -2,8 +2,8 @@
 
 Unknown fields are ignored (editors send many: ``user``, ``metadata``, ``store``),
 but every field this server acts on is type-checked, so a bad body is a 400 before any compute.
-Responses are plain dicts built in ``responses.py``: they follow OpenAI's JSON exactly and carry
-a few extras (``timings``) that a response model would only get in the way of.
+Responses are plain dicts built in ``openai_render.py``: they follow OpenAI's JSON exactly and
+carry a few extras (``timings``) that a response model would only get in the way of.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""Engine results -> OpenAI response JSON: whole responses, stream chunks, usage, logprobs, timings.
+"""One answer as OpenAI's chat and text completions write it: ``OpenAIRenderer`` (the
+``AnswerRenderer`` of /v1/chat/completions, /v1/completions and /v1/fim/completions) over
+``ResponseBuilder``, which turns engine results into the JSON: whole responses, stream chunks,
+usage, logprobs, timings.
 
 ``ResponseBuilder`` holds what every object of one response shares (id, created, model, kind) so
 the non-streaming body and each streamed chunk come from one place and stay consistent.
@@ -14,6 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from localinfer.engine.types import RequestMetrics, TokenLogprob
+from localinfer.server.answer_render import FinishedAnswer
+from localinfer.server.errors import APIError
+from localinfer.server.streaming import SSE_DONE, sse
 from localinfer.tools import (
     ContentDelta,
     StreamDelta,
@@ -271,3 +277,49 @@ class ResponseBuilder:
         if self.include_usage:
             chunk["usage"] = None  # OpenAI: null on every chunk but the last
         return chunk
+
+
+class OpenAIRenderer:
+    """Chat and text completions, whole or as ``chat.completion.chunk`` / ``text_completion``
+    SSE chunks ending with ``data: [DONE]``."""
+
+    def __init__(self, builder: ResponseBuilder, echo: str = "") -> None:
+        self.builder = builder
+        self.echo = echo  # text completions with echo: the prompt text, sent before the answer
+
+    @property
+    def id(self) -> str:
+        return self.builder.id
+
+    def whole(self, answer: FinishedAnswer) -> dict[str, Any]:
+        return self.builder.response(
+            answer.content,
+            answer.finish_reason,
+            answer.logprobs,
+            answer.metrics,
+            answer.prompt_tokens,
+            answer.completion_tokens,
+            echo_prefix=self.echo,
+            tool_calls=answer.calls,
+        )
+
+    def opening(self) -> list[bytes]:
+        head = self.builder.first_chunk(self.echo)
+        return [] if head is None else [sse(head)]
+
+    def deltas(
+        self, deltas: Sequence[StreamDelta], logprobs: Sequence[TokenLogprob]
+    ) -> list[bytes]:
+        return [sse(chunk) for chunk in self.builder.delta_chunks(deltas, logprobs)]
+
+    def closing(self, answer: FinishedAnswer) -> list[bytes]:
+        out = [sse(self.builder.finish_chunk(answer.finish_reason, answer.metrics))]
+        if self.builder.include_usage:
+            usage = self.builder.usage_chunk(
+                answer.metrics, answer.prompt_tokens, answer.completion_tokens
+            )
+            out.append(sse(usage))
+        return [*out, SSE_DONE]
+
+    def failure(self, error: APIError) -> list[bytes]:
+        return [sse(error.body()), SSE_DONE]
