@@ -12,6 +12,11 @@ Order of operations (the same as vLLM / Hugging Face):
 3. greedy (temperature 0): argmax, first index on ties;
 4. otherwise temperature, then top-k, then softmax, min-p, top-p, and one uniform draw.
 
+Step 4 is :mod:`localinfer.engine.sampling_dist`: the same distribution as the definition by a
+full sort (:func:`localinfer.engine.sampling_exact.exact_sampling_probs`), cut to a candidate
+set first and only that sorted. Penalties touch only the tokens seen: the sampler keeps their
+ids and counts, never a vocabulary-sized array of them.
+
 Reported log-probabilities are those of the model's own distribution (log-softmax of the raw
 logits, before penalties and temperature), which is what OpenAI's ``logprobs`` means.
 """
@@ -24,7 +29,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from localinfer.engine.constraint import MaskedChoice, SequenceConstraint
+from localinfer.engine.sampling_dist import sampling_dist
+from localinfer.engine.sampling_exact import exact_sampling_probs
 from localinfer.engine.types import SamplingParams
+
+__all__ = [
+    "SampledToken",
+    "TokenSampler",
+    "draw",
+    "exact_sampling_probs",
+    "sampling_dist",
+    "sampling_probs",
+]
 
 
 @dataclass(slots=True, frozen=True)
@@ -51,10 +67,16 @@ class TokenSampler:
         self.rng = np.random.default_rng(params.seed)
         self._uses_repetition = params.repetition_penalty != 1.0
         self._uses_counts = params.presence_penalty != 0.0 or params.frequency_penalty != 0.0
-        self._seen = np.zeros(vocab_size, dtype=bool)  # prompt + output, for repetition
-        self._counts = np.zeros(vocab_size, dtype=np.int32)  # output only
+        # Ids seen in prompt + output (repetition) and output counts (presence, frequency),
+        # kept only when a penalty uses them: the work per token is the size of these sets.
+        self._seen: set[int] = set()
+        self._seen_ids: np.ndarray = np.zeros(0, dtype=np.int64)
+        self._counts: dict[int, int] = {}
         if self._uses_repetition and len(prompt_ids):
-            self._seen[np.asarray(prompt_ids, dtype=np.int64)] = True
+            ids = np.unique(np.asarray(prompt_ids, dtype=np.int64))
+            if ids[0] < 0 or ids[-1] >= vocab_size:
+                raise IndexError(f"prompt token ids must lie in [0, {vocab_size})")
+            self._seen, self._seen_ids = set(ids.tolist()), ids
         self._masked = None if constraint is None else MaskedChoice(constraint, vocab_size)
 
     @property
@@ -63,8 +85,11 @@ class TokenSampler:
 
     def observe(self, token_id: int) -> None:
         """Record a generated token (called for every emitted token, sampled or not)."""
-        self._seen[token_id] = True
-        self._counts[token_id] += 1
+        if self._uses_repetition and token_id not in self._seen:
+            self._seen.add(token_id)
+            self._seen_ids = np.append(self._seen_ids, np.int64(token_id))
+        if self._uses_counts:
+            self._counts[token_id] = self._counts.get(token_id, 0) + 1
 
     def sample(self, logits: np.ndarray) -> SampledToken:
         """Pick the next token from ``logits`` (``[vocab]`` or ``[1, vocab]``) and observe it."""
@@ -72,7 +97,8 @@ class TokenSampler:
         if raw.shape[0] < self.vocab_size:
             raise ValueError(f"logits have {raw.shape[0]} entries, vocab is {self.vocab_size}")
         raw = raw[: self.vocab_size]
-        if not np.isfinite(raw).any():
+        # A finite maximum is a finite logit: the full check only when the maximum is not.
+        if not np.isfinite(np.max(raw)) and not np.isfinite(raw).any():
             raise ValueError("model produced no finite logits")
         x = self.penalised(raw)
         if self._masked is not None:
@@ -80,7 +106,7 @@ class TokenSampler:
         if self.params.greedy:
             token = int(np.argmax(x))
         else:
-            token = draw(sampling_probs(self.params, x), self.rng)
+            token = sampling_dist(self.params, x).draw(self.rng)
         if self._masked is not None:
             self._masked.constraint.advance(token)
         chosen_lp, top = self.logprobs(raw, token)
@@ -93,13 +119,14 @@ class TokenSampler:
         if not (self._uses_repetition or self._uses_counts):
             return raw
         x = raw.copy()
-        if self._uses_repetition:
-            idx = np.flatnonzero(self._seen)
+        if self._uses_repetition and self._seen_ids.shape[0]:
+            idx = self._seen_ids
             vals = x[idx]
             x[idx] = np.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
-        if self._uses_counts:
-            idx = np.flatnonzero(self._counts)
-            x[idx] -= p.presence_penalty + p.frequency_penalty * self._counts[idx]
+        if self._uses_counts and self._counts:
+            idx = np.fromiter(self._counts.keys(), dtype=np.int64, count=len(self._counts))
+            counts = np.fromiter(self._counts.values(), dtype=np.int32, count=len(self._counts))
+            x[idx] -= p.presence_penalty + p.frequency_penalty * counts
         return x
 
     def logprobs(
@@ -125,46 +152,17 @@ class TokenSampler:
 def sampling_probs(params: SamplingParams, x: np.ndarray) -> np.ndarray:
     """[vocab] float64 summing to 1: temperature, top-k, softmax, min-p, top-p on (penalised)
     logits ``x``; a point mass on the argmax when greedy. Speculative verification compares
-    exactly this distribution, so it is defined once, here."""
-    if params.greedy:
-        return _point_mass(x)
-    with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
-        scaled = x / np.float32(params.temperature)
-    if not np.isfinite(np.max(scaled)):
-        # A temperature so small that the scaled logits overflow float32 (1e-40 and below; one
-        # that rounds to 0.0 divides by zero): its limit, the argmax. Left alone, inf - inf made
-        # every probability NaN and the draw fell on the last token of the vocabulary.
-        return _point_mass(x)
-    x = scaled
-    if 0 < params.top_k < x.shape[0]:
-        kth = np.partition(x, -params.top_k)[-params.top_k]
-        x = np.where(x >= kth, x, -np.inf)
-    x = x - np.max(x)
-    probs = np.exp(x, dtype=np.float64)  # float64: cumulative sums over 50k+ entries
-    probs /= probs.sum()
-    if params.min_p > 0.0:
-        probs[probs < params.min_p * probs.max()] = 0.0
-    if params.top_p < 1.0:
-        order = np.argsort(-probs, kind="stable")
-        cum = np.cumsum(probs[order])
-        # Keep the smallest head whose mass reaches top_p (always at least one token).
-        keep = int(np.searchsorted(cum, params.top_p * cum[-1])) + 1
-        mask = np.zeros_like(probs, dtype=bool)
-        mask[order[:keep]] = True
-        probs = np.where(mask, probs, 0.0)
-    return probs / probs.sum()
-
-
-def _point_mass(x: np.ndarray) -> np.ndarray:
-    probs = np.zeros(x.shape[0], dtype=np.float64)
-    probs[int(np.argmax(x))] = 1.0
-    return probs
+    exactly this distribution, so it is defined once: it is :func:`sampling_dist`'s (no sort of
+    the vocabulary), equal to :func:`exact_sampling_probs`, the definition by a full sort."""
+    return sampling_dist(params, x).dense()
 
 
 def draw(probs: np.ndarray, rng: np.random.Generator) -> int:
-    """One token from a distribution (inverse CDF, never a zero-probability id)."""
-    cum = np.cumsum(probs)
-    token = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
-    if token >= probs.shape[0] or probs[token] == 0.0:
-        token = int(np.flatnonzero(probs)[-1])  # the float edge at the very end of the sum
-    return token
+    """One token from a dense [vocab] distribution (inverse CDF over ascending ids, never a
+    zero-probability id). The running sum skips the zeros (adding 0.0 changes no partial sum,
+    so the token is the one the sum over every id gives), so a truncated distribution costs a
+    scan for its nonzeros, not a float64 cumulative sum of the vocabulary."""
+    ids = np.flatnonzero(probs)
+    cum = np.cumsum(probs[ids])
+    pos = int(np.searchsorted(cum, rng.random() * cum[-1], side="right"))
+    return int(ids[min(pos, ids.shape[0] - 1)])  # past the end: the float edge of the sum
