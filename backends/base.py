@@ -21,11 +21,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+from localinfer.facts.pooling import Pooling
+
 LogitsWanted = Literal["last", "all"]
-# How an embedding pools a sequence's final hidden states (after the final norm): their mean,
-# the last token's or the first token's (BERT's [CLS]); every vector is then L2-normalised.
-Pooling = Literal["mean", "last", "cls"]
-POOLINGS: tuple[Pooling, ...] = ("mean", "last", "cls")
 # At most this many sequences share one embedding pass (llama.cpp: the embedding context's
 # n_seq_max); a pass's padded cells (sequences x longest) stay within one slot's max_ctx.
 EMBED_PASS_MAX_INPUTS = 64
@@ -146,6 +144,9 @@ class Runner(Protocol):
         ...
 
 
+# -- The KV cache (``runner.kv_cache``): prefix copies, the KV tiers, --cache-reuse ----------
+
+
 @dataclass(slots=True, frozen=True)
 class MovedChunk:
     """One piece of a spliced slot (:meth:`KVSplicer.splice`): the ``new`` tokens are prefilled,
@@ -162,9 +163,8 @@ class MovedChunk:
 
 @runtime_checkable
 class KVSplicer(Protocol):
-    """Optional runner capability behind ``--cache-reuse``: move cached cells to new positions.
-
-    A runner without it serves cache reuse as plain prefix reuse."""
+    """What a runner's KV cache (:class:`KVCache`) offers behind ``--cache-reuse``: move cached
+    cells to new positions. Without it, cache reuse is served as plain prefix reuse."""
 
     def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
         """Rebuild ``slot`` as: its cells ``[0, keep)`` as they are, then for each chunk its
@@ -189,8 +189,8 @@ class KVSnapshot:
 
     ``layout`` names everything a restore must match (backend, dtype / KV type, layers, KV heads,
     head size, the model's identity as the runner knows it): a snapshot restores only into a runner
-    whose ``kv_layout()`` equals it. ``payload`` is opaque bytes in that runner's own format, so the
-    engine's RAM and disk tiers can hold and write it without knowing any framework."""
+    whose ``kv_cache.layout()`` equals it. ``payload`` is opaque bytes in that runner's own format,
+    so the engine's RAM and disk tiers can hold and write it without knowing any framework."""
 
     layout: str
     n_tokens: int
@@ -207,16 +207,16 @@ class KVSnapshot:
 
 @runtime_checkable
 class KVTransfer(Protocol):
-    """Optional runner capability behind the KV tiers (issue #24): copy a prefix between slots,
-    and move a slot's cells to host memory and back. A runner without it serves every request
-    with plain per-slot prefix reuse.
+    """What a runner's KV cache (:class:`KVCache`) offers behind the KV tiers (issue #24): copy a
+    prefix between slots, and move a slot's cells to host memory and back. Without it, every
+    request is served with plain per-slot prefix reuse.
 
     Every method validates before it changes anything: on a ValueError the target slot is as it
     was. Keys stay at their absolute positions (a prefix is copied to the same positions), so no
     re-rotation is needed."""
 
-    def kv_layout(self) -> str:
-        """The compatibility key a snapshot of this runner carries (``KVSnapshot.layout``)."""
+    def layout(self) -> str:
+        """The compatibility key a snapshot of this cache carries (``KVSnapshot.layout``)."""
         ...
 
     def copy_prefix(self, src: int, dst: int, n_tokens: int) -> None:
@@ -232,9 +232,32 @@ class KVTransfer(Protocol):
 
     def restore(self, slot: int, snapshot: KVSnapshot) -> None:
         """Make ``slot`` hold exactly the snapshot's cells (its previous cells are dropped).
-        ValueError when ``snapshot.layout != kv_layout()``, the payload is malformed, or it does not
+        ValueError when ``snapshot.layout != layout()``, the payload is malformed, or it does not
         fit ``max_ctx``."""
         ...
+
+
+@runtime_checkable
+class KVCache(KVTransfer, KVSplicer, Protocol):
+    """A runner's KV cache as prefix reuse, the KV tiers and cache reuse use it: the public
+    ``kv_cache`` attribute of the torch, MLX and llama.cpp runners, one object per runner.
+
+    It works on the runner's own cells and slot lengths: what a method here changes,
+    ``Runner.slot_length`` reports. It is unusable once the runner is closed (RuntimeError). The
+    engine asks for each part on its own (:func:`kv_transfer`, :func:`kv_splicer`), so a runner
+    may offer either, or neither (no ``kv_cache``)."""
+
+
+def kv_transfer(runner: object) -> KVTransfer | None:
+    """``runner.kv_cache`` when it copies, snapshots and restores cells; None otherwise."""
+    cache = getattr(runner, "kv_cache", None)
+    return cache if isinstance(cache, KVTransfer) else None
+
+
+def kv_splicer(runner: object) -> KVSplicer | None:
+    """``runner.kv_cache`` when it moves cells (``--cache-reuse``); None otherwise."""
+    cache = getattr(runner, "kv_cache", None)
+    return cache if isinstance(cache, KVSplicer) else None
 
 
 def check_batch(batch: Sequence[SlotWork], lengths: Sequence[int], max_ctx: int) -> None:

@@ -1,6 +1,7 @@
 """What every runner's cache splice (``KVSplicer.splice``, ``--cache-reuse``) shares: the checks,
-where each moved chunk lands, the rotation that re-positions a stored key, and the whole splice
-for caches written at absolute positions (torch, MLX).
+where each moved chunk lands, the rotation that re-positions a stored key, the runner's forward
+as its KV cache holds it (``weak_forward``), and the whole splice for caches written at absolute
+positions (torch, MLX).
 
 Keys are cached after RoPE. RoPE turns each pair of a head's dimensions by ``pos x freq``, and
 turns compose by adding their angles, so a key stored at ``p`` becomes the key RoPE would give at
@@ -9,6 +10,7 @@ turns compose by adding their angles, so a key stored at ``p`` becomes the key R
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -90,6 +92,20 @@ def cell_indices(moves: Sequence[CellMove]) -> tuple[np.ndarray, np.ndarray]:
 
 MoveCells = Callable[[int, Sequence[CellMove]], None]  # (slot, moves): every read before a write
 Forward = Callable[[Sequence[SlotWork]], list[np.ndarray]]
+
+
+def weak_forward(forward: Forward) -> Forward:
+    """A runner's bound ``forward`` that does not keep the runner alive (the runner holds its
+    cache: a strong reference back would leave both, weights included, to the cycle collector)."""
+    ref = weakref.WeakMethod(forward)  # type: ignore[arg-type]
+
+    def call(batch: Sequence[SlotWork]) -> list[np.ndarray]:
+        method = ref()
+        if method is None:
+            raise RuntimeError("runner is closed")
+        return method(batch)
+
+    return call
 
 
 def splice_in_place(

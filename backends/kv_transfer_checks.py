@@ -1,10 +1,9 @@
-"""What every runner's ``KVTransfer`` (backends/base.py) checks before it touches a slot, and how
-its layout key is spelled. Framework-free: torch, MLX and llama.cpp share it."""
+"""What every runner's KV cache (``KVTransfer``, backends/base.py) checks before it touches a slot,
+and how its layout key is spelled. Framework-free: torch, MLX and llama.cpp share it."""
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable
 from dataclasses import astuple
 
 from localinfer.backends.base import KVSnapshot
@@ -21,40 +20,9 @@ def model_identity(config: ModelConfig, fingerprint: bytes = b"") -> str:
     return f"vocab{config.vocab_size}-{digest.hexdigest()[:12]}"
 
 
-def remembered_layout(runner: object, work_out: Callable[[], str]) -> str:
-    """A runner's layout key, worked out once (it may copy weights to the host) and kept on it."""
-    layout = runner.__dict__.get("_kv_layout")
-    if layout is None:
-        layout = runner.__dict__["_kv_layout"] = work_out()
-    return layout
-
-
 def layout_key(backend: str, **fields: object) -> str:
     """``backend;name=value;...`` in the order given: the string ``KVSnapshot.layout`` holds."""
     return ";".join([backend, *(f"{name}={value}" for name, value in fields.items())])
-
-
-def static_cache_layout(
-    backend: str,
-    dtype: str,
-    shape: tuple[int, ...],
-    n_layers: int,
-    quant: str,
-    config: ModelConfig,
-    norm_bytes: bytes,
-) -> str:
-    """The layout of a torch or MLX static cache (every layer ``[slots, kv_heads, max_ctx,
-    head_dim]`` of ``dtype``): the cache's form, the weights' form and the model (its config and
-    its final norm's bytes)."""
-    return layout_key(
-        backend,
-        dtype=dtype,
-        layers=n_layers,
-        kv_heads=shape[1],
-        head_dim=shape[3],
-        quant=quant,
-        model=model_identity(config, norm_bytes),
-    )
 
 
 def check_copy(lengths: SlotLengths, src: int, dst: int, n_tokens: int) -> None:

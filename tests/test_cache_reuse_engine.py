@@ -1,4 +1,4 @@
-"""--cache-reuse through the Engine (localinfer/engine/chunk_reuse.py ``prepare_slot``, the
+"""--cache-reuse through the Engine (localinfer/engine/kv/chunk_reuse.py ``prepare_slot``, the
 scheduler's admission): a fill-in-the-middle-like sequence of prompts that grow in the middle.
 
 The runner here keeps context-free cells, one ``(token, position)`` per cached position, as a
@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localinfer.backends.base import KVSplicer, MovedChunk, RunnerInfo
+from localinfer.backends.base import MovedChunk, RunnerInfo, kv_splicer
 from localinfer.backends.kv_splice import check_splice
 from localinfer.engine import Request
 from tests.prefix_reuse_helpers import greedy, manual, seq, slot_cache
@@ -36,10 +36,12 @@ Cell = tuple[int, int]  # (token, position)
 
 class PositionalRunner(CellRunner):
     """Cells ``(token, position)``; a token's logits hash every cell up to it. ``splice`` moves
-    cells by re-tagging their positions (as a real runner turns stored keys)."""
+    cells by re-tagging their positions (as a real runner turns stored keys). Its cells are its
+    own, so it is its own ``kv_cache``."""
 
     def __init__(self, slots: int = 2, max_ctx: int = 512, fail_splice: str = "") -> None:
         super().__init__(RunnerInfo("numpy-pos", "cpu", "float32", slots, max_ctx, 256, "fp32"))
+        self.kv_cache = self
         self.fail_splice = fail_splice
         self.splices: list[tuple[int, int, tuple[MovedChunk, ...]]] = []
 
@@ -108,7 +110,7 @@ def cold_answers() -> list[list[int]]:
 
 def test_the_test_runner_is_a_splicer_and_depends_on_positions() -> None:
     runner = PositionalRunner()
-    assert isinstance(runner, KVSplicer) and not isinstance(HashRunner(), KVSplicer)
+    assert kv_splicer(runner) is runner and kv_splicer(HashRunner()) is None
     from localinfer.backends.base import SlotWork
 
     a = runner.forward([SlotWork(0, (7, 8, 9), 0)])[0]

@@ -1,5 +1,5 @@
-"""The runners' cache splice (``KVSplicer.splice``, behind --cache-reuse) on torch, llama.cpp and
-MLX with tiny random models.
+"""The runners' cache splice (``runner.kv_cache.splice``: KVSplicer, behind --cache-reuse) on
+torch, llama.cpp and MLX with tiny random models.
 
 - Stored keys are turned exactly: the torch and MLX caches' moved keys equal RoPE applied at the
   new positions to the same pre-RoPE keys (overlapping ranges, both directions, bf16 too), and
@@ -20,7 +20,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localinfer.backends.base import KVSplicer, MovedChunk, Runner, RunnerConfig, SlotWork
+from localinfer.backends.base import (
+    KVSplicer,
+    MovedChunk,
+    Runner,
+    RunnerConfig,
+    SlotWork,
+    kv_splicer,
+)
 from localinfer.backends.kv_splice import CellMove
 from localinfer.backends.rope_tables import inverse_frequencies, rope_tables
 from tests.prefix_reuse_helpers import seq
@@ -62,6 +69,13 @@ def assert_close(backend: str, got: np.ndarray, want: np.ndarray) -> None:
     assert err <= rel * scale, f"{backend}: max |diff| {err:.3g} at scale {scale:.3g}"
 
 
+def splicer(runner: Runner) -> KVSplicer:
+    """The runner's KV cache, which every runner here has, and which splices."""
+    kv = kv_splicer(runner)
+    assert kv is not None
+    return kv
+
+
 def follow_logits(runner: Runner, slot: int, follow: tuple[int, ...]) -> np.ndarray:
     start = runner.slot_length(slot)
     return runner.forward([SlotWork(slot, follow, start, "all")])[0]
@@ -81,8 +95,7 @@ def moved_positions(length: int) -> tuple[np.ndarray, np.ndarray]:
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_torch_moved_keys_are_rope_at_the_new_positions(dtype: str) -> None:
     torch = pytest.importorskip("torch")
-    from localinfer.backends.torch.kv_cache import StaticKVCache
-    from localinfer.backends.torch.kv_move import move_cells
+    from localinfer.backends.torch.kv_cache import StaticKVCache, move_cells
     from localinfer.backends.torch.rope import apply_rope
 
     config = tiny_config("llama", rope_theta=500.0)
@@ -120,8 +133,7 @@ def test_torch_moved_keys_are_rope_at_the_new_positions(dtype: str) -> None:
 
 def test_mlx_moved_keys_are_rope_at_the_new_positions() -> None:
     mx = pytest.importorskip("mlx.core")
-    from localinfer.backends.mlx.kv_cache import SlotKVCache
-    from localinfer.backends.mlx.kv_move import move_cells
+    from localinfer.backends.mlx.kv_cache import SlotKVCache, move_cells
     from localinfer.backends.mlx.rope import apply_rope
 
     config = tiny_config("llama", rope_theta=500.0)
@@ -165,7 +177,6 @@ PAIRS = [(b, a) for b in BACKENDS for a in ARCHS]
 @pytest.mark.parametrize("maker", PAIRS, indirect=True, ids=[f"{b}-{a}" for b, a in PAIRS])
 def test_one_layer_splice_equals_a_cold_prefill_of_the_layout(maker: RunnerMaker) -> None:
     runner = maker(1)
-    assert isinstance(runner, KVSplicer)
     backend = runner.info.backend
     old = seq(120, 1)
     runner.forward([SlotWork(0, tuple(old), 0)])
@@ -173,7 +184,7 @@ def test_one_layer_splice_equals_a_cold_prefill_of_the_layout(maker: RunnerMaker
     # keep 30; x then old[50:80] (moved down by 13); y then old[85:110] (down by 15); the rest of
     # old is dropped.
     chunks = [MovedChunk(x, 50, 80), MovedChunk(y, 85, 110)]
-    runner.splice(0, 30, chunks)
+    splicer(runner).splice(0, 30, chunks)
     spliced = old[:30] + list(x) + old[50:80] + list(y) + old[85:110]
     assert runner.slot_length(0) == len(spliced)
     follow = tuple(seq(6, 4))
@@ -183,7 +194,7 @@ def test_one_layer_splice_equals_a_cold_prefill_of_the_layout(maker: RunnerMaker
     # A chunk moved up past its old place (an insertion longer than a deletion).
     runner.release(0)
     runner.forward([SlotWork(0, tuple(old), 0)])
-    runner.splice(0, 30, [MovedChunk(tuple(seq(20, 5)), 35, 100)])
+    splicer(runner).splice(0, 30, [MovedChunk(tuple(seq(20, 5)), 35, 100)])
     spliced = old[:30] + seq(20, 5) + old[35:100]
     runner.release(1)
     want = runner.forward([SlotWork(1, tuple(spliced) + follow, 0, "all")])[0][len(spliced) :]
@@ -199,13 +210,14 @@ def test_a_move_by_zero_changes_nothing_and_there_and_back_restores(maker: Runne
     runner.forward([SlotWork(0, old, 0)])
     before = follow_logits(runner, 0, follow)
     runner.truncate(0, 90)
-    runner.splice(0, 40, [MovedChunk((), 40, 90)])
+    splicer(runner).splice(0, 40, [MovedChunk((), 40, 90)])
     assert runner.slot_length(0) == 90
     np.testing.assert_array_equal(follow_logits(runner, 0, follow), before)
     runner.truncate(0, 90)
-    runner.splice(0, 40, [MovedChunk(tuple(seq(11, 3)), 40, 90)])  # up by 11 after new tokens
+    # Up by 11, after new tokens.
+    splicer(runner).splice(0, 40, [MovedChunk(tuple(seq(11, 3)), 40, 90)])
     assert runner.slot_length(0) == 101
-    runner.splice(0, 40, [MovedChunk((), 51, 101)])  # and back, the new tokens dropped
+    splicer(runner).splice(0, 40, [MovedChunk((), 51, 101)])  # and back, the new tokens dropped
     assert runner.slot_length(0) == 90
     assert_close(backend, follow_logits(runner, 0, follow), before)
     runner.close()
@@ -227,7 +239,7 @@ def test_chunks_that_do_not_fit_raise_before_the_slot_changes(backend: str, tmp_
     for keep, chunks in bad:
         runner.truncate(0, 60)
         with pytest.raises(ValueError, match="splice"):
-            runner.splice(0, keep, chunks)
+            splicer(runner).splice(0, keep, chunks)
         assert runner.slot_length(0) == 60
     runner.truncate(0, 60)
     np.testing.assert_array_equal(follow_logits(runner, 0, follow), before)

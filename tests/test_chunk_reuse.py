@@ -1,5 +1,5 @@
-"""Chunk matching for --cache-reuse (localinfer/engine/chunk_reuse.py ``plan_reuse``): which cached
-chunks after the shared prefix a new prompt reuses, and what the slot holds once spliced.
+"""Chunk matching for --cache-reuse (localinfer/engine/kv/chunk_reuse.py ``plan_reuse``): which
+cached chunks after the shared prefix a new prompt reuses, and what the slot holds once spliced.
 
 Cases: no match, an insertion (the fill-in-the-middle case), a deletion, several chunks with new
 tokens between them, a match shorter than N ignored, the last prompt token never in a chunk,
@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from localinfer.engine import chunk_reuse
-from localinfer.engine.chunk_reuse import ReusePlan, plan_reuse
+from localinfer.engine.kv import chunk_reuse
+from localinfer.engine.kv.chunk_reuse import ReusePlan, plan_reuse
 
 
 def toks(n: int, seed: int, low: int = 1000) -> list[int]:

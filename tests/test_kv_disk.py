@@ -1,7 +1,7 @@
-"""The disk KV tier (localinfer/engine/kv_disk.py, kv_file.py) and the model hash it is keyed by:
-files round-trip, are written atomically, are found by their headers alone, stay within their cap
-(least recently used out first), supersede their prefixes, and a damaged, foreign or hostile file
-is dropped with one log line, never used and never raised to the caller."""
+"""The disk KV tier (localinfer/engine/kv/disk_tier.py, disk_file.py) and the model hash it is
+keyed by: files round-trip, are written atomically, are found by their headers alone, stay within
+their cap (least recently used out first), supersede their prefixes, and a damaged, foreign or
+hostile file is dropped with one log line, never used and never raised to the caller."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ import pytest
 
 from localinfer import model_hash
 from localinfer.backends.base import KVSnapshot
-from localinfer.engine import kv_disk, kv_file
-from localinfer.engine.kv_disk import DiskKVStore, entry_name
-from localinfer.engine.kv_store import KVStore
+from localinfer.engine.kv import disk_file, disk_tier
+from localinfer.engine.kv.disk_tier import DiskKVStore, entry_name
+from localinfer.engine.kv.store import KVStore
 
 LAYOUT = "torch|float32|layers=2|kv_heads=2|head_dim=4"
 KEY = "a" * 24 + "-layout1"
@@ -38,7 +38,7 @@ def only_file(root: Path) -> Path:
 
 
 def warnings_of(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.name == kv_disk.__name__]
+    return [r.getMessage() for r in caplog.records if r.name == disk_tier.__name__]
 
 
 def test_a_snapshot_round_trips_through_a_new_process_view(tmp_path: Path) -> None:
@@ -64,7 +64,7 @@ def test_best_match_reads_headers_only(tmp_path: Path, monkeypatch: pytest.Monke
     def no_payloads(*args: object) -> bytes:
         raise AssertionError("best_match read a payload")
 
-    monkeypatch.setattr(kv_disk, "read_payload", no_payloads)
+    monkeypatch.setattr(disk_tier, "read_payload", no_payloads)
     reader = store_at(tmp_path)
     assert reader.best_match([1, 2, 3, 5]).key == (1, 2, 3, 4)  # type: ignore[union-attr]
     assert reader.best_match([1, 2, 3, 5]).shared == 3  # type: ignore[union-attr]
@@ -96,8 +96,8 @@ def test_the_cap_evicts_the_least_recently_used(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     clock = iter(range(1_000_000, 2_000_000, 10))
-    monkeypatch.setattr(kv_disk.time, "time", lambda: float(next(clock)))
-    one_file = len(kv_file.encode_header(KEY, LAYOUT, kv_disk.np.arange(4), b"")) + 64 * 4
+    monkeypatch.setattr(disk_tier.time, "time", lambda: float(next(clock)))
+    one_file = len(disk_file.encode_header(KEY, LAYOUT, disk_tier.np.arange(4), b"")) + 64 * 4
     store = store_at(tmp_path, cap=2 * one_file + 10)  # room for two 4-token entries
     store.store((1, 1, 1, 1), snap(4))
     store.store((2, 2, 2, 2), snap(4))
@@ -129,7 +129,7 @@ def test_no_partial_file_is_ever_visible(tmp_path: Path, monkeypatch: pytest.Mon
         seen.append(sorted(p.name for p in (tmp_path / KEY).iterdir()))
         real_fsync(fd)
 
-    monkeypatch.setattr(kv_disk.os, "fsync", watching_fsync)
+    monkeypatch.setattr(disk_tier.os, "fsync", watching_fsync)
     store.store((1, 2, 3), snap(3))
     # While the bytes were being written only the temporary existed beside the old entry.
     names = seen[0]
@@ -148,7 +148,7 @@ def test_a_failed_or_interrupted_write_leaves_nothing(
     def full_disk(fd: int) -> None:
         raise OSError(28, "No space left on device")
 
-    monkeypatch.setattr(kv_disk.os, "fsync", full_disk)
+    monkeypatch.setattr(disk_tier.os, "fsync", full_disk)
     with caplog.at_level(logging.WARNING):
         store.store((1, 2, 3), snap(3))  # no exception: the tier is a cache
     assert len(warnings_of(caplog)) == 1 and "No space left" in warnings_of(caplog)[0]
@@ -156,7 +156,7 @@ def test_a_failed_or_interrupted_write_leaves_nothing(
     def interrupted(fd: int) -> None:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(kv_disk.os, "fsync", interrupted)
+    monkeypatch.setattr(disk_tier.os, "fsync", interrupted)
     with pytest.raises(KeyboardInterrupt):
         store.store((4, 5), snap(2))
     assert [p.name for p in (tmp_path / KEY).iterdir()] == [entry_name((9,))]
@@ -167,9 +167,9 @@ CRASHING_WRITER = """
 import os, sys
 from pathlib import Path
 from localinfer.backends.base import KVSnapshot
-from localinfer.engine import kv_disk
-kv_disk.os.fsync = lambda fd: os._exit(3)  # the process dies between write and rename
-store = kv_disk.DiskKVStore(Path(sys.argv[1]), sys.argv[2], 1 << 20)
+from localinfer.engine.kv import disk_tier
+disk_tier.os.fsync = lambda fd: os._exit(3)  # the process dies between write and rename
+store = disk_tier.DiskKVStore(Path(sys.argv[1]), sys.argv[2], 1 << 20)
 store.store((1, 2, 3), KVSnapshot("x", 3, b"cells" * 100))
 """
 
@@ -205,10 +205,10 @@ def _rewrite_prefix(**fields: int) -> object:
     def damage(path: Path) -> None:
         data = bytearray(path.read_bytes())
         names = ("magic", "version", "reserved", "meta", "n", "payload")
-        current = kv_file.PREFIX.unpack(bytes(data[: kv_file.PREFIX.size]))
+        current = disk_file.PREFIX.unpack(bytes(data[: disk_file.PREFIX.size]))
         values = dict(zip(names, current, strict=True))
         values.update(fields)
-        data[: kv_file.PREFIX.size] = kv_file.PREFIX.pack(*values.values())
+        data[: disk_file.PREFIX.size] = disk_file.PREFIX.pack(*values.values())
         path.write_bytes(bytes(data))
 
     return damage
@@ -221,7 +221,7 @@ def _wrong_magic(path: Path) -> None:
 
 DAMAGE = {
     "flipped payload byte": (_flip("end"), "payload checksum"),
-    "flipped token byte": (_flip("start", kv_file.PREFIX.size + 120), "header checksum"),
+    "flipped token byte": (_flip("start", disk_file.PREFIX.size + 120), "header checksum"),
     "truncated": (_truncate, "length"),
     "wrong magic": (_wrong_magic, "bad magic"),
     "other version": (_rewrite_prefix(version=99), "version 99"),

@@ -9,8 +9,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from localinfer.engine import Request
-from localinfer.engine.kv_ram import RamKVStore
-from localinfer.engine.kv_store import TierMatch
+from localinfer.engine.kv.ram_tier import RamKVStore
+from localinfer.engine.kv.store import TierMatch
 from tests.prefix_reuse_helpers import greedy, seq
 from tests.test_engine import reference_greedy
 from tests.test_kv_tiers_engine import run, tiers_engine

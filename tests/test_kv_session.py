@@ -12,12 +12,13 @@ import pytest
 
 from localinfer import runner_setup
 from localinfer import session as session_module
-from localinfer.backends.base import KVTransfer
-from localinfer.budget.kv_tier import default_kv_ram_bytes
+from localinfer.backends.base import kv_transfer
+from localinfer.budget.kv_tier import DEFAULT_KV_DISK_CAP, default_kv_ram_bytes
 from localinfer.engine import GenerationResult, Request, SamplingParams
+from localinfer.engine.kv.tiers import KVTiers, disk_model_key
 from localinfer.errors import InvalidParameterError
 from localinfer.kv_options import KVTierOptions, add_kv_options, kv_settings
-from localinfer.kv_tiers import DEFAULT_KV_DISK_CAP, KVTiers, build_kv_tiers, disk_model_key
+from localinfer.runner_setup import build_kv_tiers
 from localinfer.session import Session, open_session
 
 BACKENDS = ("torch", "llamacpp")
@@ -31,7 +32,7 @@ def _open(backend: str, kv: KVTierOptions | None) -> Session:
 
 
 def _needs_transfer(s: Session) -> None:
-    if not isinstance(s.engine.runner, KVTransfer):
+    if kv_transfer(s.engine.runner) is None:
         s.close()
         pytest.skip(f"the {s.backend} runner has no KVTransfer yet (issue #24's runner work)")
 

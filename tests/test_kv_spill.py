@@ -1,4 +1,4 @@
-"""The RAM tier spills off the engine thread (kv_spill.SpillWriter): a slow disk never stalls a
+"""The RAM tier spills off the engine thread (spill_writer.SpillWriter): a slow disk never stalls a
 step, a lookup racing a pending write still finds the entry, close() waits for every accepted
 write, and a full queue drops its oldest spill with one log line.
 
@@ -13,15 +13,15 @@ from pathlib import Path
 import pytest
 
 from localinfer.backends.base import KVSnapshot
-from localinfer.engine import kv_spill
-from localinfer.engine.kv_disk import DiskKVStore
-from localinfer.engine.kv_ram import RamKVStore
-from localinfer.engine.kv_spill import SpillWriter
+from localinfer.engine.kv import spill_writer
+from localinfer.engine.kv.disk_tier import DiskKVStore
+from localinfer.engine.kv.ram_tier import RamKVStore
+from localinfer.engine.kv.spill_writer import SpillWriter
 from tests.prefix_reuse_helpers import seq
 from tests.test_engine import reference_greedy
 from tests.test_kv_tiers_engine import TransferHashRunner, run, source_of, tiers_engine
 
-LAYOUT = TransferHashRunner().kv_layout()
+LAYOUT = TransferHashRunner().kv_cache.layout()
 MODEL = "m" * 24 + "-spill"
 GUARD_S = 60.0  # only so a broken build fails instead of hanging; nothing is timed
 
@@ -123,7 +123,7 @@ def test_a_full_queue_drops_the_oldest_spill_with_one_log_line(
         assert disk.entered.wait(GUARD_S)  # the writer holds keys[0]: the queue is empty
         for key in keys[1:]:
             ram.store(key, snap(4))  # the third of these overflows the queue of two
-        dropped = [r for r in caplog.records if r.name == kv_spill.__name__]
+        dropped = [r for r in caplog.records if r.name == spill_writer.__name__]
         assert len(dropped) == 1 and "dropped the oldest (4 tokens" in dropped[0].getMessage()
         assert ram.pending_spills() == 3  # keys[0] being written, keys[2] and keys[3] queued
         assert ram.best_match(keys[1]) is None  # the dropped one is gone
@@ -188,7 +188,7 @@ def test_queued_spills_are_bounded_by_bytes_too(
         assert writer.pending() == 3  # keys[0] being written, keys[3] and keys[4] queued
         assert writer.get(keys[1]) is None and writer.get(keys[4]) == snap(4, 100)
         assert writer.dropped == 2
-        assert len([r for r in caplog.records if r.name == kv_spill.__name__]) == 2
+        assert len([r for r in caplog.records if r.name == spill_writer.__name__]) == 2
     finally:
         disk.gate.set()
     writer.drain()

@@ -17,11 +17,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localinfer.backends.base import KVSnapshot, KVTransfer, Runner
+from localinfer.backends.base import KVSnapshot, Runner, kv_transfer
 from localinfer.engine import Engine, Request, StepReport
-from localinfer.engine.kv_placement import MIN_TRANSFER
-from localinfer.engine.kv_ram import RamKVStore
-from localinfer.engine.kv_store import KVStore, TierMatch
+from localinfer.engine.kv.placement import MIN_TRANSFER
+from localinfer.engine.kv.ram_tier import RamKVStore
+from localinfer.engine.kv.store import KVStore, TierMatch
 from localinfer.engine.slots import shared_prefix
 from tests.prefix_reuse_helpers import greedy, manual, seq, slot_cache
 from tests.test_engine import reference_greedy
@@ -32,14 +32,16 @@ from tests.test_prefix_reuse_runners import ARCHS, runner_factory
 
 
 class TransferHashRunner(HashRunner):
-    """HashRunner with KVTransfer: a cell is the rolling hash at its position (8 bytes)."""
+    """HashRunner with KVTransfer: a cell is the rolling hash at its position (8 bytes). Its
+    cells are its own, so it is its own ``kv_cache``."""
 
     def __init__(self, **kw: object) -> None:
         super().__init__(**kw)  # type: ignore[arg-type]
+        self.kv_cache = self
         self.copies: list[tuple[int, int, int]] = []
         self.restores: list[tuple[int, int]] = []
 
-    def kv_layout(self) -> str:
+    def layout(self) -> str:
         return "numpy-hash;cell=u64"
 
     def copy_prefix(self, src: int, dst: int, n_tokens: int) -> None:
@@ -52,10 +54,10 @@ class TransferHashRunner(HashRunner):
         if not 1 <= n_tokens <= len(self._cells[slot]):
             raise ValueError(f"snapshot({slot}, {n_tokens})")
         payload = np.asarray(self._cells[slot][:n_tokens], dtype=np.uint64).tobytes()
-        return KVSnapshot(self.kv_layout(), n_tokens, payload)
+        return KVSnapshot(self.layout(), n_tokens, payload)
 
     def restore(self, slot: int, snapshot: KVSnapshot) -> None:
-        if snapshot.layout != self.kv_layout() or snapshot.nbytes != 8 * snapshot.n_tokens:
+        if snapshot.layout != self.layout() or snapshot.nbytes != 8 * snapshot.n_tokens:
             raise ValueError("restore: malformed snapshot")
         cells = np.frombuffer(snapshot.payload, dtype=np.uint64)
         self._cells[slot] = [int(c) for c in cells]
@@ -415,7 +417,7 @@ def test_restored_and_copied_equal_cold_on_tiny_models(
 ) -> None:
     make = runner_factory(backend, arch, tmp_path)
     runners = [make() for _ in range(3)]
-    if not isinstance(runners[0], KVTransfer):
+    if kv_transfer(runners[0]) is None:
         for r in runners:
             r.close()
         pytest.skip(f"the {backend} runner has no KVTransfer yet")

@@ -1,5 +1,6 @@
 """``KVTransfer`` (copy a prefix between slots, snapshot a slot to host bytes and restore it) on
-the torch, llama.cpp and MLX runners, with tiny random models and the embedded model.
+the torch, llama.cpp and MLX runners' KV caches (``runner.kv_cache``), with tiny random models
+and the embedded model.
 
 - Copied = cold: a prefix copied into another slot and continued gives the logits of a slot that
   was fed the same tokens in the same forward sizes (bit for bit on torch and MLX), and of one
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from localinfer.backends.base import KVSnapshot, KVTransfer, Runner, RunnerConfig, SlotWork
+from localinfer.backends.base import KVCache, KVSnapshot, Runner, RunnerConfig, SlotWork
 from tests.prefix_reuse_helpers import seq
 from tests.test_engine_model import ByteTokenizer
 from tests.tiny import tiny_model
@@ -54,6 +55,13 @@ def make_runner(
     folder.mkdir(exist_ok=True)
     _, _, model = tiny_setup(folder, arch, seed=seed)
     return LlamaCppRunner(model, config)
+
+
+def cache(runner: Runner) -> KVCache:
+    """The runner's KV cache: every runner here has one, with all of KVCache."""
+    kv = getattr(runner, "kv_cache", None)
+    assert isinstance(kv, KVCache)
+    return kv
 
 
 @pytest.fixture
@@ -101,11 +109,10 @@ P, R, F = seq(60, 1), seq(20, 2), seq(6, 3)  # a prompt, its rest after a copied
 @pytest.mark.parametrize("maker", PAIRS, indirect=True, ids=IDS)
 def test_a_copied_prefix_continues_as_a_cold_prefill(maker: Maker) -> None:
     runner = maker()
-    assert isinstance(runner, KVTransfer)
     backend = runner.info.backend
     feed(runner, 0, P)
     feed(runner, 1, seq(100, 4))  # dst held more than it gets: all of it is dropped
-    runner.copy_prefix(0, 1, 40)
+    cache(runner).copy_prefix(0, 1, 40)
     assert runner.slot_length(1) == 40 and runner.slot_length(0) == 60
     got = feed(runner, 1, R)
     runner.release(2)
@@ -117,7 +124,7 @@ def test_a_copied_prefix_continues_as_a_cold_prefill(maker: Maker) -> None:
     np.testing.assert_array_equal(feed(runner, 0, F), refill(runner, 2, P, F))
     # The whole slot copied, over a slot that held less.
     refill(runner, 2, seq(5, 5))
-    runner.copy_prefix(0, 2, 66)
+    cache(runner).copy_prefix(0, 2, 66)
     assert runner.slot_length(2) == 66
     np.testing.assert_array_equal(feed(runner, 2, R), feed(runner, 0, R))
     runner.close()
@@ -126,23 +133,22 @@ def test_a_copied_prefix_continues_as_a_cold_prefill(maker: Maker) -> None:
 @pytest.mark.parametrize("maker", PAIRS, indirect=True, ids=IDS)
 def test_a_restored_snapshot_continues_as_the_original(maker: Maker) -> None:
     runner = maker()
-    assert isinstance(runner, KVTransfer)
     backend = runner.info.backend
     feed(runner, 0, P)
-    whole, part = runner.snapshot(0, 60), runner.snapshot(0, 45)
+    whole, part = cache(runner).snapshot(0, 60), cache(runner).snapshot(0, 45)
     assert (whole.n_tokens, part.n_tokens) == (60, 45)
-    assert whole.layout == part.layout == runner.kv_layout()
+    assert whole.layout == part.layout == cache(runner).layout()
     assert runner.slot_length(0) == 60  # a snapshot leaves the slot as it was
     if backend != "llamacpp":  # raw rows: the size is per token
         assert whole.nbytes * 45 == part.nbytes * 60
     refill(runner, 0, seq(80, 5))  # the slot is overwritten with other tokens
-    runner.restore(0, whole)
+    cache(runner).restore(0, whole)
     assert runner.slot_length(0) == 60
     want = refill(runner, 2, P, F)
     np.testing.assert_array_equal(feed(runner, 0, F), want)
     # Into another slot, a prefix of the original, continued by its own rest.
     feed(runner, 1, seq(9, 6))
-    runner.restore(1, part)
+    cache(runner).restore(1, part)
     assert runner.slot_length(1) == 45
     got = feed(runner, 1, P[45:] + F)
     runner.release(2)
@@ -151,7 +157,7 @@ def test_a_restored_snapshot_continues_as_the_original(maker: Maker) -> None:
     np.testing.assert_array_equal(got, feed(runner, 2, P[45:] + F))
     assert_close(backend, got, refill(runner, 2, P + F)[45:])
     # Greedy decoding from a restored slot is token-identical to the original's.
-    runner.restore(1, whole)
+    cache(runner).restore(1, whole)
     restored = greedy(runner, 1, feed(runner, 1, F), 20)
     assert restored == greedy(runner, 2, refill(runner, 2, P, F), 20)
     runner.close()
@@ -168,33 +174,31 @@ def assert_refused(runner: Runner, slot: int, call: Callable[[], object], match:
 @pytest.mark.parametrize("maker", PAIRS[:: len(ARCHS)], indirect=True, ids=IDS[:: len(ARCHS)])
 def test_refusals_leave_the_target_slot_as_it_was(maker: Maker) -> None:
     runner = maker()
-    assert isinstance(runner, KVTransfer)
     backend = runner.info.backend
     feed(runner, 0, P)
     feed(runner, 1, R)
-    snap = runner.snapshot(0, 60)
-    assert_refused(runner, 1, lambda: runner.copy_prefix(1, 1, 5), "both slot")
-    assert_refused(runner, 1, lambda: runner.copy_prefix(0, 1, 61), "cannot copy 61")
-    assert_refused(runner, 1, lambda: runner.copy_prefix(0, 1, 0), "cannot copy 0")
-    assert_refused(runner, 0, lambda: runner.copy_prefix(0, 3, 5), "out of range")
-    assert_refused(runner, 1, lambda: runner.snapshot(1, 21), "cannot take 21")
-    assert_refused(runner, 2, lambda: runner.snapshot(2, 1), "cannot take 1")
+    snap = cache(runner).snapshot(0, 60)
+    assert_refused(runner, 1, lambda: cache(runner).copy_prefix(1, 1, 5), "both slot")
+    assert_refused(runner, 1, lambda: cache(runner).copy_prefix(0, 1, 61), "cannot copy 61")
+    assert_refused(runner, 1, lambda: cache(runner).copy_prefix(0, 1, 0), "cannot copy 0")
+    assert_refused(runner, 0, lambda: cache(runner).copy_prefix(0, 3, 5), "out of range")
+    assert_refused(runner, 1, lambda: cache(runner).snapshot(1, 21), "cannot take 21")
+    assert_refused(runner, 2, lambda: cache(runner).snapshot(2, 1), "cannot take 1")
     short = KVSnapshot(snap.layout, snap.n_tokens, snap.payload[:-7])
-    assert_refused(runner, 1, lambda: runner.restore(1, short), "payload")
+    assert_refused(runner, 1, lambda: cache(runner).restore(1, short), "payload")
     relabelled = KVSnapshot(snap.layout, snap.n_tokens - 1, snap.payload)
-    assert_refused(runner, 1, lambda: runner.restore(1, relabelled), "payload")
-    assert_refused(runner, 1, lambda: runner.restore(1, KVSnapshot("x", 1, b"..")), "layout")
+    assert_refused(runner, 1, lambda: cache(runner).restore(1, relabelled), "payload")
+    assert_refused(runner, 1, lambda: cache(runner).restore(1, KVSnapshot("x", 1, b"..")), "layout")
     too_long = KVSnapshot(snap.layout, 193, snap.payload)
-    assert_refused(runner, 1, lambda: runner.restore(1, too_long), "max_ctx")
+    assert_refused(runner, 1, lambda: cache(runner).restore(1, too_long), "max_ctx")
     others = [maker(seed=2)]
     if backend != "llamacpp":
         others.append(maker(dtype="bfloat16"))
     for other in others:
-        assert isinstance(other, KVTransfer)
-        assert other.kv_layout() != runner.kv_layout()
+        assert cache(other).layout() != cache(runner).layout()
         feed(other, 0, P)
-        foreign = other.snapshot(0, 60)
-        assert_refused(runner, 1, lambda s=foreign: runner.restore(1, s), "layout")
+        foreign = cache(other).snapshot(0, 60)
+        assert_refused(runner, 1, lambda s=foreign: cache(runner).restore(1, s), "layout")
         other.close()
     # Slot 1 still continues as a slot that was only ever fed R.
     np.testing.assert_array_equal(feed(runner, 1, F), refill(runner, 2, R, F))
@@ -224,13 +228,13 @@ def test_embedded_model_restored_and_copied_decode_as_cold(backend: str) -> None
     )
     n = len(prompt)
     first = feed(runner, 0, prompt)
-    snap = runner.snapshot(0, n)
-    runner.copy_prefix(0, 1, n - 1)
+    snap = cache(runner).snapshot(0, n)
+    cache(runner).copy_prefix(0, 1, n - 1)
     copied_first = feed(runner, 1, prompt[-1:])
     cold = greedy(runner, 0, first, 16)
     assert greedy(runner, 1, copied_first, 16) == cold
     refill(runner, 0, prompt[:7])
-    runner.restore(1, snap)
+    cache(runner).restore(1, snap)
     assert greedy(runner, 1, first, 16) == cold
     runner.close()
 
@@ -254,11 +258,11 @@ def _embedded_runner(backend: str, model: object) -> Runner:
 def test_16_bit_rows_restore_exactly(backend: str, tmp_path: Path) -> None:
     runner = make_runner(backend, "qwen3", tmp_path, dtype="bfloat16")
     feed(runner, 0, P)
-    snap = runner.snapshot(0, 60)
+    snap = cache(runner).snapshot(0, 60)
     assert "bfloat16" in snap.layout
     refill(runner, 0, seq(30, 7))
-    runner.restore(1, snap)
-    runner.copy_prefix(1, 0, 50)
+    cache(runner).restore(1, snap)
+    cache(runner).copy_prefix(1, 0, 50)
     np.testing.assert_array_equal(feed(runner, 1, F), refill(runner, 2, P, F))
     refill(runner, 2, P)
     runner.truncate(2, 50)
@@ -276,13 +280,13 @@ def test_llamacpp_snapshots_move_between_v_layouts(tmp_path: Path) -> None:
     _, _, model = tiny_setup(tmp_path, "qwen2", seed=1)
     config = RunnerConfig(slots=2, max_ctx=192, threads=1)
     plain, flash = (LlamaCppRunner(model, config, flash_attn=fa) for fa in (False, True))
-    assert plain.kv_layout() == flash.kv_layout()
+    assert cache(plain).layout() == cache(flash).layout()
     for a, b in ((plain, flash), (flash, plain)):
         feed(a, 0, P)
-        snap = a.snapshot(0, 50)
-        a.restore(1, snap)  # same context: exact
+        snap = cache(a).snapshot(0, 50)
+        cache(a).restore(1, snap)  # same context: exact
         np.testing.assert_array_equal(feed(a, 1, F), refill(a, 0, P[:50], F))
-        b.restore(0, snap)  # the other layout: the same cells, its own attention kernels
+        cache(b).restore(0, snap)  # the other layout: the same cells, its own attention kernels
         assert_close("llamacpp", feed(b, 0, F), refill(b, 1, P[:50], F))
         a.release(0), a.release(1), b.release(0), b.release(1)
     plain.close(), flash.close()
@@ -293,12 +297,13 @@ def test_llamacpp_refuses_a_transfer_until_moved_keys_are_turned(tmp_path: Path)
 
     runner = make_runner("llamacpp", "llama", tmp_path)
     feed(runner, 0, P)
-    runner.splice(0, 10, [MovedChunk((), 20, 40)])  # cells moved down by 10: turned at a decode
+    # Cells moved down by 10: llama.cpp turns their keys at the next decode.
+    cache(runner).splice(0, 10, [MovedChunk((), 20, 40)])
     with pytest.raises(RuntimeError, match="splice"):
-        runner.snapshot(0, 30)
+        cache(runner).snapshot(0, 30)
     feed(runner, 0, F)
-    runner.copy_prefix(0, 1, 36)
-    runner.copy_prefix(1, 2, 36)
+    cache(runner).copy_prefix(0, 1, 36)
+    cache(runner).copy_prefix(1, 2, 36)
     got = feed(runner, 1, R)
     np.testing.assert_array_equal(got, feed(runner, 2, R))
     # Slot 0 holds the same cells with gaps where the splice dropped some: attention visits

@@ -11,13 +11,11 @@ this runner), then every piece is put in prompt order.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from localinfer.backends.base import MovedChunk, SlotWork
-from localinfer.backends.kv_splice import check_splice
-
-if TYPE_CHECKING:
-    from localinfer.backends.llamacpp.runner import LlamaCppRunner
+from localinfer.backends.kv_splice import Forward, check_splice
+from localinfer.backends.slot_lengths import SlotLengths
 
 Span = tuple[int, int]  # [start, end) of a slot's cells
 
@@ -52,12 +50,21 @@ def _remove(llama: Any, memory: Any, slot: int, start: int, end: int) -> None:
         raise RuntimeError(f"llama.cpp refused to remove cells [{start}, {end}) of slot {slot}")
 
 
-def splice_slot(runner: LlamaCppRunner, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
-    """``runner.splice``: pack the chunks after ``keep``, prefill all new tokens after them, then
-    put new tokens and chunks in prompt order."""
-    llama, memory, lengths = runner._llama, runner._memory, runner._lengths
+def splice_slot(
+    llama: Any,
+    memory: Any,
+    lengths: SlotLengths,
+    max_ctx: int,
+    forward: Forward,
+    slot: int,
+    keep: int,
+    chunks: Sequence[MovedChunk],
+) -> None:
+    """``kv_cache.splice``: pack the chunks after ``keep``, prefill all new tokens after them
+    (``forward``: the runner's, which records what it wrote in ``lengths``), then put new tokens
+    and chunks in prompt order."""
     length = lengths.checked(slot)
-    check_splice(length, keep, chunks, runner.info.max_ctx)
+    check_splice(length, keep, chunks, max_ctx)
     if chunks and not llama.llama_memory_can_shift(memory):
         raise NotImplementedError("this model's llama.cpp cache cannot move cells")
     packed = relayout(llama, memory, slot, length, keep, [(c.start, c.end) for c in chunks])
@@ -65,7 +72,7 @@ def splice_slot(runner: LlamaCppRunner, slot: int, keep: int, chunks: Sequence[M
     new = tuple(t for c in chunks for t in c.new)
     if not new:
         return  # chunks only: already in prompt order
-    runner.forward([SlotWork(slot, new, packed)])
+    forward([SlotWork(slot, new, packed)])
     order: list[Span] = []
     chunk_at, new_at = keep, packed
     for chunk in chunks:

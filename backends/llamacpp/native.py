@@ -102,6 +102,13 @@ def weight_buffers(params: P) -> P:
     return params
 
 
+def model_meta(llama: ModuleType, model: object, key: str) -> str | None:
+    """A GGUF metadata value of the loaded ``model`` as llama.cpp read it, or None when absent."""
+    buf = ctypes.create_string_buffer(512)
+    n = llama.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+
 @contextmanager
 def listen(listener: LogListener) -> Iterator[None]:
     """Call ``listener(level, text)`` for every llama.cpp log message inside the block."""

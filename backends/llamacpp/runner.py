@@ -16,7 +16,6 @@ its AMX matmul segfaults in builds made by GCC 12).
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -26,7 +25,6 @@ import numpy as np
 
 from localinfer.backends.base import (
     MemoryReport,
-    MovedChunk,
     Pooling,
     RunnerConfig,
     RunnerInfo,
@@ -46,8 +44,7 @@ from localinfer.backends.llamacpp.cache_types import (
 )
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
-from localinfer.backends.llamacpp.kv_splice import splice_slot
-from localinfer.backends.llamacpp.kv_transfer import SeqFormat, SeqTransferMethods
+from localinfer.backends.llamacpp.kv_cache import LlamaCppKVCache, LlamaHandles, repeated_cells
 from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.llamacpp.quantize import quant_matches, requantize_advice
@@ -84,9 +81,9 @@ def _parse_buffers(log_text: str) -> LlamaCppBuffers:
     )
 
 
-class LlamaCppRunner(SeqTransferMethods):
+class LlamaCppRunner:
     """Runs a GGUF model through llama.cpp with ``config.slots`` independent sequences; KV
-    transfers between slots and to host memory come from SeqTransferMethods (kv_transfer.py)."""
+    transfers between slots and to host memory, and splices, are ``kv_cache``'s (kv_cache.py)."""
 
     def __init__(
         self,
@@ -102,8 +99,6 @@ class LlamaCppRunner(SeqTransferMethods):
         self._embedding_buffers = LlamaCppBuffers(0, 0, 0)
         path = Path(model.path)
         self.model_path = path
-        self._kv_format: SeqFormat | None = None  # made on the first KV transfer
-        self._cells_moved = False  # a splice moved cells that the next decode turns
         if model.format != "gguf":
             raise UnsupportedModelError(
                 f"the llamacpp backend runs GGUF files only; {path} is {model.format} "
@@ -137,6 +132,10 @@ class LlamaCppRunner(SeqTransferMethods):
         self._memory = self._llama.llama_get_memory(self._ctx)
         self._lengths = SlotLengths(config.slots)
         self._buffer = BatchBuffer(self._llama, self._n_batch)
+        handles = LlamaHandles(self._llama, self._model_ptr, self._ctx, self._memory)
+        self.kv_cache = LlamaCppKVCache(
+            handles, self._lengths, config.max_ctx, self.kv_type, path, self.forward
+        )
         self._max_outputs = 0
         # dtype: the activations'; weights keep the file's types, KV is kv_type (F16 by default).
         self.info = RunnerInfo.from_config(
@@ -269,12 +268,6 @@ class LlamaCppRunner(SeqTransferMethods):
             raise RuntimeError(f"llama.cpp refused to truncate slot {slot} to {length}")
         self._lengths[slot] = length
 
-    def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
-        """Cache reuse (KVSplicer): cells moved by llama.cpp (kv_splice.py)."""
-        self._require_open()
-        splice_slot(self, slot, keep, chunks)
-        self._cells_moved = self._cells_moved or bool(chunks)
-
     def release(self, slot: int) -> None:
         self._require_open()
         self._lengths.checked(slot)
@@ -321,9 +314,17 @@ class LlamaCppRunner(SeqTransferMethods):
     def metadata(self, key: str) -> str | None:
         """A GGUF metadata value as llama.cpp read it, or None when absent."""
         self._require_open()
-        buf = ctypes.create_string_buffer(512)
-        n = self._llama.llama_model_meta_val_str(self._model_ptr, key.encode(), buf, len(buf))
-        return buf.value.decode("utf-8", errors="replace") if n >= 0 else None
+        return native.model_meta(self._llama, self._model_ptr, key)
+
+    def fill_synthetic(self, slot: int, n_tokens: int) -> None:
+        """SyntheticFill: a few real cells computed, then repeated to ``n_tokens`` and restored."""
+        self._require_open()
+        self.release(slot)
+        seed = min(16, n_tokens)
+        self.forward([SlotWork(slot, tuple(range(100, 100 + seed)), 0)])
+        if n_tokens > seed:
+            cells = repeated_cells(self.kv_cache.snapshot(slot, seed), n_tokens)
+            self.kv_cache.restore(slot, cells)
 
     @property
     def threads(self) -> int:
@@ -341,6 +342,9 @@ class LlamaCppRunner(SeqTransferMethods):
         if getattr(self, "_embedding", None) is not None:
             self._embedding.free()
             self._embedding = None
+        kv_cache = getattr(self, "kv_cache", None)  # absent when the context failed to build
+        if kv_cache is not None:
+            kv_cache.close()
         if getattr(self, "_ctx", None):
             llama.llama_free(self._ctx)
             self._ctx = None
@@ -371,7 +375,7 @@ class LlamaCppRunner(SeqTransferMethods):
             for s in np.unique(seq):
                 self._llama.llama_memory_seq_rm(self._memory, int(s), self._lengths[int(s)], -1)
             raise RuntimeError(f"llama_decode failed with code {rc} on a batch of {n} tokens")
-        self._cells_moved = False  # the decode turned any moved keys first
+        self.kv_cache.cells_moved = False  # the decode turned any moved keys first
 
     def _copy_logits(self, rows: np.ndarray) -> np.ndarray:
         """Logits of the batch rows ``rows`` (flagged as outputs, ascending): float32

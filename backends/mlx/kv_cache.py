@@ -10,11 +10,27 @@ MLX arrays are values: ``keys[layer][...] = k`` builds a scatter whose output ta
 buffer (MLX donates a buffer with no other reference), so the cache is updated in place once the
 forward is evaluated. The runner evaluates the cache together with the logits every forward, so
 no graph ever grows across steps.
+
+``MLXKVCache`` is ``MLXRunner.kv_cache`` (backends/base.py's KVCache): a prefix copied between
+slots as a slice copy, a slot's rows to host bytes and back, cached entries moved by a splice;
+what is not MLX is backends/static_kv.py's. Payload rows cross to numpy as unsigned integers of
+the element's width (numpy has no bfloat16). Every write below builds a scatter into the cache
+arrays, evaluated before returning so that no graph is left pending.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import mlx.core as mx
+import numpy as np
+
+from localinfer.backends.kv_splice import CellMove, Forward, cell_indices, move_tables
+from localinfer.backends.slot_lengths import SlotLengths
+from localinfer.backends.static_kv import StaticCacheShape, StaticKV
+from localinfer.loading.model_config import ModelConfig
+
+_BITS = {2: (mx.uint16, np.uint16), 4: (mx.uint32, np.uint32)}  # element bytes -> raw types
 
 
 class SlotKVCache:
@@ -71,3 +87,90 @@ class SlotKVCache:
 
     def nbytes(self) -> int:
         return sum(a.nbytes for a in self.arrays())
+
+
+def move_cells(
+    cache: SlotKVCache, slot: int, moves: Sequence[CellMove], inv_freq: np.ndarray
+) -> None:
+    """Every move's entries of ``slot`` to their destinations, keys turned by their deltas,
+    evaluated before returning. ``inv_freq``: [head_dim / 2] float64."""
+    src, dst = cell_indices(moves)
+    cos, signed_sin = move_tables(moves, inv_freq)  # [M, head_dim] float64
+    cache.move(
+        slot,
+        mx.array(src.astype(np.int32)),
+        mx.array(dst.astype(np.int32)),
+        mx.array(cos.astype(np.float32))[:, None],  # [M, 1, head_dim]: broadcast over kv heads
+        mx.array(signed_sin.astype(np.float32))[:, None],
+    )
+    mx.eval(cache.arrays())
+
+
+class MLXKVCache(StaticKV):
+    """``MLXRunner.kv_cache``: KVCache over the runner's SlotKVCache (module doc)."""
+
+    def __init__(
+        self,
+        cache: SlotKVCache,
+        norm: mx.array,
+        device: mx.Device,
+        quant: str,
+        config: ModelConfig,
+        lengths: SlotLengths,
+        forward: Forward,
+    ) -> None:
+        """``norm``: the final norm's weight (its bytes are part of the layout key); ``device``:
+        the stream every operation runs on; ``quant``, ``lengths``, ``forward``: the runner's."""
+        keys = cache.keys[0]  # [slots, kv_heads, max_ctx, head_dim]
+        _, kv_heads, max_ctx, head_dim = keys.shape
+        shape = StaticCacheShape(
+            "mlx",
+            str(keys.dtype).removeprefix("mlx.core."),
+            len(cache.keys),
+            kv_heads,
+            head_dim,
+            keys.dtype.size,
+            quant,
+            config,
+        )
+        super().__init__(shape, lengths, max_ctx, forward)
+        self._cache = cache
+        self._norm = norm
+        self._device = device
+        self._raw, self._host = _BITS[keys.dtype.size]  # unsigned types as wide as an element
+
+    def _norm_bytes(self) -> bytes:
+        return np.array(self._norm.astype(mx.float32)).tobytes()
+
+    def _copy_rows(self, src: int, dst: int, n_tokens: int) -> None:
+        cache = self._cache
+        with mx.stream(self._device):
+            for tables in (cache.keys, cache.values):
+                for table in tables:  # [slots, kv_heads, max_ctx, head_dim]
+                    table[dst, :, :n_tokens] = table[src, :, :n_tokens]
+            mx.eval(cache.arrays())
+
+    def _read_rows(self, slot: int, n_tokens: int) -> bytes:
+        cache = self._cache
+        with mx.stream(self._device):
+            pairs = zip(cache.keys, cache.values, strict=True)
+            rows = [t[slot, :, :n_tokens] for pair in pairs for t in pair]
+            host = np.array(mx.stack(rows).view(self._raw))  # [layers * 2, kv_heads, n, head_dim]
+        return host.tobytes()
+
+    def _write_rows(self, slot: int, payload: bytes, n_tokens: int) -> None:
+        cache, n = self._cache, n_tokens
+        host = np.frombuffer(payload, dtype=self._host).reshape(self.shape.payload_shape(n))
+        with mx.stream(self._device):
+            rows = mx.array(host).view(cache.keys[0].dtype)
+            for i, (keys, values) in enumerate(zip(cache.keys, cache.values, strict=True)):
+                keys[slot, :, :n] = rows[i, 0]
+                values[slot, :, :n] = rows[i, 1]
+            mx.eval(cache.arrays())
+
+    def _move_cells(self, slot: int, moves: Sequence[CellMove], inv_freq: np.ndarray) -> None:
+        with mx.stream(self._device):
+            move_cells(self._cache, slot, moves, inv_freq)
+
+    def _release(self) -> None:
+        del self._cache, self._norm

@@ -15,7 +15,6 @@ import numpy as np
 
 from localinfer.backends.base import (
     MemoryReport,
-    MovedChunk,
     Pooling,
     RunnerConfig,
     RunnerInfo,
@@ -25,9 +24,7 @@ from localinfer.backends.base import (
 from localinfer.backends.mlx.batch_layout import layout_batch
 from localinfer.backends.mlx.device import device_label, recommended_working_set, resolve_device
 from localinfer.backends.mlx.embedding import MLXEmbeddingPass
-from localinfer.backends.mlx.kv_cache import SlotKVCache
-from localinfer.backends.mlx.kv_move import splice_cache
-from localinfer.backends.mlx.kv_transfer import MLXTransferMethods
+from localinfer.backends.mlx.kv_cache import MLXKVCache, SlotKVCache
 from localinfer.backends.mlx.model import MLX_ARCHS, LlamaModel
 from localinfer.backends.mlx.quant_spec import parse_quant
 from localinfer.backends.mlx.weights import load_weights
@@ -40,9 +37,9 @@ __all__ = ["MLXRunner", "create_runner", "recommended_working_set"]
 DTYPES = {"float32": mx.float32, "bfloat16": mx.bfloat16, "float16": mx.float16}
 
 
-class MLXRunner(MLXTransferMethods, InPlaceSlots):
+class MLXRunner(InPlaceSlots):
     """Runs a Llama-family model with a ``[slots, kv_heads, max_ctx, head_dim]`` cache per layer;
-    KV transfers between slots and to host memory come from MLXTransferMethods (kv_transfer.py).
+    KV transfers between slots and to host memory, and splices, are ``kv_cache``'s (kv_cache.py).
 
     Not thread-safe: one engine thread owns it.
     """
@@ -86,6 +83,10 @@ class MLXRunner(MLXTransferMethods, InPlaceSlots):
         self.info = RunnerInfo.from_config(
             config, "mlx", device_label(self.device), mc.vocab_size, weights.quant_label
         )
+        # Prefix copies, snapshots and splices (backends/base.py's KVCache) on the same arrays.
+        self.kv_cache = MLXKVCache(
+            self._cache, weights.norm, self.device, self.info.quant, mc, self._lengths, self.forward
+        )
 
     # -- Runner protocol -------------------------------------------------------------------
 
@@ -111,11 +112,6 @@ class MLXRunner(MLXTransferMethods, InPlaceSlots):
         out = np.asarray(logits)  # [R, vocab] float32
         self._advance(batch)
         return split_logits(out, layout.logit_rows)
-
-    def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
-        """Cache reuse (KVSplicer): cached entries moved, keys turned (kv_move.py)."""
-        self._check_open()
-        splice_cache(self, slot, keep, chunks)
 
     def start_embedding(
         self, inputs: Sequence[Sequence[int]], pooling: Pooling
@@ -153,6 +149,7 @@ class MLXRunner(MLXTransferMethods, InPlaceSlots):
         if self._closed:
             return
         self._closed = True
+        self.kv_cache.close()
         del self._model, self._cache
         mx.clear_cache()
 

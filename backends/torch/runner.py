@@ -9,9 +9,7 @@ import numpy as np
 import torch
 
 from localinfer.backends.base import (
-    KVSnapshot,
     MemoryReport,
-    MovedChunk,
     Pooling,
     RunnerConfig,
     RunnerInfo,
@@ -20,13 +18,11 @@ from localinfer.backends.base import (
 )
 from localinfer.backends.ragged_batch import pack_batch
 from localinfer.backends.slot_lengths import InPlaceSlots, SlotLengths, split_logits
-from localinfer.backends.torch import kv_transfer
 from localinfer.backends.torch.attention import build_groups
 from localinfer.backends.torch.block_weights import BlockMatrix
 from localinfer.backends.torch.cpu_kernels import matrix_decoder
 from localinfer.backends.torch.embedding import TorchEmbeddingPass
-from localinfer.backends.torch.kv_cache import StaticKVCache
-from localinfer.backends.torch.kv_move import splice_cache
+from localinfer.backends.torch.kv_cache import StaticKVCache, TorchKVCache
 from localinfer.backends.torch.model import LlamaModel
 from localinfer.backends.torch.native_forward import NativeForward
 from localinfer.backends.torch.quant_linear import QuantLinear
@@ -86,6 +82,10 @@ class TorchRunner(InPlaceSlots):
         self.info = RunnerInfo.from_config(
             config, "torch", str(self.device), mc.vocab_size, self._quant_label(model, weights)
         )
+        # Prefix copies, snapshots and splices (backends/base.py's KVCache) on the same tensors.
+        self.kv_cache = TorchKVCache(
+            self._cache, weights.norm, self.info.quant, mc, self._lengths, self.forward
+        )
 
     @property
     def native_max_tokens(self) -> int:
@@ -124,29 +124,6 @@ class TorchRunner(InPlaceSlots):
             out = logits.cpu().numpy()
         self._advance(batch)
         return split_logits(out, packed.logit_rows)
-
-    def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
-        """Cache reuse (KVSplicer): cached entries moved, keys turned (kv_move.py)."""
-        self._check_open()
-        splice_cache(self, slot, keep, chunks)
-
-    # -- KVTransfer (backends/torch/kv_transfer.py) ----------------------------------------
-
-    def kv_layout(self) -> str:
-        self._check_open()
-        return kv_transfer.kv_layout(self)
-
-    def copy_prefix(self, src: int, dst: int, n_tokens: int) -> None:
-        self._check_open()
-        kv_transfer.copy_prefix(self, src, dst, n_tokens)
-
-    def snapshot(self, slot: int, n_tokens: int) -> KVSnapshot:
-        self._check_open()
-        return kv_transfer.snapshot(self, slot, n_tokens)
-
-    def restore(self, slot: int, snapshot: KVSnapshot) -> None:
-        self._check_open()
-        kv_transfer.restore(self, slot, snapshot)
 
     def start_embedding(
         self, inputs: Sequence[Sequence[int]], pooling: Pooling
@@ -201,6 +178,7 @@ class TorchRunner(InPlaceSlots):
         if self._closed:
             return
         self._closed = True
+        self.kv_cache.close()
         del self._model, self._cache
         if self.device.type == "cuda":
             torch.cuda.empty_cache()

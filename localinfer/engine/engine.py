@@ -32,7 +32,7 @@ from localinfer.engine.embedding import (
     check_embedding_request,
 )
 from localinfer.engine.handle import GenerationResult, RequestHandle
-from localinfer.engine.kv_store import KVStore
+from localinfer.engine.kv.store import KVStore
 from localinfer.engine.metrics import Clock, MetricsRecorder, RequestTiming
 from localinfer.engine.request_checks import check_request
 from localinfer.engine.sampler import TokenSampler
@@ -68,12 +68,13 @@ class Engine:
     cache shares the longest prefix with its prompt;
     ``cache_reuse`` N (needs ``prefix_reuse``; 0, the default, is off) also reuses cached chunks of
     N+ tokens found later in the prompt, moving their KV instead of prefilling them: an
-    approximation (a moved chunk's KV was computed without the new text before it; chunk_reuse.py);
+    approximation (a moved chunk's KV was computed without the new text before it;
+    kv/chunk_reuse.py);
     ``speculator`` turns on speculative decoding (n-gram or draft-model proposals, per slot);
     ``kv_stores`` are KV tiers below the slots (a RAM tier, a disk tier: issue #24; they need
-    ``prefix_reuse`` and a runner with ``KVTransfer``): a slot's cells a new request drops go to
-    the RAM tier, and a new request starts from the longest prefix held by its slot, another slot
-    (copied) or a tier (restored), whichever is longest (kv_placement.py).
+    ``prefix_reuse`` and a runner whose ``kv_cache`` has ``KVTransfer``): a slot's cells a new
+    request drops go to the RAM tier, and a new request starts from the longest prefix held by
+    its slot, another slot (copied) or a tier (restored), whichever is longest (kv/placement.py).
     The caller keeps ownership of the runner, of a draft model's runner and of the tiers.
     """
 

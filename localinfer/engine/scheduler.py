@@ -6,10 +6,10 @@ Each step:
 2. waiting requests take idle slots (first come, first served), so a slot freed by the previous
    step is refilled now. With ``prefix_reuse`` a finished slot keeps its KV, and a request starts
    from the longest prefix of its prompt held by its slot, another slot (copied; or it waits
-   while a busy slot prefills it) or a KV tier (restored), and prefills the rest (kv_placement).
+   while a busy slot prefills it) or a KV tier (restored), and prefills the rest (kv.placement).
    The last prompt token is always fed again, because its logits give the first new token.
    With ``cache_reuse`` N, cached chunks of N+ tokens found later in the prompt are moved into
-   place rather than prefilled (``chunk_reuse``: an approximation, off by default);
+   place rather than prefilled (``kv.chunk_reuse``: an approximation, off by default);
 3. one ragged batch is planned: every decoding slot feeds its one sampled token, and prefilling
    slots share a per-step prompt-token budget (``prefill_chunk``) in admission order, so a long
    prompt is prefilled over several steps *in the same forward* as the running streams' decodes
@@ -44,9 +44,9 @@ from localinfer.backends.base import Runner
 from localinfer.engine.batch_plan import PlannedWork, plan_batch, speculation_candidates
 from localinfer.engine.embedding import EmbeddingJob, EmbeddingQueue
 from localinfer.engine.forward_fallback import forward_each_isolated
-from localinfer.engine.kv_placement import SlotPlacer
-from localinfer.engine.kv_ram import RamKVStore
-from localinfer.engine.kv_store import KVStore
+from localinfer.engine.kv.placement import SlotPlacer
+from localinfer.engine.kv.ram_tier import RamKVStore
+from localinfer.engine.kv.store import KVStore
 from localinfer.engine.metrics import MetricsRecorder
 from localinfer.engine.sampler import SampledToken
 from localinfer.engine.sequence import Sequence
@@ -89,8 +89,8 @@ class Scheduler:
         self.max_queue = max_queue
         self.prefill_chunk = prefill_chunk
         self.prefix_reuse = prefix_reuse
-        self.cache_reuse = cache_reuse  # min chunk length (chunk_reuse); 0: prefix reuse only
-        # Where a new request's cells come from: its slot, another slot, a KV tier (kv_placement)
+        self.cache_reuse = cache_reuse  # min chunk length (kv.chunk_reuse); 0: prefix reuse only
+        # Where a new request's cells come from: its slot, another slot, a KV tier (kv.placement)
         self.placer = SlotPlacer(runner, self.slots, kv_stores, prefix_reuse=prefix_reuse,
                                  cache_reuse=cache_reuse, prefill_chunk=prefill_chunk)  # fmt: skip
         # What the RAM tier holds stays visible even after transfers turned off (a failed one).

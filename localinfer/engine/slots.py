@@ -1,7 +1,7 @@
 """The engine's view of the runner's KV slots: which request owns each, and what it caches.
 
 A slot remembers the exact tokens whose KV the runner holds for it (``cached``). That list is the
-hook for prefix reuse (``kv_placement`` chooses a new request's slot and the cells it reuses, and
+hook for prefix reuse (``kv.placement`` chooses a new request's slot and the cells it reuses, and
 only the rest is prefilled) and for speculative decoding (roll ``cached`` and the runner back
 together with ``Runner.truncate``).
 """

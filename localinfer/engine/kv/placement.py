@@ -33,10 +33,10 @@ import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from localinfer.backends.base import KVSnapshot, KVSplicer, KVTransfer, Runner
-from localinfer.engine.chunk_reuse import plan_reuse, prepare_slot
-from localinfer.engine.kv_ram import RamKVStore
-from localinfer.engine.kv_store import KVStore
+from localinfer.backends.base import KVSnapshot, Runner, kv_splicer, kv_transfer
+from localinfer.engine.kv.chunk_reuse import plan_reuse, prepare_slot
+from localinfer.engine.kv.ram_tier import RamKVStore
+from localinfer.engine.kv.store import KVStore
 from localinfer.engine.slots import Slot, SlotTable, empty_slot, shared_prefix
 
 log = logging.getLogger(__name__)
@@ -79,8 +79,11 @@ class SlotPlacer:
         self.cache_reuse = cache_reuse
         self.prefill_chunk = prefill_chunk
         self.min_transfer = max(1, min_transfer)
-        # Copies and tiers need the runner's KVTransfer, and idle slots that keep their cells.
-        self.transfer = prefix_reuse and isinstance(runner, KVTransfer)
+        # Copies and tiers need a KV cache that transfers cells (KVTransfer), and idle slots that
+        # keep their cells; chunks moved into place need one that splices (KVSplicer).
+        self.kv = kv_transfer(runner) if prefix_reuse else None
+        self.transfer = self.kv is not None
+        self.splices = kv_splicer(runner) is not None
         if stores and not self.transfer:
             why = "prefix reuse is off" if not prefix_reuse else "the runner cannot move its KV"
             log.info("KV tiers %s unused: %s", [s.name for s in stores], why)
@@ -149,7 +152,7 @@ class SlotPlacer:
         """``slot``'s best source: its own cells, a copy from another slot, or the best tier."""
         keep = held[slot.index]
         own = keep
-        if self.cache_reuse and isinstance(self.runner, KVSplicer):  # chunks moved into place
+        if self.cache_reuse and self.splices:  # chunks moved into place
             plan = plan_reuse(slot.cached, prompt, keep, self.cache_reuse, self.prefill_chunk)
             own = plan.reused
         options = [Placement(slot, own, "slot" if own else "cold", keep=keep)]
@@ -219,15 +222,15 @@ class SlotPlacer:
         return snapshot
 
     def _transfer(self, placement: Placement, snapshot: KVSnapshot | None) -> None:
-        runner, dst, n = self.runner, placement.slot.index, placement.reuse
-        assert isinstance(runner, KVTransfer)
+        kv, dst, n = self.kv, placement.slot.index, placement.reuse
+        assert kv is not None
         if snapshot is None:
             assert placement.src_slot is not None
-            runner.copy_prefix(placement.src_slot, dst, n)
+            kv.copy_prefix(placement.src_slot, dst, n)
         else:
-            runner.restore(dst, snapshot)
+            kv.restore(dst, snapshot)
             if snapshot.n_tokens > n:
-                runner.truncate(dst, n)
+                self.runner.truncate(dst, n)
         held = self.runner.slot_length(dst)
         if held != n:
             raise RuntimeError(f"the slot holds {held} cells, not {n}")
@@ -248,9 +251,9 @@ class SlotPlacer:
         self, slot: Slot, n: int, key: tuple[int, ...], stores: Sequence[KVStore]
     ) -> bool:
         """Snapshot ``slot``'s first ``n`` cells into ``stores``; False when nothing was kept."""
-        assert isinstance(self.runner, KVTransfer)
+        assert self.kv is not None
         try:
-            snapshot = self.runner.snapshot(slot.index, n)
+            snapshot = self.kv.snapshot(slot.index, n)
         except Exception as exc:  # noqa: BLE001 - the cells are lost, the request goes on
             log.warning("slot %d: snapshot of %d tokens failed: %s", slot.index, n, exc)
             return False

@@ -4,8 +4,8 @@ where a new request may find its prompt's beginning already computed.
 A tier holds :class:`~localinfer.backends.base.KVSnapshot` s keyed by the exact tokens whose cells
 they are. The scheduler asks every tier for its longest match with a prompt, restores the best
 (``KVTransfer.restore``, then truncates to the shared length) and prefills only the rest. The RAM
-tier (``kv_ram.py``) is a bounded LRU in host memory; the disk tier (``kv_disk.py``) persists across
-processes. Tiers never see a framework: a snapshot's payload is opaque bytes.
+tier (``ram_tier.py``) is a bounded LRU in host memory; the disk tier (``disk_tier.py``) persists
+across processes. Tiers never see a framework: a snapshot's payload is opaque bytes.
 """
 
 from __future__ import annotations

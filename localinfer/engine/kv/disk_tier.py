@@ -2,7 +2,7 @@
 
 Files live under ``directory/<model_key>/`` (the session makes the key from the model's content
 hash and the runner's KV layout, so models and dtypes never share a folder) in the format of
-``kv_file.py``. They are untrusted input: a file that is short, damaged, of another version, or
+``disk_file.py``. They are untrusted input: a file that is short, damaged, of another version, or
 written for another model or layout is removed with one log line and never used; nothing here
 raises to the engine for a bad file or a failed write (the tier is a cache: losing an entry costs
 a prefill, never a request).
@@ -33,8 +33,8 @@ from pathlib import Path
 import numpy as np
 
 from localinfer.backends.base import KVSnapshot
-from localinfer.engine.kv_file import BadKVFile, encode_header, read_header, read_payload
-from localinfer.engine.kv_store import TierMatch
+from localinfer.engine.kv.disk_file import BadKVFile, encode_header, read_header, read_payload
+from localinfer.engine.kv.store import TierMatch
 from localinfer.stale_files import LeftoverSweep, writer_tag
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,7 @@ class DiskKVStore:
     """A KVStore of files under ``directory/model_key``, within ``cap_bytes`` on disk.
 
     ``layout``, when given, is the only snapshot layout this store holds (the runner's
-    ``kv_layout()``): a file of another layout is dropped, storing another is a ValueError."""
+    ``kv_cache.layout()``): a file of another layout is dropped, storing another is a ValueError."""
 
     name = "disk"
 

@@ -4,8 +4,9 @@ A bounded LRU by payload bytes, keyed by the exact tokens a snapshot holds. Stor
 the entries that are its prefix (the new one serves every prompt they served); storing a key that
 an entry already extends only refreshes that entry. What the bound pushes out goes to ``spill``
 (the disk tier) when there is one, and so does an entry too big to keep at all: written by a
-background thread (``kv_spill.SpillWriter``), never on the engine thread. Until written, such an
-entry is still found here and loaded from memory; ``spill_all`` and ``drain`` wait for every write.
+background thread (``spill_writer.SpillWriter``), never on the engine thread. Until written, such
+an entry is still found here and loaded from memory; ``spill_all`` and ``drain`` wait for every
+write.
 
 Lookups compare a prompt with each entry's key in slices, leaving an entry at the first slice
 that differs, so a miss costs about one slice per entry however long the keys grow (a tier holds
@@ -19,8 +20,8 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from localinfer.backends.base import KVSnapshot
-from localinfer.engine.kv_spill import MAX_PENDING, PENDING_BYTES_FLOOR, SpillWriter
-from localinfer.engine.kv_store import KVStore, TierMatch
+from localinfer.engine.kv.spill_writer import MAX_PENDING, PENDING_BYTES_FLOOR, SpillWriter
+from localinfer.engine.kv.store import KVStore, TierMatch
 from localinfer.engine.slots import shared_prefix
 
 log = logging.getLogger(__name__)

@@ -3,9 +3,9 @@
 Prefix reuse keeps only the longest common prefix of a slot's cached tokens and a new prompt.
 When text is inserted into the middle of a prompt (a line typed into a file sent for
 fill-in-the-middle), everything after it shifts and would be prefilled again. With cache reuse,
-chunks of at least N cached tokens that reappear later in the prompt keep their KV: the runner
-moves their cells to the new positions (``KVSplicer.splice``), and only the tokens between chunks
-are prefilled.
+chunks of at least N cached tokens that reappear later in the prompt keep their KV: the runner's
+KV cache moves their cells to the new positions (``KVSplicer.splice``), and only the tokens
+between chunks are prefilled.
 
 It is an approximation, so it is opt-in: a moved chunk's keys and values were computed without
 the new text before it. With N = 0 (the default) nothing here runs and reuse stays exact.
@@ -27,7 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from localinfer.backends.base import KVSplicer, MovedChunk, Runner
+from localinfer.backends.base import MovedChunk, Runner, kv_splicer
 from localinfer.engine.slots import Slot, cut_slot
 
 log = logging.getLogger(__name__)
@@ -97,14 +97,15 @@ def prepare_slot(
     """Make ``slot`` hold the start of ``prompt`` for a new request; returns how many prompt
     tokens it reuses from the cache.
 
-    ``keep`` tokens of shared prefix stay. With ``min_chunk`` > 0 and a runner that can move
-    cells (KVSplicer), reusable chunks after it are spliced in (``plan_reuse``); otherwise, or
-    when the splice fails, the slot is cut to the prefix (``cut_slot``)."""
-    if min_chunk > 0 and isinstance(runner, KVSplicer):
+    ``keep`` tokens of shared prefix stay. With ``min_chunk`` > 0 and a runner whose KV cache
+    can move cells (KVSplicer), reusable chunks after it are spliced in (``plan_reuse``);
+    otherwise, or when the splice fails, the slot is cut to the prefix (``cut_slot``)."""
+    splicer = kv_splicer(runner) if min_chunk > 0 else None
+    if splicer is not None:
         plan = plan_reuse(slot.cached, prompt, keep, min_chunk, max_new)
         if plan.chunks:
             try:
-                runner.splice(slot.index, keep, plan.chunks)
+                splicer.splice(slot.index, keep, plan.chunks)
                 if runner.slot_length(slot.index) != plan.end:
                     raise RuntimeError(f"slot holds {runner.slot_length(slot.index)} cells")
             except NotImplementedError as exc:  # this model's cache cannot move cells

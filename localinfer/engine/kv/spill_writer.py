@@ -25,7 +25,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from localinfer.backends.base import KVSnapshot
-from localinfer.engine.kv_store import KVStore, TierMatch
+from localinfer.engine.kv.store import KVStore, TierMatch
 from localinfer.engine.slots import shared_prefix
 
 log = logging.getLogger(__name__)
