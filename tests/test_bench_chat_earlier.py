@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
-from localinfer.bench.chat import BenchApp, ChatBenchConfig, earlier_answer, run_chat
+from bench.chat import BenchApp, ChatBenchConfig, earlier_answer, run_chat
 from localinfer.conversations import ConversationStore
 from localinfer.tui.conversation_view import AnswerTurn, UserTurn
 from tests.tui_pilot import ScriptedChatSession

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from bench.child import child_env, module_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -18,10 +19,9 @@ def test_bench_servers_prints_both_tables_and_the_ratio(tmp_path: Path) -> None:
     pytest.importorskip("llama_cpp.server.app")  # the peer needs llama-cpp-python[server]
     out = tmp_path / "both.json"
     done = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench-servers"), "--concurrency", "1,2",
-         "--requests", "2", "--max-tokens", "4", "--sizes", "short", "--threads", "1",
-         "--json", str(out)],
-        capture_output=True, text=True, timeout=900, cwd=ROOT,
+        module_argv("bench.servers_loadgen", "--concurrency", "1,2", "--requests", "2",
+                    "--max-tokens", "4", "--sizes", "short", "--threads", "1", "--json", str(out)),
+        capture_output=True, text=True, timeout=900, cwd=ROOT, env=child_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     assert "bench: localinfer" in done.stdout and "bench: llama-cpp-python" in done.stdout

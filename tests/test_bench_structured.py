@@ -1,4 +1,4 @@
-"""The structured-output benchmark's measurements (localinfer/bench/structured.py) on the numpy
+"""The structured-output benchmark's measurements (bench/structured.py) on the numpy
 HashRunner: free runs decode exactly the constrained answers' lengths, busy batches mix
 constrained and free requests, and every replayed token is timed once."""
 
@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from localinfer.bench.structured import (
+from bench.structured import (
     Workload,
     busy_slots,
     compile_times,

@@ -3,30 +3,22 @@ Hub on 127.0.0.1, and its verdict on budgets that differ."""
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 
-SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "budget-accuracy"
-
-
-def load_script() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("budget_accuracy", str(SCRIPT))
-    spec = importlib.util.spec_from_loader("budget_accuracy", loader)
-    assert spec is not None
-    module = importlib.util.module_from_spec(spec)
-    loader.exec_module(module)
-    return module
+from bench import budget_accuracy
+from bench.child import child_env, module_argv
 
 
 def test_remote_equals_local_end_to_end(tmp_path: Path) -> None:
-    cmd = [sys.executable, str(SCRIPT), "--remote-only", "--ctx", "1024", "--concurrency", "2"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path)
+    cmd = module_argv(
+        "bench.budget_accuracy", "--remote-only", "--ctx", "1024", "--concurrency", "2"
+    )
+    done = subprocess.run(
+        cmd, capture_output=True, text=True, timeout=900, cwd=tmp_path, env=child_env()
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     out = done.stdout
     assert "PASS: 3/3 remote budgets equal to local" in out
@@ -53,11 +45,10 @@ def figures(weights: int, kv: int, kind: str) -> dict[str, object]:
 def test_the_verdict_names_each_difference(
     capsys: pytest.CaptureFixture[str], pulled: dict, file: dict, words: str
 ) -> None:
-    script = load_script()
     remote = {"org/repo:Q4_1 llamacpp": {"remote": figures(100, 20, "hub_remote")}}
     local = {"org/repo:Q4_1 llamacpp": {"pulled": pulled, "file": file}}
     same = words == "| equal"
-    assert script.print_remote_table(remote, local) is same
+    assert budget_accuracy.print_remote_table(remote, local) is same
     out = capsys.readouterr().out
     assert words in out
     assert ("PASS: 1/1" if same else "FAIL: 0/1") in out

@@ -3,7 +3,7 @@ the timer sees every forward."""
 
 from __future__ import annotations
 
-from localinfer.bench.engine_vs_direct import TimedRunner, run_direct, run_engine
+from bench.engine_vs_direct import TimedRunner, run_direct, run_engine
 from localinfer.engine import Engine
 from tests.test_engine_model import ByteTokenizer, HashRunner
 

@@ -15,8 +15,8 @@ import pytest
 from tokenizers import AddedToken, decoders, models, normalizers
 from tokenizers import Tokenizer as HFTokenizer
 
-from localinfer.bench.autocomplete import typing_workload
-from localinfer.bench.fim_model import write_fim_model as write_bench_fim_model
+from bench.autocomplete import typing_workload
+from bench.fim_model import write_fim_model as write_bench_fim_model
 from localinfer.catalog import HFSource, load_catalog
 from localinfer.cli import main
 from localinfer.engine import Request, SamplingParams

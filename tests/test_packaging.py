@@ -71,6 +71,7 @@ def test_wheel_layout_and_a_build_without_warnings(tmp_path: Path) -> None:
     archive = zipfile.ZipFile(wheel)
     names = archive.namelist()
     assert not any(n.startswith("backends/") for n in names)
+    assert not any(n.startswith("bench/") for n in names)  # the harness stays in the repo
     assert "localinfer/backends/base.py" in names
     assert "localinfer/models.toml" in names
     assert "localinfer/backends/torch/cpu_kernels.c" in names  # compiled on first use

@@ -1,11 +1,11 @@
-"""The speculation replay model (localinfer/bench/spec_replay.py) behind scripts/spec-replay."""
+"""The speculation replay model (bench/spec_replay.py) behind scripts/spec-replay."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from localinfer.bench.spec_replay import Recorded, fit_cost, interpolated_cost, replay
+from bench.spec_replay import Recorded, fit_cost, interpolated_cost, replay
 from localinfer.engine.speculative import SpecConfig
 
 VOCAB = 1000

@@ -6,14 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import subprocess
-import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from localinfer.bench.chat import (
+from bench.chat import (
     BenchHost,
     ChatBenchConfig,
     ChatRun,
@@ -21,7 +19,8 @@ from localinfer.bench.chat import (
     run_chat,
     run_engine_alone,
 )
-from localinfer.bench.chat_report import GenerateRun, report_lines, run_generate, verdicts
+from bench.chat_report import GenerateRun, report_lines, run_generate, verdicts
+from bench.child import child_env, module_argv
 from localinfer.conversations import ConversationStore
 from tests.tui_pilot import ScriptedChatSession, module_session
 
@@ -111,9 +110,8 @@ def test_verdicts_against_the_targets():
 
 def test_bench_chat_quick_run():
     """scripts/bench-chat --quick end to end: the table, then one JSON line with every figure."""
-    script = Path(__file__).resolve().parent.parent / "scripts" / "bench-chat"
-    argv = [sys.executable, str(script), "--quick", "--threads", "1"]
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600)
+    argv = module_argv("bench.chat_cli", "--quick", "--threads", "1")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=child_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout
     got = json.loads(out.strip().splitlines()[-1])

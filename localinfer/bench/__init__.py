@@ -4,5 +4,6 @@ prompts (the shipped prompt set) -> targets (one streamed request: HTTP or in-pr
 loadgen (closed-loop concurrency levels) -> records/stats (TTFT, TPOT, latency percentiles,
 throughput) -> render (rich table) and plot (PNG).
 
-engine_vs_direct (scripts/bench-engine) times the engine against its own runner driven directly.
+The benchmark scripts' own harness (scripts/bench-*) lives in the top-level bench/ folder, which
+is not installed.
 """

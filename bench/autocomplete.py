@@ -28,7 +28,7 @@ from typing import Any
 
 import httpx
 
-from localinfer.bench.fim_model import RENAMES, write_fim_model
+from bench.fim_model import RENAMES, write_fim_model
 from localinfer.bench.stats import percentile
 from localinfer.fim import FimFamily, find_fim_format
 from localinfer.loading.tokenizer import Tokenizer

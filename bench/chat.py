@@ -5,7 +5,7 @@ a fixed token budget. Recorded: the engine's own timing of the request (decode t
 token reached the app's stream worker (the rate over the first and the last tokens), the UI
 thread's CPU time from send to the answer on screen (``time.thread_time`` in that thread), how
 many times the answer was rendered, and how long keys typed while it streams take to reach the
-prompt. localinfer/bench/chat_report.py adds `localinfer generate`'s rate and prints the verdict.
+prompt. bench/chat_report.py adds `localinfer generate`'s rate and prints the verdict.
 """
 
 from __future__ import annotations

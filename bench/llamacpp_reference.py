@@ -2,9 +2,10 @@
 weights loaded as the runner loads them.
 
 Where ggml was compiled with AMX, llama.cpp repacks quantized weights into AMX buffers whose
-matmul segfaults in this build (``native.weight_buffers`` explains the GCC bug). ``Llama`` takes
-no model params of its own, so the factory it reads them from is swapped while the model loads:
-the reference then runs the same kernels and allocates the same buffers as the runner.
+matmul segfaults in this build (``weight_buffers`` in backends/llamacpp/native.py explains the
+GCC bug). ``Llama`` takes no model params of its own, so the factory it reads them from is
+swapped while the model loads: the reference then runs the same kernels and allocates the same
+buffers as the runner.
 """
 
 from __future__ import annotations

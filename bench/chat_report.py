@@ -1,5 +1,5 @@
 """scripts/bench-chat's reference and verdict: `localinfer generate` on the same request, and the
-issue's targets checked against one chat run (localinfer/bench/chat.py)."""
+issue's targets checked against one chat run (bench/chat.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
-from localinfer.bench.chat import ChatBenchConfig, ChatRun, EngineRun, window_rate
+from bench.chat import ChatBenchConfig, ChatRun, EngineRun, window_rate
 
 # The chat issue's targets on a 2-core machine.
 MIN_CHAT_VS_GENERATE = 0.9

@@ -24,6 +24,8 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
+from bench.child import child_env
+
 NEIGHBOURS = ("none", "gil", "nogil")
 
 
@@ -86,7 +88,7 @@ def child_main(case: WaitCase, tokens: int, shape: Neighbour) -> dict[str, float
     """In the child: open the model as the chat does and time one request per neighbour."""
     if case.switch_interval_s is not None:
         sys.setswitchinterval(case.switch_interval_s)
-    from localinfer.bench.chat import ChatBenchConfig, run_engine_alone
+    from bench.chat import ChatBenchConfig, run_engine_alone
     from localinfer.tui.host import open_with_settings
 
     config = ChatBenchConfig(max_tokens=tokens, backend="llamacpp", threads=case.threads)
@@ -105,9 +107,9 @@ def child_main(case: WaitCase, tokens: int, shape: Neighbour) -> dict[str, float
 
 def measure_in_child(case: WaitCase, tokens: int, shape: Neighbour) -> dict[str, float | None]:
     """Run :func:`child_main` for ``case`` in a fresh interpreter (libgomp reads its env once)."""
-    env = {**os.environ, **dict(case.env)}
+    env = child_env({**os.environ, **dict(case.env)})
     payload = json.dumps({"case": asdict(case), "tokens": tokens, "shape": asdict(shape)})
-    argv = [sys.executable, "-c", "import localinfer.bench.chat_wait as m; m._child_entry()"]
+    argv = [sys.executable, "-c", "import bench.chat_wait as m; m._child_entry()"]
     proc = subprocess.run(argv, input=payload, capture_output=True, text=True, env=env, timeout=900)
     if proc.returncode != 0:
         raise RuntimeError(f"{case.name}: {proc.stderr.strip()[-1500:]}")

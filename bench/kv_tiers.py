@@ -9,7 +9,7 @@ and cold in one run on one model and compares TTFT medians.
 (iii) a ~2,000-token conversation reopened after a process restart: a first process writes its
       KV through the disk tier, then a new Python process opens the same ``--kv-disk`` folder
       and asks the next turn, against a new process without it (``python -m
-      localinfer.bench.kv_tiers probe`` is that process).
+      bench.kv_tiers probe`` is that process).
 
 The documents are Python's own module docstrings: fixed, offline, real prose and code.
 """
@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from bench.child import child_env, module_argv
 from localinfer.engine import Request, SamplingParams
 from localinfer.session import Session, open_session
 
@@ -240,7 +241,7 @@ def disk_restart_row(
 
 
 def _probe(open_kw: dict[str, Any], ids_file: Path, folder: Path | None) -> dict[str, Any]:
-    cmd = [sys.executable, "-m", "localinfer.bench.kv_tiers", "probe", str(ids_file)]
+    cmd = module_argv("bench.kv_tiers", "probe", str(ids_file))
     for flag, key in (
         ("--model", "model_spec"),
         ("--backend", "backend"),
@@ -251,14 +252,14 @@ def _probe(open_kw: dict[str, Any], ids_file: Path, folder: Path | None) -> dict
             cmd += [flag, str(open_kw[key])]
     if folder is not None:
         cmd += ["--kv-disk", str(folder)]
-    out = subprocess.run(cmd, check=True, capture_output=True, text=True).stdout
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True, env=child_env()).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
 def probe_main(argv: Sequence[str]) -> int:
     """A new process: open a session (with ``--kv-disk`` or none), warm up, time the first token
     of the prompt in IDS_FILE; prints one JSON line."""
-    ap = argparse.ArgumentParser(prog="python -m localinfer.bench.kv_tiers probe")
+    ap = argparse.ArgumentParser(prog="python -m bench.kv_tiers probe")
     ap.add_argument("ids_file", type=Path)
     ap.add_argument("--model", default=None)
     ap.add_argument("--backend", default=None)
@@ -286,4 +287,4 @@ def probe_main(argv: Sequence[str]) -> int:
 if __name__ == "__main__":
     if sys.argv[1:2] == ["probe"]:
         sys.exit(probe_main(sys.argv[2:]))
-    sys.exit("usage: python -m localinfer.bench.kv_tiers probe IDS_FILE [--kv-disk DIR] ...")
+    sys.exit("usage: python -m bench.kv_tiers probe IDS_FILE [--kv-disk DIR] ...")

@@ -12,11 +12,11 @@ from __future__ import annotations
 import os
 import platform
 import subprocess
-import sys
 from pathlib import Path
 
+from bench.as_avx2 import avx2_env
+from bench.child import child_env, module_argv
 from localinfer.backends.torch.profile import cpu_flags  # torch-free
-from localinfer.bench.as_avx2 import avx2_env
 
 SHOWN_FLAGS = ("avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512_vnni", "avx512_bf16",
                "amx_tile", "avx_vnni", "neon", "asimd")  # fmt: skip
@@ -51,16 +51,17 @@ def in_pass() -> bool:
     return bool(os.environ.get(PASS_ENV))
 
 
-def run_levels(script: Path, argv: list[str], asked: str, llamacpp: bool = True) -> int:
-    """The parent's job: print the CPU, run ``script argv`` once per level; the worst exit.
-    ``llamacpp``: the run measures llama.cpp (its AVX2 pass then needs the AVX2 build)."""
+def run_levels(module: str, argv: list[str], asked: str, llamacpp: bool = True) -> int:
+    """The parent's job: print the CPU, run ``python -m module argv`` once per level; the worst
+    exit. ``llamacpp``: the run measures llama.cpp (its AVX2 pass then needs the AVX2 build)."""
     print(f"CPU: {cpu_summary()}")
-    return max(rerun(script, argv, level, llamacpp) for level in levels(asked))
+    return max(rerun(module, argv, level, llamacpp) for level in levels(asked))
 
 
-def rerun(script: Path, argv: list[str], level: str, llamacpp: bool = True) -> int:
-    """Run ``script argv`` in a fresh Python at ``level`` (native | avx2); its exit code."""
-    env = dict(os.environ)
+def rerun(module: str, argv: list[str], level: str, llamacpp: bool = True) -> int:
+    """Run ``python -m module argv`` in a fresh Python at ``level`` (native | avx2); its exit
+    code."""
+    env = child_env()
     env[PASS_ENV] = level
     if level == "avx2":
         env.update(avx2_env(env, llamacpp, log=lambda line: print(line, flush=True)))
@@ -68,4 +69,4 @@ def rerun(script: Path, argv: list[str], level: str, llamacpp: bool = True) -> i
         raise ValueError(f"unknown ISA level {level!r}: native or avx2")
     label = "this machine's build" if level == "native" else "AVX-512 hidden (an AVX2 laptop)"
     print(f"\n=== ISA level: {level} — {label}", flush=True)
-    return subprocess.run([sys.executable, str(script), *argv], env=env, check=False).returncode
+    return subprocess.run(module_argv(module, *argv), env=env, check=False).returncode
