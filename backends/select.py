@@ -1,9 +1,9 @@
 """Which backend runs a model on this machine, and building its runner.
 
-Default order (DESIGN.md): Apple Silicon with Metal -> mlx; an NVIDIA GPU -> torch (CUDA);
-otherwise, on CPU: torch with its native kernels for a GGUF they read as stored where they were
-measured faster than llama.cpp (backends/torch/profile.py), else llama.cpp when installed (the
-fast CPU path), else torch. ``--backend`` overrides.
+Default order (docs/design.md, "Choosing a backend"): Apple Silicon with Metal -> mlx; an NVIDIA
+GPU -> torch (CUDA); otherwise, on CPU: torch with its native kernels for a GGUF they read as
+stored where they were measured faster than llama.cpp (backends/torch/profile.py), else
+llama.cpp when installed (the fast CPU path), else torch. ``--backend`` overrides.
 Nothing here imports a framework at module import: detection uses ``find_spec``, the platform and
 ``nvidia-smi``; a backend's module is imported only when its runner is built.
 """
@@ -19,6 +19,7 @@ import subprocess
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from localinfer.backend_profile import BACKENDS
 from localinfer.errors import (
     BackendUnavailableError,
     OutOfMemoryBudgetError,
@@ -26,11 +27,9 @@ from localinfer.errors import (
 )
 
 if TYPE_CHECKING:
+    from localinfer.backend_profile import BackendProfile
     from localinfer.backends.base import Runner, RunnerConfig
-    from localinfer.backends.profile import BackendProfile
     from localinfer.loading.model import LoadedModel
-
-BACKENDS = ("torch", "llamacpp", "mlx")
 
 
 def backend_profile(name: str) -> BackendProfile:

@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from localinfer.budget.compute import BudgetRequest, compute_budget
+from localinfer.backend_budget import compute_budget
+from localinfer.budget.compute import BudgetRequest
 from localinfer.budget.memory import device_memory
 from localinfer.catalog import BundledSource, load_catalog
 from localinfer.errors import LocalinferError

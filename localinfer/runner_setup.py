@@ -3,7 +3,9 @@ choose the backend, ask the budget (refuse before any weight loads), create the 
 
 `open_session` (session.py) runs every model through here; `budget --verify` and `quality` build
 bare runners with :func:`open_model` + :func:`build_runner`, so all agree on defaults and on the
-budget's verdict.
+budget's verdict. The session's KV tiers are wired here too (:func:`build_kv_tiers`): the
+engine's tiers (localinfer/engine/kv/) sized by the budget, the disk tier keyed by the model's
+content hash.
 """
 
 from __future__ import annotations
@@ -11,19 +13,25 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from localinfer.backends.base import Runner, RunnerConfig
+from localinfer.backend_budget import compute_budget
+from localinfer.backends.base import Runner, RunnerConfig, kv_transfer
 from localinfer.backends.select import BackendChoice, choose_backend, create_runner
-from localinfer.budget.compute import BudgetRequest, compute_budget, ensure_fits
+from localinfer.budget.compute import BudgetRequest, ensure_fits
+from localinfer.budget.kv_tier import AUTO, kv_ram_bytes, parse_disk_cap, without_kv_ram
+from localinfer.budget.memory import cpu_memory
 from localinfer.budget.model_facts import facts_of_loaded
 from localinfer.budget.report import DEFAULT_CTX, BudgetReport
+from localinfer.engine.kv.tiers import DiskTierPlace, KVTiers, open_tiers, tiers_off
 from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
 from localinfer.loading.loader import load_model
 from localinfer.loading.model import LoadedModel
+from localinfer.model_hash import model_content_hash
 from localinfer.resolve import resolve_model
 
 if TYPE_CHECKING:
     from localinfer.budget.memory import DeviceMemory
     from localinfer.catalog import CatalogEntry
+    from localinfer.kv_options import KVTierOptions
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_SLOTS = 4
@@ -141,3 +149,49 @@ def _context(model: LoadedModel, asked: int | None) -> int:
             f"--ctx {ctx} is more than {model.name} was trained for ({trained} tokens)"
         )
     return ctx
+
+
+# -- The KV tiers (issue #24): the engine's, sized by the budget --------------------------------
+
+
+def budgeted_kv_ram(kv: KVTierOptions | None, prefix_reuse: bool = True) -> str | None:
+    """What the budget is asked about the RAM tier (``BudgetRequest.kv_ram``: None for no tiers,
+    "auto" for the default share; None without ``prefix_reuse``, which the tiers need); refuses
+    bad disk flags before any weight loads (the RAM size is checked by the budget, against the
+    memory it sees)."""
+    if kv is None:
+        return None
+    parse_disk_cap(kv.disk_cap)
+    if kv.disk is not None and kv.disk.exists() and not kv.disk.is_dir():
+        raise InvalidParameterError(f"--kv-disk {kv.disk} is a file, not a directory")
+    return (kv.ram or AUTO) if prefix_reuse else None
+
+
+def build_kv_tiers(kv: KVTierOptions | None, built: BuiltRunner, *, prefix_reuse: bool) -> KVTiers:
+    """The tiers ``kv`` asks for on ``built``'s runner (None: no tiers). Tiers need a runner whose
+    KV cache moves its cells (``KVTransfer``) and prefix reuse; without them they are off with
+    one notice, and ``built.budget`` loses the RAM tier's row."""
+    tiers = KVTiers() if kv is None else _kv_tiers(kv, built, prefix_reuse)
+    if tiers.ram is None and built.budget is not None:
+        built.budget = without_kv_ram(built.budget)
+    return tiers
+
+
+def _kv_tiers(kv: KVTierOptions, built: BuiltRunner, prefix_reuse: bool) -> KVTiers:
+    off = tiers_off(built.runner, prefix_reuse)
+    cache = kv_transfer(built.runner)
+    if off is not None or cache is None:
+        return off or KVTiers()
+    if built.budget is not None:
+        ram_cap = built.budget.kv_ram_bytes
+    else:  # --force: no budget; the weights are loaded, so free RAM is what is left after them
+        ram_cap = kv_ram_bytes(kv.ram, cpu_memory()[0])
+    disk = None
+    if kv.disk is not None:
+        try:
+            kv.disk.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidParameterError(f"--kv-disk {kv.disk}: {exc.strerror or exc}") from None
+        content_hash = model_content_hash(built.model.path)
+        disk = DiskTierPlace(kv.disk, content_hash, parse_disk_cap(kv.disk_cap))
+    return open_tiers(cache, ram_cap, disk)

@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any
 
 from localinfer.budget.report import DEFAULT_CTX, BudgetReport
 from localinfer.engine import Engine
+from localinfer.engine.kv.tiers import KVTierInfo, KVTiers
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
 from localinfer.errors import InvalidParameterError
-from localinfer.kv_tiers import KVTierInfo, KVTiers, budgeted_kv_ram, build_kv_tiers
 from localinfer.loading.model import LoadedModel
 from localinfer.runner_setup import (
     DEFAULT_MODEL,
@@ -33,6 +33,8 @@ from localinfer.runner_setup import (
     BuiltRunner,
     OpenedModel,
     RunnerSettings,
+    budgeted_kv_ram,
+    build_kv_tiers,
     build_runner,
     check_budget,
     open_model,
@@ -208,11 +210,11 @@ def open_session(
     before any weight loads; ``force`` loads anyway. ``prefix_reuse`` (on by default) lets a new
     request reuse the KV of an idle slot that shares its prompt's beginning; ``cache_reuse`` N >
     0 also moves cached chunks of N+ tokens found later in the prompt instead of prefilling them
-    (an approximation: see localinfer/engine/chunk_reuse.py). ``kv`` (--kv-ram/--kv-disk; None:
+    (an approximation: see localinfer/engine/kv/chunk_reuse.py). ``kv`` (--kv-ram/--kv-disk; None:
     no tiers) keeps slots' KV below the slots: a RAM tier (``kv.ram`` None: the budget's default
     share, "0": off) spilling into a disk tier (``kv.disk``) that close() fills and a later
-    session restores from; they need prefix reuse and a runner with KVTransfer, else they are
-    off and ``Session.tiers.notice`` says why. ``draft`` turns on speculative decoding:
+    session restores from; they need prefix reuse and a runner's KV cache with KVTransfer, else
+    they are off and ``Session.tiers.notice`` says why. ``draft`` turns on speculative decoding:
     ``"ngram"``, ``"auto"`` (the catalog's recommended draft model), a draft model spec, or
     None/``"off"``; a draft model runs on ``draft_backend`` (default: the target's);
     ``spec_config`` overrides the settings chosen for the backend. ``budget_memory``: what the

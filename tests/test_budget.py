@@ -6,14 +6,15 @@ from __future__ import annotations
 
 import pytest
 
+from localinfer.backend_budget import compute_budget
 from localinfer.backends.select import backend_profile
-from localinfer.budget import BudgetRequest, compute_budget, kv_cache_bytes
+from localinfer.budget import BudgetRequest, kv_cache_bytes
 from localinfer.budget.compute import Planner
 from localinfer.budget.memory import device_memory, parse_nvidia_smi, parse_size
 from localinfer.budget.model_facts import model_facts
-from localinfer.budget.quant import kv_dtype
 from localinfer.errors import InvalidParameterError
 from localinfer.facts.arch import count_params
+from localinfer.facts.kv_dtype import kv_dtype
 from localinfer.facts.quant import bytes_for_params
 from localinfer.resolve import resolve_model
 from tests.saved_configs import arch_of

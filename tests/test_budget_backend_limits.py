@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import pytest
 
+from localinfer.backend_budget import compute_budget
 from localinfer.backends.base import RunnerConfig
 from localinfer.backends.llamacpp.profile import PROFILE as LLAMACPP
 from localinfer.backends.torch.profile import PROFILE as TORCH
-from localinfer.budget import BudgetRequest, compute_budget
+from localinfer.budget import BudgetRequest
 from localinfer.cli import main
 from localinfer.errors import (
     BackendUnavailableError,

@@ -13,11 +13,12 @@ import pytest
 from test_budget_files import qwen3_tensors
 from test_resolve import write_safetensors
 
-from localinfer.budget import BudgetRequest, compute_budget, kv_cache_bytes
-from localinfer.budget.quant import kv_dtype
+from localinfer.backend_budget import compute_budget
+from localinfer.budget import BudgetRequest, kv_cache_bytes
 from localinfer.cli import main
 from localinfer.errors import UnsupportedModelError
 from localinfer.facts.arch import ArchSpec, count_params
+from localinfer.facts.kv_dtype import kv_dtype
 from localinfer.facts.quant import bytes_for_params
 from tests.saved_configs import CONFIGS, arch_of
 

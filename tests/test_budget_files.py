@@ -12,7 +12,8 @@ import pytest
 from gguf_writer import finish_gguf
 from test_resolve import tiny_hf_repo
 
-from localinfer.budget import BudgetRequest, compute_budget
+from localinfer.backend_budget import compute_budget
+from localinfer.budget import BudgetRequest
 from localinfer.cli import main
 from localinfer.errors import ModelFileError
 from localinfer.facts.arch import ArchSpec

@@ -9,8 +9,9 @@ import json
 import pytest
 from rich.console import Console
 
+from localinfer.backend_budget import compute_budget
 from localinfer.budget import compute, kv_tier
-from localinfer.budget.compute import BudgetRequest, compute_budget
+from localinfer.budget.compute import BudgetRequest
 from localinfer.budget.kv_tier import KV_RAM_MAX, default_kv_ram_bytes, kv_ram_bytes, parse_kv_ram
 from localinfer.budget.memory import DeviceMemory
 from localinfer.budget.render import breakdown_table

@@ -8,7 +8,8 @@ import json
 import pytest
 from llama_reference import reference_llama
 
-from localinfer.budget import BudgetRequest, compute_budget
+from localinfer.backend_budget import compute_budget
+from localinfer.budget import BudgetRequest
 from localinfer.cli import main
 from localinfer.loading.embedded import embedded_model_path
 
@@ -90,7 +91,7 @@ def test_cpu_budget_counts_what_is_resident() -> None:
 
 
 def test_total_error_only_from_a_fresh_process() -> None:
-    from localinfer.budget.verify import MemoryCheck
+    from localinfer.budget.report import MemoryCheck
 
     sizes = dict.fromkeys(
         ["predicted_weights", "measured_weights", "predicted_kv_cache", "measured_kv_cache"], 1

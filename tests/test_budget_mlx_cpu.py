@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import pytest
 
+from localinfer.backend_budget import compute_budget
 from localinfer.backends.base import RunnerConfig, SlotWork
 from localinfer.backends.mlx.profile import PROFILE
-from localinfer.budget import BudgetRequest, compute_budget
+from localinfer.budget import BudgetRequest
 from localinfer.budget.compute import Planner
 from localinfer.budget.model_facts import model_facts
 from localinfer.loading.embedded import embedded_model_path

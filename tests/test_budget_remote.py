@@ -15,7 +15,8 @@ import pytest
 from test_budget_files import qwen3_tensors
 from test_resolve import write_safetensors
 
-from localinfer.budget import BudgetReport, BudgetRequest, compute_budget
+from localinfer.backend_budget import compute_budget
+from localinfer.budget import BudgetReport, BudgetRequest
 from localinfer.cli import main
 from localinfer.errors import LocalinferError
 from localinfer.facts.arch import count_params

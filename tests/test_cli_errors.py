@@ -30,7 +30,8 @@ def test_budget_verify_refuses_what_does_not_fit(capsys: pytest.CaptureFixture[s
 def test_refusal_hints_use_the_flags_of_the_commands_that_load() -> None:
     # ensure_fits speaks for chat, generate, serve and bench: their flag is --slots (the hints
     # used to be budget's flags); --kv-dtype they have (llama.cpp's cache type).
-    from localinfer.budget import BudgetRequest, compute_budget, ensure_fits
+    from localinfer.backend_budget import compute_budget
+    from localinfer.budget import BudgetRequest, ensure_fits
     from localinfer.errors import OutOfMemoryBudgetError
 
     request = BudgetRequest(
@@ -304,7 +305,8 @@ def test_allocation_failures_of_each_framework_are_recognised(text: str) -> None
 
 def test_a_dtype_hint_says_which_commands_have_the_flag() -> None:
     """chat and bench have no --dtype: the torch float32 hint names the commands that do."""
-    from localinfer.budget import BudgetRequest, compute_budget, ensure_fits
+    from localinfer.backend_budget import compute_budget
+    from localinfer.budget import BudgetRequest, ensure_fits
     from localinfer.errors import OutOfMemoryBudgetError
 
     report = compute_budget(

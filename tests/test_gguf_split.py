@@ -11,8 +11,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from localinfer.backend_budget import compute_budget
 from localinfer.backends.base import SlotWork
-from localinfer.budget import BudgetRequest, compute_budget
+from localinfer.budget import BudgetRequest
 from localinfer.budget.file_headers import read_gguf_header
 from localinfer.errors import ModelFileError
 from localinfer.loading.embedded import embedded_model_path

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from localinfer.backend_budget import compute_budget
 from localinfer.backends.base import RunnerConfig, SlotWork
 from localinfer.backends.llamacpp import attention_plan as plan
 from localinfer.backends.llamacpp.attention_plan import (
@@ -20,7 +21,6 @@ from localinfer.backends.llamacpp.attention_plan import (
     scores_bytes,
 )
 from localinfer.backends.llamacpp.profile import PROFILE
-from localinfer.budget.compute import compute_budget
 from localinfer.budget.report import BudgetRequest
 from localinfer.errors import BackendUnavailableError
 from localinfer.loading.embedded import embedded_model_path
@@ -193,7 +193,7 @@ def test_a_llama_cpp_built_for_another_cpu_is_an_error_not_a_crash(
 def test_verify_measures_the_last_chunk_and_falls_back_cleanly(embedded) -> None:
     """budget --verify fills the slot to the context's last chunk (so the scores it measures
     span every cell); a fill the runner refuses measures at the start instead of failing."""
-    from localinfer.budget.verify import _deep_start
+    from localinfer.budget_verify import _deep_start
 
     report = compute_budget(BudgetRequest(str(embedded_model_path()), ctx=1024, backend="llamacpp"))
     runner = LlamaCppRunner(embedded, RunnerConfig(slots=1, max_ctx=1024, threads=2))

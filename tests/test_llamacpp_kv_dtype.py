@@ -24,10 +24,11 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
+from localinfer.backend_budget import compute_budget  # noqa: E402
 from localinfer.backends.base import RunnerConfig, SlotWork  # noqa: E402
 from localinfer.backends.llamacpp.runner import LlamaCppRunner  # noqa: E402
 from localinfer.backends.select import BackendChoice, create_runner  # noqa: E402
-from localinfer.budget.compute import BudgetRequest, compute_budget  # noqa: E402
+from localinfer.budget.compute import BudgetRequest  # noqa: E402
 from localinfer.errors import InvalidParameterError, UnsupportedModelError  # noqa: E402
 from localinfer.loading.embedded import embedded_model_path  # noqa: E402
 from localinfer.loading.loader import load_model  # noqa: E402
@@ -72,7 +73,7 @@ def test_the_cache_holds_the_asked_type_and_the_budgeted_bytes(
         )
         assert budget.kv_dtype == kv
         assert budget.kv_cache_bytes == runner.kv_cache_bytes_computed()
-        assert f"kv={kv}" in runner.kv_layout()
+        assert f"kv={kv}" in runner.kv_cache.layout()
     finally:
         runner.close()
 
@@ -126,11 +127,11 @@ def test_transfers_keep_a_quantized_cache_exact(embedded: LoadedModel) -> None:
     head, rest = prompt(60, 1), prompt(20, 2)
     try:
         run_all(runner, head)
-        snap = runner.snapshot(0, 60)
-        runner.copy_prefix(0, 1, 40)
+        snap = runner.kv_cache.snapshot(0, 60)
+        runner.kv_cache.copy_prefix(0, 1, 40)
         want = run_all(runner, rest)  # slot 0 goes on from its 60 tokens
         run_all(runner, prompt(30, 3), slot=2)
-        runner.restore(2, snap)
+        runner.kv_cache.restore(2, snap)
         np.testing.assert_array_equal(run_all(runner, rest, slot=2), want)
         cold = LlamaCppRunner(embedded, cfg(slots=1, max_ctx=256, kv_dtype="q8_0"))
         run_all(cold, head[:40])
@@ -142,7 +143,7 @@ def test_transfers_keep_a_quantized_cache_exact(embedded: LoadedModel) -> None:
     try:
         before = run_all(other, prompt(10, 4))
         with pytest.raises(ValueError):
-            other.restore(0, snap)
+            other.kv_cache.restore(0, snap)
         assert other.slot_length(0) == 10
         follow = prompt(3, 5)
         kept = run_all(other, follow)

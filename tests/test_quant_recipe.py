@@ -90,7 +90,8 @@ def test_budget_bytes_are_the_runners(arch: str, quant: str) -> None:
 
 
 def test_budget_of_the_embedded_model_uses_the_recipe() -> None:
-    from localinfer.budget.compute import BudgetRequest, compute_budget
+    from localinfer.backend_budget import compute_budget
+    from localinfer.budget.compute import BudgetRequest
     from localinfer.loading.embedded import embedded_model_path
 
     path = str(embedded_model_path())

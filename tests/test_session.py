@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 
+from localinfer import backend_budget
 from localinfer import runner_setup as session_module
 from localinfer.budget import compute
 from localinfer.budget.memory import DeviceMemory
@@ -30,7 +31,7 @@ def budget_requests(monkeypatch: pytest.MonkeyPatch) -> list[compute.BudgetReque
 
     def recording(request: compute.BudgetRequest, **kwargs: object) -> compute.BudgetReport:
         asked.append(request)
-        return compute.compute_budget(request, **kwargs)  # type: ignore[arg-type]
+        return backend_budget.compute_budget(request, **kwargs)  # type: ignore[arg-type]
 
     monkeypatch.setattr(session_module, "compute_budget", recording)
     return asked

@@ -9,8 +9,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from bench.spec_workloads import EDITING
 from localinfer.backends.base import Runner, RunnerConfig, SlotWork
-from localinfer.bench.spec_workloads import EDITING
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
 from tests.test_engine_model import ByteTokenizer

@@ -16,7 +16,7 @@ import pytest
 pytest.importorskip("llguidance")
 jsonschema = pytest.importorskip("jsonschema")
 
-from localinfer.bench.structured_cases import CASES, prompt_text  # noqa: E402
+from bench.structured_cases import CASES, prompt_text  # noqa: E402
 from localinfer.constraints import ConstraintSpec  # noqa: E402
 from localinfer.engine import Request, SamplingParams  # noqa: E402
 from localinfer.errors import InvalidParameterError  # noqa: E402

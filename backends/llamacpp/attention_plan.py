@@ -1,12 +1,11 @@
 """Flash attention on or off for llama.cpp on the CPU: measured once per machine, never assumed.
 
 llama.cpp's ``flash_attn = auto`` turns its fused attention kernel on for the CPU. On the
-project's machine that kernel is the slow one wherever a forward carries few tokens per sequence:
-embedded model, 2 threads, tok/s with it on / off by tokens per forward, at 1,024 cached tokens:
-1: 20 / 28, 8: 33 / 80, 32: 38 / 116, 128: 136 / 127, 512: 149 / 125; at 2,048: 1: 14 / 46,
-32: 24 / 187, 512: 128 / 183 (/tmp grid, load ~1-2). Decode steps, batched decode (one token per
-slot), speculative verification and the short prefills that prefix reuse leaves are all such
-forwards; only long prefill chunks gain from it, and not by much. Which side wins depends on the
+project's machine that kernel is the slow one wherever a forward carries few tokens per sequence
+(1.4-3x slower at 1,024 cached tokens, more at 2,048; docs/measurements.md, "llama.cpp flash
+attention on the CPU"). Decode steps, batched decode (one token per slot), speculative
+verification and the short prefills that prefix reuse leaves are all such forwards; only long
+prefill chunks gain from it, and not by much. Which side wins depends on the
 CPU and the llama.cpp build, so attention_calibrate.py times both on the embedded model at
 DEPTH cached tokens (a synthetic KV restored, not prefilled: ~2 s in all), and the result is
 stored per machine, llama.cpp build and thread count.
@@ -18,12 +17,11 @@ floats); past ``SCORES_CAP`` bytes of them, memory wins and flash attention stay
 asks :func:`flash_attention` with the same arguments as the runner, so both agree.
 
 Numerics: without flash attention llama.cpp multiplies V by an f16 copy of the probabilities.
-Against the float32 torch reference (`localinfer quality`, embedded model, 256 tokens) Q8_0 scores
-KL 0.0045 / top-1 95.3% without it and 0.0041 / 94.9% with it (Q4_K_M 0.0511 / 89.4% and
-0.0532 / 89.4%): the same quality; perplexity sits 1.7% below the reference without it and 0.05%
-above with it. Greedy speculation is token-identical to plain decoding only with it (a
-verification batch's products round differently from a one-token step's); without it, equal up
-to a near-tie (tests/test_speculative_runners.py).
+Against the float32 torch reference (`localinfer quality`) the quality is the same either way
+(docs/measurements.md, "llama.cpp flash attention on the CPU"). Greedy speculation is
+token-identical to plain decoding only with it (a verification batch's products round
+differently from a one-token step's); without it, equal up to a near-tie
+(tests/test_speculative_runners.py).
 
 Nothing here imports llama_cpp: the measurement runs in a child process (``python -m
 localinfer.backends.llamacpp.attention_calibrate THREADS``) before the runner loads the library,

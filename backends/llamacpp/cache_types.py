@@ -9,8 +9,8 @@ and refuses a quantized type, so the runner turns flash attention on for those.
 
 from __future__ import annotations
 
-from localinfer.budget.quant import KVDtype, kv_dtype
 from localinfer.errors import InvalidParameterError
+from localinfer.facts.kv_dtype import KVDtype, kv_dtype
 
 DEFAULT = "f16"  # llama.cpp's own default
 GGML_TYPE_IDS = {"f32": 0, "f16": 1, "q4_0": 2, "q8_0": 8, "bf16": 30}  # enum ggml_type

@@ -31,8 +31,8 @@ from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.batch import BatchBuffer
 from localinfer.backends.llamacpp.cache_types import ggml_type_id, is_quantized
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
-from localinfer.budget.quant import KVDtype
 from localinfer.errors import BackendUnavailableError
+from localinfer.facts.kv_dtype import KVDtype
 
 EMBED_N_BATCH = 128  # tokens per llama_decode call of the embedding context (>= n_seq_max)
 # Rows per ubatch. llama.cpp's CPU results depend on a ubatch's row count: on the embedded model

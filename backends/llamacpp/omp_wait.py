@@ -27,15 +27,11 @@ LIBGOMP = "libgomp.so.1"  # the system libgomp llama-cpp-python links (torch bun
 
 # Spins before a waiting llama.cpp thread sleeps: about 50 us of ``pause`` here, far longer than
 # two running threads wait for each other at a graph node's barrier, far shorter than a slice
-# another thread takes. scripts/bench-chat-wait on the project's 2-core machine while other
-# programs kept it busy (load 5-7), the embedded model, 150 tokens, median of 2 rounds, tok/s
-# alone / beside a UI-like thread (3 ms of GIL-holding Python every 33 ms):
-#   libgomp's 300,000: 8.4 / 3.4    10,000: 13.5 / 12.6    1,000: 31.5 / 28.9
-#   OMP_WAIT_POLICY=PASSIVE (0): 35.4 / 32.8    one thread: 32.9 / 30.3
-# Another run (load 4.6-6) ranked them alike (1,000: 21.4 / 19.3, 300,000: 8.4 / 1.0). PASSIVE
-# sleeps at every barrier (a futex wake per graph node, hundreds per token), a cost a quiet
-# machine would pay too (not measured yet: the machine was never quiet); 1,000 keeps the
-# barriers between two running threads a spin. bench-chat at load 4.6: chat 0.94x generate.
+# another thread takes. On a busy 2-core machine scripts/bench-chat-wait decodes about 4x faster
+# with 1,000 than with libgomp's 300,000 (8x beside a UI-like thread), near a single thread's
+# speed. PASSIVE (0) is as fast there but sleeps at every barrier (a futex wake per graph node,
+# hundreds per token), a cost a quiet machine pays too; 1,000 keeps the barriers between two
+# running threads a spin (docs/measurements.md, "libgomp spin count").
 DEFAULT_SPINCOUNT = 1_000
 
 

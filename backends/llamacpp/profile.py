@@ -7,8 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
 from localinfer.backends.llamacpp.attention_plan import PREFILL_UBATCH, flash_attention
-from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
 
 if TYPE_CHECKING:
     from localinfer.backends.llamacpp.quantize import QuantizeProgress, QuantizeResult

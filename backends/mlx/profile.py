@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
+from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
 from localinfer.facts.arch import ArchSpec
 from localinfer.facts.quant import mlx_recipe_layout
 

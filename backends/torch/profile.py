@@ -13,9 +13,9 @@ import os
 import re
 from dataclasses import dataclass
 from functools import cache
-from pathlib import Path
 
-from localinfer.backends.profile import BackendProfile, MemoryModel, SpeculationCosts
+from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
+from localinfer.backends.torch.native_build import cpu_flags
 from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens, native_plan
 from localinfer.facts.quant import TORCH_INT_GROUPS
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
@@ -35,20 +35,6 @@ __all__ = [
     "native_f32_tokens",
     "onednn_bf16_expected",
 ]
-
-
-@cache
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags from /proc/cpuinfo (x86 "flags", ARM "Features"; elsewhere
-    none)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(errors="replace")
-    except OSError:
-        return frozenset()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            return frozenset(line.split(":", 1)[-1].split())
-    return frozenset()
 
 
 # ONEDNN_MAX_CPU_ISA levels at which oneDNN may use the instructions its bf16 packing needs.
@@ -134,10 +120,10 @@ PROFILE = TorchProfile(
     install_hint="pip install 'localinfer[torch]'",
     formats=("gguf", "safetensors"),
     memory=MemoryModel(
-        # scripts/budget-accuracy --backends torch, 9 cells (ctx 512/2048/8192 x 1/4/8), fresh
-        # process each: RSS growth minus predicted weights + KV + compute = 252-279 MiB (the
-        # library, 213 MiB alone, plus the loader's tokenizer); with a GGUF's blocks kept,
-        # 226-243 MiB (2026-12-01, second measurement; the first that day gave 308-315).
+        # RSS growth minus predicted weights + KV + compute, scripts/budget-accuracy --backends
+        # torch over 9 cells: 252-279 MiB (the library, 213 MiB alone, plus the loader's
+        # tokenizer); 226-243 MiB with a GGUF's blocks kept (docs/measurements.md, "Runtime
+        # constants").
         runtime_bytes=268 * 2**20,
         kept_blocks_runtime_bytes=235 * 2**20,
         # UNMEASURED placeholder: CUDA context + cuBLAS workspace.

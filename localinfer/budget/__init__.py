@@ -1,4 +1,8 @@
-"""Memory budget: weights + KV cache + overhead against a device, before anything is loaded."""
+"""Memory budget: weights + KV cache + overhead against a device, before anything is loaded.
+
+The budget imports no backend: ``compute.compute_budget`` costs the backend it is handed, and
+``localinfer.backend_budget.compute_budget`` hands it the one this machine would run.
+"""
 
 from __future__ import annotations
 
@@ -7,7 +11,6 @@ from localinfer.budget.compute import (
     BudgetRequest,
     Suggestion,
     VllmPlan,
-    compute_budget,
     ensure_fits,
     kv_cache_bytes,
 )
@@ -17,7 +20,6 @@ __all__ = [
     "BudgetRequest",
     "Suggestion",
     "VllmPlan",
-    "compute_budget",
     "ensure_fits",
     "kv_cache_bytes",
 ]

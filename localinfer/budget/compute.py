@@ -1,17 +1,19 @@
 """The budget: weights + KV cache + overhead against the memory of a device.
 
-`compute_budget(BudgetRequest) -> BudgetReport` is the one entry point; the CLI, the session
-(before it loads anything) and the TUI all call it. The arithmetic lives in planner.py.
+`compute_budget(BudgetRequest, plan_backend) -> BudgetReport` is the one entry point. The budget
+imports no backend: ``plan_backend`` answers which backend runs the model on the device and hands
+over its profile (localinfer/backend_budget.py passes backends/select.py's rule, and is what the
+CLI, the session before it loads anything and the TUI call). The arithmetic lives in planner.py.
 """
 
 from __future__ import annotations
 
-from localinfer.backends.select import backend_profile, planned_backend
+from typing import TYPE_CHECKING, Protocol
+
 from localinfer.budget.kv_tier import KVRamTier, kv_ram_tier
 from localinfer.budget.memory import DeviceMemory, device_memory, human_bytes
 from localinfer.budget.model_facts import ModelFacts, model_facts
 from localinfer.budget.planner import Planner, kv_cache_bytes
-from localinfer.budget.quant import kv_dtype
 from localinfer.budget.report import (
     DEFAULT_CTX,
     BudgetReport,
@@ -24,13 +26,18 @@ from localinfer.errors import (
     OutOfMemoryBudgetError,
     UnsupportedModelError,
 )
+from localinfer.facts.kv_dtype import kv_dtype
 from localinfer.facts.quant import normalize_quant
 from localinfer.resolve import resolve_model, split_quant_tag
+
+if TYPE_CHECKING:
+    from localinfer.backend_profile import BackendProfile
 
 __all__ = [
     "DEFAULT_CTX",
     "BudgetReport",
     "BudgetRequest",
+    "PlanBackend",
     "Planner",
     "Suggestion",
     "VllmPlan",
@@ -40,20 +47,38 @@ __all__ = [
 ]
 
 
-def choose_backend(
+class PlanBackend(Protocol):
+    """The profile of the backend the budget costs on a device of ``device_kind`` (cpu | cuda |
+    metal | planned: a named machine), installed here or not: ``requested`` (--backend) when
+    given, else the selection rule, which the file's format, dominant type and architecture and
+    the KV cache type asked take part in."""
+
+    def __call__(
+        self,
+        device_kind: str,
+        requested: str | None,
+        model_format: str | None = None,
+        file_quant: str | None = None,
+        arch: str | None = None,
+        kv_dtype: str | None = None,
+    ) -> BackendProfile: ...
+
+
+def _planned_profile(
+    plan_backend: PlanBackend,
     memory: DeviceMemory,
     asked: str | None,
     facts: ModelFacts | None = None,
     kv_dtype: str | None = None,
-) -> str:
-    """backends/select.py's choice for the device the budget is for; ``facts`` (given when the
-    file's own quantization is asked) let this CPU pick the native kernels for the file's blocks,
-    unless ``kv_dtype`` is a cache type only llama.cpp holds."""
+) -> BackendProfile:
+    """The backend for the device the budget is for; ``facts`` (given when the file's own
+    quantization is asked) let this CPU pick the native kernels for the file's blocks, unless
+    ``kv_dtype`` is a cache type only llama.cpp holds."""
     if facts is None:
-        return planned_backend(memory.kind, asked, kv_dtype=kv_dtype)
+        return plan_backend(memory.kind, asked, kv_dtype=kv_dtype)
     model_format = facts.format or "gguf"  # a catalog entry's default is a GGUF file
     quant, arch = facts.native_quant, facts.arch.arch
-    return planned_backend(memory.kind, asked, model_format, quant, arch, kv_dtype)
+    return plan_backend(memory.kind, asked, model_format, quant, arch, kv_dtype)
 
 
 # llama.cpp runs GGUF types: its int8/int4 are the files `localinfer quantize` writes.
@@ -84,13 +109,16 @@ def _request_quant(request: BudgetRequest) -> str | None:
 
 
 def compute_budget(
-    request: BudgetRequest, memory: DeviceMemory | None = None, facts: ModelFacts | None = None
+    request: BudgetRequest,
+    plan_backend: PlanBackend,
+    memory: DeviceMemory | None = None,
+    facts: ModelFacts | None = None,
 ) -> BudgetReport:
     """Memory needed by `request.model` at the asked settings, and what fits when it doesn't.
 
-    `memory` skips reading the device again when many models are checked against one machine;
-    `facts` (the session's open model: model_facts.facts_of_loaded) skips resolving and reading
-    the model again.
+    `plan_backend` picks the backend and hands over its profile; `memory` skips reading the
+    device again when many models are checked against one machine; `facts` (the session's open
+    model: model_facts.facts_of_loaded) skips resolving and reading the model again.
     """
     from localinfer.budget.plan import suggestions_for, vllm_plan_for
 
@@ -107,17 +135,13 @@ def compute_budget(
         )
     memory = memory or device_memory(request.device)
     own_file = asked_quant is None or _picked_the_file(facts, asked_quant)
-    backend = choose_backend(memory, request.backend, facts if own_file else None, request.kv_dtype)
+    own_facts = facts if own_file else None
+    profile = _planned_profile(plan_backend, memory, request.backend, own_facts, request.kv_dtype)
+    backend = profile.name
     quant = resolve_quant(facts, asked_quant, backend)
-    profile = backend_profile(backend)
     _check_sequences(profile.name, profile.max_sequences, request.concurrency)
-    refusal = (
-        None
-        if own_file or asked_quant is None
-        else profile.quant_refusal(asked_quant.strip(), facts.native_quant)
-    )
-    if refusal is not None:  # the runner would refuse it at load time: say so now
-        raise UnsupportedModelError(refusal)
+    if not own_file and asked_quant is not None:
+        _check_quant(profile, asked_quant.strip(), facts.native_quant)
     chunk = request.prefill_chunk or profile.memory.prefill_chunk
     planner = Planner(facts, profile, chunk, memory.kind, request.dtype)
     asked_kv = request.kv_dtype
@@ -161,6 +185,13 @@ def compute_budget(
         if not report.suggestions:
             report.vllm = vllm_plan_for(facts, ctx, request.concurrency, kv)
     return report
+
+
+def _check_quant(profile: BackendProfile, asked: str, file_quant: str | None) -> None:
+    """Refuse now a quantization the backend's runner would refuse at load time."""
+    refusal = profile.quant_refusal(asked, file_quant)
+    if refusal is not None:
+        raise UnsupportedModelError(refusal)
 
 
 def _check_sequences(backend: str, limit: int | None, asked: int) -> None:

@@ -1,6 +1,7 @@
-"""The KV RAM tier's size (issue #24): what `--kv-ram` asks for, and the default share of free RAM
-that chat and serve take when it is not given. The session sizes its tier and the budget shows
-its row with these same functions, so the two never disagree.
+"""The KV tiers' sizes (issue #24): what `--kv-ram` asks for, the default share of free RAM that
+chat and serve take when it is not given, and the disk tier's cap (`--kv-disk-cap`). The session
+sizes its tiers and the budget shows the RAM tier's row with these same functions, so the two
+never disagree. The tiers themselves are the engine's (localinfer/engine/kv/).
 
 The default is min(25% of the host RAM left after the model's budget, 2 GiB). A quarter leaves
 three quarters of what is free to the rest of the machine (and to the page cache the weights are
@@ -22,6 +23,7 @@ from localinfer.errors import InvalidParameterError
 KV_RAM_SHARE = 0.25
 KV_RAM_MAX = 2 * 2**30
 AUTO = "auto"  # BudgetRequest.kv_ram: the default share
+DEFAULT_KV_DISK_CAP = 4 * 2**30  # a few long conversations of an 8B model; many of a small one
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +51,18 @@ def parse_kv_ram(asked: str | None) -> int | None:
     except InvalidParameterError:
         raise InvalidParameterError(
             f"--kv-ram wants a size like 512MiB or 2GiB, 0 to turn the tier off, got '{asked}'"
+        ) from None
+
+
+def parse_disk_cap(asked: str | None) -> int:
+    """``--kv-disk-cap`` as bytes (not given: DEFAULT_KV_DISK_CAP)."""
+    if asked is None:
+        return DEFAULT_KV_DISK_CAP
+    try:
+        return parse_size(asked)
+    except InvalidParameterError:
+        raise InvalidParameterError(
+            f"--kv-disk-cap wants a size like 4GiB or 500MiB, got '{asked}'"
         ) from None
 
 

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-# The module each backend's runtime constant is the import of (as budget/verify.py).
+# The module each backend's runtime constant is the import of (as localinfer/budget_verify.py).
 BACKEND_LIBRARY = {"torch": "torch", "llamacpp": "llama_cpp", "mlx": "mlx.core"}
 
 

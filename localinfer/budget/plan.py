@@ -7,10 +7,14 @@ from dataclasses import replace
 
 from localinfer.budget.model_facts import ModelFacts
 from localinfer.budget.planner import Planner, kv_cache_bytes
-from localinfer.budget.quant import KV_DTYPES, SUGGESTION_ORDER, KVDtype, kv_dtype
 from localinfer.budget.report import Suggestion, VllmPlan
 from localinfer.errors import LocalinferError
+from localinfer.facts.kv_dtype import KV_DTYPES, KVDtype, kv_dtype
 from localinfer.facts.quant import weight_bits
+
+# Ordered from large to small: the budget walks this list when it looks for a quantization that
+# fits. Only the ones a runner can actually produce or load are offered as suggestions.
+SUGGESTION_ORDER = ("bf16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")
 
 # A context shorter than this is not a useful suggestion for chat or code.
 MIN_USEFUL_CTX = 1024

@@ -1,16 +1,16 @@
 """The budget's arithmetic for one model on one backend and device kind: weights, KV cache,
-compute buffers and the backend's runtime constant (DESIGN.md, "Budget arithmetic")."""
+compute buffers and the backend's runtime constant (docs/design.md, "Budget arithmetic")."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from localinfer.backends.profile import BackendProfile
+from localinfer.backend_profile import BackendProfile
 from localinfer.budget.memory import human_bytes
 from localinfer.budget.model_facts import ModelFacts
-from localinfer.budget.quant import DTYPES, KVDtype
 from localinfer.facts.arch import ArchSpec, active_ffn_width
+from localinfer.facts.kv_dtype import DTYPES, KVDtype
 from localinfer.facts.quant import mlx_quant_bytes, torch_quant_bytes
 
 MAX_SEQUENCES = 4096  # upper end of the max-concurrency search
@@ -51,7 +51,7 @@ def compute_buffer_bytes(
 
     Layers run one after another and reuse their buffers, so one layer's activations count:
     residual + normed input (2 x hidden), q, k, v, and the MLP's gate and up outputs. Logits are
-    chunk x vocab (DESIGN.md) where the backend holds a buffer that size on this device kind
+    chunk x vocab (docs/design.md) where the backend holds a buffer that size on this device kind
     (`profile.memory.chunk_logits_on`: llama.cpp's reserved graph on a GPU or an unknown machine);
     elsewhere only the rows the engine asks for are ever resident, one per sequence. A backend
     without fused attention also holds the chunk's scores against the whole context

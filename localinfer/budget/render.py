@@ -6,9 +6,8 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
-from localinfer.budget.compute import BudgetReport
 from localinfer.budget.memory import human_bytes
-from localinfer.budget.verify import MemoryCheck
+from localinfer.budget.report import BudgetReport, MemoryCheck
 
 BAR_WIDTH = 60
 _COLORS = {

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel
+from pydantic import BaseModel, computed_field
 
-from localinfer.backends.select import BACKENDS
-from localinfer.budget.quant import DTYPES
+from localinfer.backend_profile import BACKENDS
 from localinfer.errors import InvalidParameterError
+from localinfer.facts.kv_dtype import DTYPES
 
 # What `localinfer chat/serve` allocate per slot when no --ctx is given; the budget's default
 # answers "will the default run fit". The session imports it from here.
@@ -112,3 +112,30 @@ class BudgetReport(BaseModel):
     @property
     def free_bytes(self) -> int:
         return self.available_bytes - self.total_bytes
+
+
+class MemoryCheck(BaseModel):
+    """Predicted vs measured bytes, part by part."""
+
+    backend: str
+    device: str
+    predicted_weights: int
+    measured_weights: int
+    predicted_kv_cache: int
+    measured_kv_cache: int
+    predicted_compute: int  # compute buffers
+    measured_overhead: int  # what the runner reports beyond weights and KV (no library code)
+    predicted_total: int  # weights + KV + compute + the backend's runtime constant
+    rss_growth: int | None  # CPU: process RSS after load + prefill minus before (all-inclusive)
+    # The backend's library was imported before the first RSS reading (a process that ran it
+    # already): rss_growth then lacks the runtime constant, so only a fresh process compares.
+    library_preloaded: bool = False
+
+    @computed_field  # in --json output
+    @property
+    def total_error(self) -> float | None:
+        """(predicted - measured) / measured of the total against RSS growth; None off-CPU or
+        when the library was already loaded (the growth would lack the runtime constant)."""
+        if self.rss_growth is None or self.rss_growth <= 0 or self.library_preloaded:
+            return None
+        return (self.predicted_total - self.rss_growth) / self.rss_growth

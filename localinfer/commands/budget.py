@@ -79,7 +79,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from localinfer.budget import BudgetRequest, compute_budget
+    from localinfer.backend_budget import compute_budget
+    from localinfer.budget import BudgetRequest
 
     request = BudgetRequest(
         model=args.model,
@@ -97,7 +98,7 @@ def run(args: argparse.Namespace) -> int:
     report = compute_budget(request)
     check = None
     if args.verify:
-        from localinfer.budget.verify import verify_budget
+        from localinfer.budget_verify import verify_budget
 
         check = verify_budget(report, args.dtype)
     if args.json:

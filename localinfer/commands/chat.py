@@ -121,20 +121,17 @@ def check_flags_before_loading(args: argparse.Namespace) -> None:
     surfaced only inside the chat as "could not load a model" (with advice about other models)
     and the command still exited 0. --quant is left to the model's resolution: a repo's file
     tag ('UD-Q4_K_XL') is a valid --quant no list of quantizations knows."""
-    from localinfer.budget.kv_tier import parse_kv_ram
-    from localinfer.budget.quant import kv_dtype
+    from localinfer.budget.kv_tier import parse_disk_cap, parse_kv_ram
     from localinfer.errors import InvalidParameterError
-    from localinfer.kv_tiers import parse_disk_cap
+    from localinfer.facts.kv_dtype import kv_dtype
 
     parse_kv_ram(getattr(args, "kv_ram", None))
     if getattr(args, "kv_dtype", None) is not None:
         kv_dtype(args.kv_dtype)
         if getattr(args, "backend", None):  # a backend that holds no such cache: say so now
-            from localinfer.backends.select import choose_backend
+            from localinfer.backend_budget import kv_dtype_refusal
 
-            choice = choose_backend(args.backend)
-            profile = choice.profile
-            refusal = profile.kv_dtype_refusal(args.kv_dtype, profile.default_dtype(choice.device))
+            refusal = kv_dtype_refusal(args.backend, args.kv_dtype)
             if refusal is not None:
                 raise InvalidParameterError(refusal)
     if getattr(args, "kv_disk_cap", None) is not None:

@@ -149,7 +149,8 @@ def _hub_budget(
     """A repo outside the catalog: its budget from the Hub's metadata, and the plan narrowed to
     the files that budget read. A model the budget cannot read (a malformed header, an
     architecture it does not count) is still pulled, with a warning."""
-    from localinfer.budget import BudgetRequest, compute_budget
+    from localinfer.backend_budget import compute_budget
+    from localinfer.budget import BudgetRequest
     from localinfer.budget.model_facts import model_facts
     from localinfer.counts import parse_count
     from localinfer.errors import LocalinferError
@@ -181,7 +182,8 @@ def _hub_budget(
 
 
 def _budget(plan: DownloadPlan, args: argparse.Namespace) -> BudgetReport:
-    from localinfer.budget import BudgetRequest, compute_budget
+    from localinfer.backend_budget import compute_budget
+    from localinfer.budget import BudgetRequest
     from localinfer.counts import parse_count
 
     request = BudgetRequest(

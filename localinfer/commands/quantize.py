@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 from localinfer.command_help import command_parser
 
 if TYPE_CHECKING:
-    from localinfer.backends.llamacpp.quantize import QuantizeProgress
+    from localinfer.gguf_quantize import QuantizeProgress
 
 TARGET_CHOICES = ("int8", "int4", "q8_0", "q4_0", "q4_k_m")
 
@@ -35,7 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from localinfer.backends.llamacpp.profile import quantize_gguf
+    from localinfer.gguf_quantize import quantize_gguf
 
     console = Console(stderr=True)
     columns = (

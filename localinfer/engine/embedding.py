@@ -30,28 +30,26 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from localinfer.backends.base import (
-    POOLINGS,
     EmbeddingPass,
     EmbeddingRunner,
     Pooling,
     plan_embedding_passes,
 )
 from localinfer.errors import ContextOverflowError, InvalidParameterError, LocalinferError
+from localinfer.facts.pooling import POOLINGS
 
 log = logging.getLogger(__name__)
 
 # While streams decode, a job may take this share of the engine thread's time, counted against
 # the time spent on everything else (the streams' forwards, sampling, events): decode then runs at
-# about 1 / (1 + share) of its speed alone, 0.67x. Measured on the embedded model, 2 cores, one
-# thread, a 64-token greedy stream beside a 2,066-token job: torch 95 -> 62 tok/s (0.65x; 91 ->
-# 14 when the job took each step's whole prefill budget), llama.cpp 52 -> 35 tok/s (0.67x; was
-# 52 -> 4.1). scripts/bench-embeddings --threads 1: 0.66x on both, on a quiet machine or not.
+# about 1 / (1 + share) of its speed alone, 0.67x, instead of stalling while the job takes each
+# step's whole prefill budget. scripts/bench-embeddings measures 0.66x on torch and llama.cpp
+# (docs/measurements.md, "Embeddings beside decoding streams").
 EMBED_TIME_SHARE = 0.5
 # The smallest feed while streams decode (a feed runs more when its credit pays for more): small
-# enough that one feed stalls a stream for a few decode steps only, large enough to be efficient.
-# Measured per feed on the embedded model, one thread (decode steps 11.0 ms torch, 18.7 ms
-# llama.cpp): torch (native kernels) 4 tokens 13 ms = 300 tok/s, 8: 20 ms = 408 tok/s, 32: 79 ms
-# = 403 tok/s; llama.cpp 4: 38 ms = 107 tok/s, 8: 66 ms = 122 tok/s, 32: 211 ms = 152 tok/s.
+# enough that one feed stalls a stream for a few decode steps only, large enough to be efficient:
+# at 8 tokens torch's native kernels reach their 32-token rate, 4 tokens run a quarter slower
+# (docs/measurements.md, "Embedding feed size").
 EMBED_SLICE_TOKENS = 8
 
 

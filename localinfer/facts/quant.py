@@ -124,11 +124,9 @@ class MatrixQuant:
 Q8_TABLE = MatrixQuant(8, 32)  # a GGUF Q8_0 layout: the embedding table of int8 and int4
 # The mixed int4 recipe: the LM head at 8 bits (and so the embedding table where it is the head:
 # tied), the layer matrices at 4 bits in groups of 32. An untied table only feeds the first layer:
-# 4 bits, as Q4_K_M does. Measured on the embedded model (SmolLM2-135M Q4_1, tied; 766 tokens of
-# the evaluation text, vs fp32): layers g64 + table 8-bit: ppl +33.5%, top-1 68%; the same with
-# o/down at 8 bits: +21.5%, 73%; layers g32 + table 8-bit: +0.0%, top-1 100%, KL 0.0000 (the
-# file's Q4_1 blocks are 32-wide asymmetric: g32 lands on the same grid, so a Q4_1 or Q4_0
-# source loses nothing more); o/down at 8 bits on top changed nothing worth +16 MB. Bits per
+# 4 bits, as Q4_K_M does. Groups of 32 because a Q4_1 or Q4_0 source's blocks are 32 wide: g32
+# lands on the same grid and loses nothing more (perplexity +0.0% against fp32 on the embedded
+# model, where groups of 64 lost a third; docs/measurements.md, "The int4 recipe"). Bits per
 # weight: 5.0 on the layers, 8.5 on the head; SmolLM2-135M 96.6 MB (5.74 bpw), Qwen3-8B 5.27.
 MIXED_INT4: dict[str, MatrixQuant] = {
     "embed": MatrixQuant(4, 32),

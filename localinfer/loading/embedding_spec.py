@@ -23,8 +23,8 @@ from typing import Any
 
 import numpy as np
 
-from localinfer.backends.base import Pooling
 from localinfer.errors import InvalidParameterError, UnsupportedModelError
+from localinfer.facts.pooling import Pooling
 from localinfer.loading.model import LoadedModel
 
 DEFAULT_POOLING: Pooling = "mean"

@@ -50,7 +50,7 @@ def quantized_model(
         return model
     out = cached_gguf_path(source, label, cache)
     if not out.is_file():
-        from localinfer.backends.llamacpp.profile import quantize_gguf
+        from localinfer.gguf_quantize import quantize_gguf
 
         out.parent.mkdir(parents=True, exist_ok=True)
         # quantize_gguf writes a temporary file and renames it: never a half-written cache entry.

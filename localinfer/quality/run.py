@@ -51,7 +51,8 @@ def build_runner(
 
 def budget_weights(model: LoadedModel, quant: str | None, backend: str) -> int | None:
     """The budget's weight bytes for ``quant`` (None where it has no figure for it)."""
-    from localinfer.budget.compute import BudgetRequest, compute_budget
+    from localinfer.backend_budget import compute_budget
+    from localinfer.budget.compute import BudgetRequest
     from localinfer.errors import LocalinferError
 
     try:

@@ -20,13 +20,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from localinfer.budget.compute import BudgetRequest, compute_budget
+from localinfer.backend_budget import compute_budget, device_backend
+from localinfer.budget.compute import BudgetRequest
 from localinfer.budget.memory import DeviceMemory, device_memory, human_bytes
 from localinfer.budget.model_facts import model_facts
 from localinfer.catalog import ALIASES, load_catalog
 from localinfer.errors import InvalidParameterError, LocalinferError
-from localinfer.kv_tiers import budgeted_kv_ram
 from localinfer.resolve import ResolvedModel, list_cached_repos, resolve_model
+from localinfer.runner_setup import budgeted_kv_ram
 from localinfer.server.memory_plan import BudgetNeed
 from localinfer.server.pool_model import ModelSource
 
@@ -107,28 +108,25 @@ class ServeSupply:
         quantization, slots and context."""
         if self.settings.force:
             return None
-        from localinfer.backends.select import choose_backend
-
         s = self.settings
         resolved = resolve_model(source.spec, s.quant)
         facts = model_facts(resolved)
         kv_dtype = s.options.get("kv_dtype")
-        arch = facts.arch.arch
-        choice = choose_backend(s.backend, facts.format, facts.native_quant, arch, kv_dtype)
+        backend = device_backend(s.backend, facts, kv_dtype)
         quant = s.quant if s.quant and s.quant.lower() != "none" else None
         request = BudgetRequest(
             str(resolved.require_path()),
             s.ctx,
             s.slots,
             quant,
-            device=choice.device,
-            backend=choice.name,
-            dtype=s.dtype or choice.profile.default_dtype(choice.device),
+            device=backend.device,
+            backend=backend.name,
+            dtype=s.dtype or backend.dtype,
             kv_dtype=kv_dtype,
             kv_ram=budgeted_kv_ram(s.options.get("kv")),  # the session's own budget rows
         )
-        memory = self.memory_for(choice.device)
-        self._devices[source.key] = choice.device
+        memory = self.memory_for(backend.device)
+        self._devices[source.key] = backend.device
         report = compute_budget(request, memory, facts)
         summary = f"{source.id or report.model} at {report.ctx} ctx x {report.concurrency} slots"
         return BudgetNeed(memory.device, report.total_bytes, memory.available, summary)

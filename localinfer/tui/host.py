@@ -337,7 +337,8 @@ def _predicted_memory(session: SessionLike) -> tuple[Any, int | None]:
     """The budget's prediction for the loaded model at its actual slots x context, backend and
     KV cache type (the session's own budget where it was asked one: not under --force), and the
     memory the budget says this machine has."""
-    from localinfer.budget import BudgetRequest, compute_budget
+    from localinfer.backend_budget import compute_budget
+    from localinfer.budget import BudgetRequest
 
     report = getattr(session, "budget", None)
     if report is None:

@@ -1,5 +1,6 @@
-"""KV-cache element types, and the weight quantizations the budget offers as suggestions (the
-quantizations themselves, names and bits per weight, are model facts: localinfer/facts/quant.py).
+"""KV-cache element types: the cache's bytes per row as the budget counts them and the cache
+types a runner is asked for by name (``--kv-dtype``); llama.cpp's runner maps them to its own
+(backends/llamacpp/cache_types.py), torch and MLX hold their cache in the compute dtype.
 """
 
 from __future__ import annotations
@@ -8,10 +9,6 @@ from dataclasses import dataclass
 
 from localinfer.errors import InvalidParameterError
 from localinfer.facts.quant import QUANT_ALIASES
-
-# Ordered from large to small: the budget walks this list when it looks for a quantization that
-# fits. Only the ones a runner can actually produce or load are offered as suggestions.
-SUGGESTION_ORDER = ("bf16", "Q8_0", "Q6_K", "Q5_K_M", "Q4_K_M", "Q3_K_M", "Q2_K")
 
 
 @dataclass(frozen=True, slots=True)

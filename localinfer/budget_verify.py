@@ -1,6 +1,9 @@
 """`localinfer budget --verify`: load the model with the real runner at the budgeted settings, run
 one prefill chunk (at the end of the context where the runner can be filled cheaply), and put the
-runner's measured memory next to the prediction."""
+runner's measured memory next to the prediction (budget.report.MemoryCheck).
+
+It builds a runner through the session, so it stands above the session with ``quality``, not in
+the budget (docs/layers.md)."""
 
 from __future__ import annotations
 
@@ -9,42 +12,13 @@ import ctypes
 import logging
 import sys
 
-from pydantic import BaseModel, computed_field
-
 from localinfer.backends.base import Runner, SlotWork, SyntheticFill
 from localinfer.budget.measured import process_rss
 from localinfer.budget.memory import cpu_memory, human_bytes
-from localinfer.budget.report import BudgetReport
+from localinfer.budget.report import BudgetReport, MemoryCheck
 from localinfer.errors import InvalidParameterError, ModelFileError
 
 log = logging.getLogger(__name__)
-
-
-class MemoryCheck(BaseModel):
-    """Predicted vs measured bytes, part by part."""
-
-    backend: str
-    device: str
-    predicted_weights: int
-    measured_weights: int
-    predicted_kv_cache: int
-    measured_kv_cache: int
-    predicted_compute: int  # compute buffers
-    measured_overhead: int  # what the runner reports beyond weights and KV (no library code)
-    predicted_total: int  # weights + KV + compute + the backend's runtime constant
-    rss_growth: int | None  # CPU: process RSS after load + prefill minus before (all-inclusive)
-    # The backend's library was imported before the first RSS reading (a process that ran it
-    # already): rss_growth then lacks the runtime constant, so only a fresh process compares.
-    library_preloaded: bool = False
-
-    @computed_field  # in --json output
-    @property
-    def total_error(self) -> float | None:
-        """(predicted - measured) / measured of the total against RSS growth; None off-CPU or
-        when the library was already loaded (the growth would lack the runtime constant)."""
-        if self.rss_growth is None or self.rss_growth <= 0 or self.library_preloaded:
-            return None
-        return (self.predicted_total - self.rss_growth) / self.rss_growth
 
 
 # The module each backend's runtime constant is the import of.

@@ -1,9 +1,10 @@
 """What every backend tells the rest of localinfer about itself, without importing a framework.
 
-Each backend owns one instance (``backends/<name>/profile.py``): the memory model the budget
-costs it with, the speculation costs the session configures it with, its default dtype per device,
-and the file facts it can run. Selection (select.py), the budget and the session read a profile;
-nothing outside ``backends/<name>/`` imports that backend's other modules.
+Each backend owns one instance (``backends/<name>/profile.py``, a subclass where it differs): the
+memory model the budget costs it with, the speculation costs the session configures it with, its
+default dtype per device, and the file facts it can run. The type lives in the bottom layer
+(docs/layers.md) so the budget takes a profile as handed in (localinfer/backend_budget.py) without
+importing a backend; selection (backends/select.py) looks the instances up by name.
 """
 
 from __future__ import annotations
@@ -11,8 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from localinfer.facts.kv_dtype import DTYPES
+from localinfer.facts.kv_dtype import kv_dtype as parse_kv
+
 if TYPE_CHECKING:
     from localinfer.facts.arch import ArchSpec
+
+BACKENDS = ("torch", "llamacpp", "mlx")
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,9 +107,6 @@ class BackendProfile:
     def kv_dtype_refusal(self, kv_dtype: str | None, compute_dtype: str) -> str | None:
         """Why this backend's runner cannot keep its KV cache as ``kv_dtype`` (None: its own);
         None where it can. torch and MLX hold it in the compute dtype and nothing else."""
-        from localinfer.budget.quant import DTYPES
-        from localinfer.budget.quant import kv_dtype as parse_kv
-
         if kv_dtype is None:
             return None
         asked = parse_kv(kv_dtype).name
