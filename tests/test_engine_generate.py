@@ -23,12 +23,13 @@ def test_generate_json_on_the_embedded_model(capsys) -> None:
     out, err = capsys.readouterr()
     assert rc == 0, err
     doc = json.loads(out)
-    # fp32 torch answers this one greedily (FACTS.md); the eos token ends it.
+    # fp32 torch answers this one greedily (docs/facts.md, "Greedy answers differ between
+    # correct backends"); the eos token ends it.
     assert doc["text"] == "The capital of France is Paris."
     assert doc["finish_reason"] == "stop"
     assert doc["model"] == "smollm2-135m" and doc["backend"] == "torch"
     usage = doc["usage"]
-    assert usage["prompt_tokens"] == 37  # the ChatML-rendered prompt, as in FACTS.md
+    assert usage["prompt_tokens"] == 37  # the ChatML prompt (docs/facts.md)
     assert usage["completion_tokens"] == len(doc["token_ids"]) == 8
     assert usage["total_tokens"] == 45
     assert doc["metrics"]["ttft_s"] > 0 and doc["metrics"]["decode_tps"] > 0
