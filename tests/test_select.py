@@ -177,6 +177,40 @@ def test_native_kernels_are_not_preferred_where_they_were_not_measured(machine, 
     assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == "llamacpp"
 
 
+@pytest.mark.parametrize(
+    ("winner", "isa", "backend"),
+    [("native", 512, "torch"), ("native", 256, "torch"), ("native", 0, "llamacpp"),
+     ("torch", 512, "llamacpp")],
+)  # fmt: skip
+def test_a_given_plan_chooses_as_a_measured_plan_would(
+    machine, monkeypatch: pytest.MonkeyPatch, winner: str, isa: int, backend: str
+) -> None:
+    """LOCALINFER_NATIVE_PLAN (the suite pins "native") gives the timings only: the kernels'
+    ISA stays the build's, so a default-backend test runs the path a machine whose kernels
+    measured faster runs, not llama.cpp."""
+    from localinfer.backends.torch import native_build, native_plan
+
+    machine({"llamacpp", "torch"})
+    monkeypatch.setenv(native_plan.PLAN_ENV, winner)
+    monkeypatch.setattr(native_build, "compiler", lambda: "cc")
+    monkeypatch.delenv(native_build.DISABLE_ENV, raising=False)
+    monkeypatch.setattr(native_plan, "kernel_isa", lambda where, flags: isa)
+    assert native_plan.native_plan().isa == isa
+    assert select.choose_backend(None, "gguf", "Q4_1", "llama").name == backend
+
+
+def test_the_kernel_isa_follows_the_build_flags() -> None:
+    from localinfer.backends.torch.native_build import Platform, kernel_isa
+
+    avx512 = frozenset({"avx2", "fma", "avx512f"})
+    assert kernel_isa(Platform("Linux", "x86_64", "native"), avx512) == 512
+    assert kernel_isa(Platform("Linux", "x86_64", "avx2"), avx512) == 256
+    assert kernel_isa(Platform("Linux", "x86_64", "generic"), avx512) == 0
+    assert kernel_isa(Platform("Linux", "x86_64", "native"), frozenset({"avx2", "fma"})) == 256
+    assert kernel_isa(Platform("Linux", "x86_64", "native"), frozenset({"avx2"})) == 0
+    assert kernel_isa(Platform("Linux", "aarch64", "native"), frozenset({"asimd"})) == 0
+
+
 def test_native_block_types_are_the_ones_the_kernels_read() -> None:
     from localinfer.backends.torch.block_weights import BLOCK_FORMATS
     from localinfer.backends.torch.profile import NATIVE_BLOCK_TYPES

@@ -50,6 +50,13 @@ def test_linear_matches_torch_with_tails_and_bias(
         assert torch.equal(kernels.linear(x[t : t + 1].contiguous(), w, b, threads)[0], got[t])
 
 
+def test_the_expected_isa_is_the_built_librarys(kernels: cpu_kernels.NativeKernels) -> None:
+    """What a given plan (and so the backend choice) assumes without compiling is what the
+    library this machine built reports."""
+    here = native_build.Platform.here()
+    assert native_build.kernel_isa(here, native_build.cpu_flags()) == kernels.isa()
+
+
 def test_linear_rejects_other_dtypes(kernels: cpu_kernels.NativeKernels) -> None:
     with pytest.raises(ValueError, match="float32"):
         kernels.linear(torch.ones(1, 4, dtype=torch.float64), torch.ones(2, 4), None, 1)

@@ -81,6 +81,31 @@ class Platform:
         return cls(platform.system(), platform.machine().lower(), isa)
 
 
+@cache
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags from /proc/cpuinfo (x86 "flags", ARM "Features"; elsewhere
+    none)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(errors="replace")
+    except OSError:
+        return frozenset()
+    for line in text.splitlines():
+        if line.startswith(("flags", "Features")):
+            return frozenset(line.split(":", 1)[-1].split())
+    return frozenset()
+
+
+def kernel_isa(where: Platform, flags: frozenset[str]) -> int:
+    """The vector ISA (``li_isa``: 512, 256 or 0) of the library ``build_flags(where)`` makes
+    on a CPU with ``flags``, known without compiling it: cpu_kernels.c takes its AVX-512 path
+    where the compiler targets AVX512F, its AVX2 one with AVX2 + FMA, generic vectors else."""
+    if where.machine not in ("x86_64", "amd64") or where.isa == "generic":
+        return 0
+    if where.isa == "native" and "avx512f" in flags:
+        return 512
+    return 256 if {"avx2", "fma"} <= flags else 0
+
+
 def build_flags(where: Platform) -> list[tuple[str, ...]]:
     """The flag sets to try, in order (the first that compiles wins)."""
     if where.machine in ("x86_64", "amd64"):

@@ -26,15 +26,17 @@ from functools import cache
 from pathlib import Path
 
 from localinfer.backends.child_json import run_json_child
-from localinfer.errors import BackendUnavailableError
 from localinfer.backends.torch.native_build import (
     BuildError,
     Platform,
     build_flags,
     compiler,
+    cpu_flags,
+    kernel_isa,
     library_path,
     native_kernels_expected,
 )
+from localinfer.errors import BackendUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,8 @@ TOKEN_COUNTS = (1, 8, DEFAULT_MAX_TOKENS)  # decode, batched decode / verificati
 CALIBRATION_VERSION = 2
 SUBPROCESS_TIMEOUT_S = 300  # a first build (~1 s) + torch import + ~0.1 s of timing
 # A given answer instead of this machine's measurement: "native" (the kernels win every measured
-# size and keep blocks) or "torch" (torch ops win). Tests set it, so that which path a test runs
+# size and keep blocks, so a CPU picks them over llama.cpp wherever their build's SIMD would) or
+# "torch" (torch ops win). Tests set it, so that which path a test runs
 # never hangs on how fast this machine happens to be; also a user's way to pin the path.
 PLAN_ENV = "LOCALINFER_NATIVE_PLAN"
 
@@ -85,16 +88,16 @@ class Calibration:
         return one.native_q4_1 < min(one.native_f32, self.torch_seconds(one))
 
     @classmethod
-    def given(cls, winner: str) -> Calibration:
-        """A calibration in which ``winner`` ("native" or "torch") is faster at every size."""
+    def given(cls, winner: str, isa: int) -> Calibration:
+        """A calibration in which ``winner`` ("native" or "torch") is faster at every size, of
+        kernels built for ``isa``. Only the timings are given: the ISA is the build's, as a
+        measured calibration records it, since the backend choice reads it (the kernels beat
+        llama.cpp only where their SIMD was measured against it: torch/profile.py)."""
         fast, slow = 1e-4, 1e-3
-        native = winner == "native"
-        rows = tuple(
-            ProductTimes(tokens, fast if native else slow, fast / 2 if native else slow,
-                         slow if native else fast)  # fmt: skip
-            for tokens in TOKEN_COUNTS
-        )
-        return cls(isa=0, threads=CALIBRATION_THREADS, torch_overhead=0.0, products=rows)
+        # native f32, native on Q4_1 blocks, torch ops
+        times = (fast, fast / 2, slow) if winner == "native" else (slow, slow, fast)
+        rows = tuple(ProductTimes(tokens, *times) for tokens in TOKEN_COUNTS)
+        return cls(isa=isa, threads=CALIBRATION_THREADS, torch_overhead=0.0, products=rows)
 
     @classmethod
     def crashed(cls) -> Calibration:
@@ -180,7 +183,11 @@ def given_plan() -> Calibration | None:
         return None
     if asked not in ("native", "torch"):
         raise BackendUnavailableError(f"{PLAN_ENV}={asked!r}: expected 'native' or 'torch'")
-    return Calibration.given(asked)
+    try:
+        isa = kernel_isa(Platform.here(), cpu_flags())
+    except BuildError:  # an unknown LOCALINFER_KERNEL_ISA: no build, so no SIMD of its own
+        isa = 0
+    return Calibration.given(asked, isa)
 
 
 @cache
