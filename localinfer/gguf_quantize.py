@@ -5,11 +5,7 @@ Importing this imports no framework; llama_cpp loads when a file is written."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from localinfer.backends.llamacpp.profile import quantize_gguf
-
-if TYPE_CHECKING:
-    from localinfer.backends.llamacpp.quantize import QuantizeProgress, QuantizeResult
+from localinfer.facts.quantize_events import QuantizeProgress, QuantizeResult
 
 __all__ = ["QuantizeProgress", "QuantizeResult", "quantize_gguf"]

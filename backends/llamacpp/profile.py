@@ -11,7 +11,7 @@ from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationC
 from localinfer.backends.llamacpp.attention_plan import PREFILL_UBATCH, flash_attention
 
 if TYPE_CHECKING:
-    from localinfer.backends.llamacpp.quantize import QuantizeProgress, QuantizeResult
+    from localinfer.facts.quantize_events import QuantizeProgress, QuantizeResult
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,12 +12,12 @@ import os
 import re
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.errors import InvalidParameterError, ModelFileError
+from localinfer.facts.quantize_events import QuantizeProgress, QuantizeResult
 
 # --to name -> (llama_ftype constant name in llama_cpp, GGUF type label).
 TARGETS: dict[str, tuple[str, str]] = {
@@ -31,23 +31,6 @@ TARGETS: dict[str, tuple[str, str]] = {
 
 _TENSOR_LINE = re.compile(r"\[\s*(\d+)/\s*(\d+)\]\s+(\S+)")
 _SOURCE_SUFFIX = re.compile(r"[._-](f16|bf16|f32|fp16|fp32)$", re.IGNORECASE)
-
-
-@dataclass(slots=True, frozen=True)
-class QuantizeProgress:
-    done: int  # tensors started so far (1-based index of the current one)
-    total: int
-    tensor: str
-
-
-@dataclass(slots=True, frozen=True)
-class QuantizeResult:
-    source: Path
-    output: Path
-    quant: str  # e.g. "Q8_0"
-    source_bytes: int
-    output_bytes: int
-    seconds: float
 
 
 def target_label(target: str) -> str:

@@ -18,7 +18,7 @@ from localinfer.errors import LocalinferError
 
 if TYPE_CHECKING:
     from localinfer.engine.types import EngineMetrics, SamplingParams, StreamEvent
-    from localinfer.tui.host import MemoryFigures
+    from localinfer.tui.memory_figures import MemoryFigures
     from localinfer.tui.model_list import ModelChoice
     from localinfer.tui.settings import ChatSettings
 

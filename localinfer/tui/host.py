@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from localinfer.errors import LocalinferError
 from localinfer.tui.answer_source import PreparedPrompt
+from localinfer.tui.memory_figures import MemoryFigures, MemoryParts
 from localinfer.tui.model_list import ModelChoice, list_model_choices
 from localinfer.tui.settings import ChatSettings
 
@@ -45,38 +46,6 @@ class SessionLike(Protocol):
     def chat_prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]: ...
 
     def close(self) -> None: ...
-
-
-@dataclass(slots=True, frozen=True)
-class MemoryParts:
-    weights: int
-    kv_cache: int
-    overhead: int
-
-    @property
-    def total(self) -> int:
-        return self.weights + self.kv_cache + self.overhead
-
-
-@dataclass(slots=True, frozen=True)
-class MemoryFigures:
-    """Predicted (budget) next to measured memory, in bytes; None where unknown.
-
-    ``measured`` is the quantity the budget predicts and `budget --verify` checks: the process's
-    growth from loading the model (localinfer/budget/measured.py), split into the same parts;
-    ``reserved`` is what the backend holds beyond weights + KV, written or not (llama.cpp's
-    compute buffers), shown apart and never added to what is used.
-    """
-
-    predicted: MemoryParts | None = None
-    measured: MemoryParts | None = None
-    available: int | None = None  # what the budget says this machine can give
-    device: str = ""
-    reserved: int | None = None
-    library_preloaded: bool = False  # the growth lacks the backend's library (loaded before)
-    served_by: str | None = None  # "served by URL": the model lives in another process
-    served_budget: int | None = None  # the server's budget total for its model, if it says
-    served_state: str | None = None  # the server's word for its model: loaded, loading...
 
 
 Opener = Callable[[ChatSettings], SessionLike]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from rich.text import Text
 from textual.widgets import Static
 
-from localinfer.tui.host import MemoryFigures, MemoryParts
+from localinfer.tui.memory_figures import MemoryFigures, MemoryParts
 
 PART_STYLES = (("weights", "bold blue"), ("kv_cache", "bold magenta"), ("overhead", "bold yellow"))
 BAR_WIDTH = 20

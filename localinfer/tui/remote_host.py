@@ -21,7 +21,7 @@ import httpx
 from localinfer.engine.types import EngineMetrics, SamplingParams, StreamEvent
 from localinfer.errors import LocalinferError
 from localinfer.tui.answer_source import HintedError, PreparedPrompt
-from localinfer.tui.host import MemoryFigures
+from localinfer.tui.memory_figures import MemoryFigures
 from localinfer.tui.model_list import ModelChoice
 from localinfer.tui.remote_metrics import engine_metrics_from
 from localinfer.tui.remote_poll import MetricsPoller
