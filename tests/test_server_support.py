@@ -22,11 +22,14 @@ SHORT = 8
 
 
 def make_session(slots: int = 4, ctx: int = 512, max_queue: int = 64) -> Session:
-    # One backend thread: on a shared, oversubscribed CPU llama.cpp's threads wait on each other
-    # at every barrier, and one thread measured 10-20x faster than two there.
+    # The torch runner on the file's blocks (the suite pins its kernels: conftest): a sequence's
+    # logits do not depend on what else is in the batch, which the seeded-reproducibility and
+    # route-equality tests need, on every machine (the default backend differs by CPU, and
+    # llama.cpp's logits move with the batch's shape). One backend thread: a shared CPU.
     return open_session(
-        None, slots=slots, ctx=ctx, max_queue=max_queue, threads=1, prefix_reuse=True
-    )
+        None, backend="torch", slots=slots, ctx=ctx, max_queue=max_queue, threads=1,
+        prefix_reuse=True,
+    )  # fmt: skip
 
 
 @contextmanager

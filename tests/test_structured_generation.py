@@ -27,8 +27,9 @@ MAX_TOKENS = 200
 
 @pytest.fixture(scope="module")
 def session() -> Iterator[Session]:
-    # One backend thread: on a shared CPU that is faster than several waiting on each other.
-    s = open_session(None, slots=4, ctx=1024, threads=1)
+    # The torch runner: batch-invariant logits (tests/test_server_support.make_session says why);
+    # one backend thread: on a shared CPU that is faster than several waiting on each other.
+    s = open_session(None, backend="torch", slots=4, ctx=1024, threads=1)
     yield s
     s.close()
 

@@ -7,6 +7,9 @@ well under a minute even on a busy 2-core machine.
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Callable
+
 import pytest
 
 from localinfer.conversations import Conversation, ConversationStore
@@ -85,20 +88,49 @@ async def test_answer_streams_and_stats_show(session, store):
         assert app.query_one(PromptInput).text == ""
 
 
-async def test_escape_stops_mid_answer(session, store):
-    app = make_app(session, store, max_tokens=400, temperature=0.8)
+class ForwardGate:
+    """Stands in for the runner's forward and lets a forward through only when the test says
+    so: an answer is still streaming at every step the test takes, however fast this machine
+    decodes (a wall-clock race otherwise)."""
+
+    def __init__(self, forward: Callable[..., object]) -> None:
+        self._forward = forward
+        self._allowed = threading.Semaphore(0)
+        self._open = threading.Event()
+
+    def __call__(self, batch):
+        while not self._open.is_set() and not self._allowed.acquire(timeout=0.05):
+            pass
+        return self._forward(batch)
+
+    def allow_one(self) -> None:
+        self._allowed.release()
+
+    def open(self) -> None:
+        self._open.set()
+
+
+async def test_escape_stops_mid_answer(session, store, monkeypatch):
+    gate = ForwardGate(session.engine.runner.forward)
+    monkeypatch.setattr(session.engine.runner, "forward", gate)
+    app = make_app(session, store, max_tokens=400)
     async with app.run_test(size=SIZE) as pilot:
         await type_and_send(pilot, "Write a very long story about a dragon and a knight.")
-        await wait_until(pilot, lambda: app._answer is not None and bool(app._answer.source))
+        # Each look lets one more forward through, until text has arrived.
+        await wait_until(
+            pilot,
+            lambda: gate.allow_one() or (app._answer is not None and bool(app._answer.source)),
+        )
         # A dialog opened mid-answer: the stream keeps landing, and Esc closes the dialog only.
         await pilot.press("ctrl+t")
         await wait_until(pilot, lambda: isinstance(app.screen, SystemPromptScreen))
         shown = len(app._answer.source)
-        await wait_until(pilot, lambda: len(app._answer.source) > shown)
+        await wait_until(pilot, lambda: gate.allow_one() or len(app._answer.source) > shown)
         await pilot.press("escape")
         await wait_until(pilot, lambda: not isinstance(app.screen, SystemPromptScreen))
         assert app.answering
         await pilot.press("escape")
+        gate.open()
         await wait_until(pilot, lambda: not app.answering)
         answer = app.query(AnswerTurn).last()
         assert answer.note == "⏹ stopped"
