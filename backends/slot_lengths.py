@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from localinfer.backends.base import SlotWork, check_batch
+from localinfer.backends.base import Pooling, RunnerConfig, SlotWork, check_batch, embed_all
 
 
 class SlotLengths(list[int]):
@@ -40,10 +40,27 @@ def split_logits(out: np.ndarray, logit_rows: Sequence[Sequence[int]]) -> list[n
 class InPlaceSlots:
     """The Runner protocol's bookkeeping for a runner whose KV cache is preallocated per slot and
     written at absolute positions (torch, MLX): rollback is a length change, and the next write
-    overwrites what lies past it. Subclasses set ``_lengths``, ``config`` and ``_closed``."""
+    overwrites what lies past it. Subclasses set ``_lengths``, ``config``, ``kv_cache`` and
+    ``_closed``, hold the model and the cache as ``_model`` and ``_cache``, and start embedding
+    passes (``start_embedding``)."""
 
     _lengths: SlotLengths
     _closed: bool
+    config: RunnerConfig
+
+    def embed(self, inputs: Sequence[Sequence[int]], pooling: Pooling) -> np.ndarray:
+        return embed_all(self, inputs, pooling, self.config.max_ctx)  # type: ignore[arg-type]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.kv_cache.close()  # type: ignore[attr-defined]
+        del self._model, self._cache  # type: ignore[attr-defined]
+        self._free_device_memory()
+
+    def _free_device_memory(self) -> None:
+        """Hand what the closed runner held back to the device (a subclass's allocator)."""
 
     def slot_length(self, slot: int) -> int:
         return self._lengths.checked(slot)

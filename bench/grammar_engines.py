@@ -25,16 +25,7 @@ from typing import Any
 
 import numpy as np
 
-
-def obj(**properties: Any) -> dict[str, Any]:
-    """An object schema in OpenAI's strict form: every property required, no others."""
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": list(properties),
-        "additionalProperties": False,
-    }
-
+from bench.structured_cases import obj
 
 STR, INT, NUM, BOOL = ({"type": t} for t in ("string", "integer", "number", "boolean"))
 ITEM = obj(id=INT, label=STR)

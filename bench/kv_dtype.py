@@ -15,18 +15,17 @@ from __future__ import annotations
 import argparse
 import statistics
 
+from bench.quant import add_eval_args
+
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="scripts/bench-kv-dtype", description=__doc__.split("\n\n")[0])
     p.add_argument("--model", default=None, help="a GGUF file (default: the embedded model)")
     p.add_argument("--types", default="f16,bf16,q8_0,q4_0", help="cache types besides f32")
     p.add_argument("--tokens", type=int, default=1024, help="evaluation tokens (default 1024)")
-    p.add_argument("--window", type=int, default=512, help="tokens per scored window")
     p.add_argument("--ctx", type=int, default=2048, help="cells per slot (the cache's size)")
     p.add_argument("--long", type=int, default=1536, help="the long prompt's tokens")
-    p.add_argument("--steps", type=int, default=32, help="decode steps timed per run")
-    p.add_argument("--repeats", type=int, default=3)
-    p.add_argument("--threads", type=int, default=None)
+    add_eval_args(p)
     return p.parse_args()
 
 

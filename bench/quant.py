@@ -23,11 +23,17 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--model", default=None, help="default: the embedded SmolLM2-135M")
     p.add_argument("--runs", default=DEFAULT_RUNS, help="comma-separated backend:quant pairs")
     p.add_argument("--tokens", type=int, default=None, help="default: the whole text")
-    p.add_argument("--window", type=int, default=512)
+    add_eval_args(p)
+    return p.parse_args()
+
+
+def add_eval_args(p: argparse.ArgumentParser) -> None:
+    """--window, --steps, --repeats and --threads: what this comparison and bench/kv_dtype.py's
+    read for scoring windows and timing decode."""
+    p.add_argument("--window", type=int, default=512, help="tokens per scored window")
     p.add_argument("--steps", type=int, default=32, help="decode steps timed per run")
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--threads", type=int, default=None)
-    return p.parse_args()
 
 
 def main() -> int:

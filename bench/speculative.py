@@ -19,10 +19,10 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import time
 
 from bench.spec_replay import fit_cost, verification_costs
 from bench.spec_workloads import CHAT, EDITING
+from bench.structured import decode_together
 from localinfer.backends.base import RunnerConfig
 from localinfer.backends.select import choose_backend, create_runner
 from localinfer.engine import Engine, Request, SamplingParams
@@ -69,18 +69,9 @@ def run(runner, tok, prompts, max_tokens, speculator=None):
     """
     engine = Engine(runner, tok, background=False, speculator=speculator)
     params = SamplingParams(max_tokens=max_tokens)
-    handles = engine.submit_all([Request(p, params) for p in prompts])
-    first: float | None = None
-    tokens_at_first = 0
-    while engine.has_work():
-        report = engine.step()
-        if first is None and report.sampled:
-            first, tokens_at_first = time.perf_counter(), len(report.sampled)
-    end = time.perf_counter()
-    results = [h.result() for h in handles]
-    produced = sum(len(r.token_ids) for r in results) - tokens_at_first
-    tps = produced / (end - first) if first and end > first else float("nan")
-    return [list(r.token_ids) for r in results], tps, engine.metrics()
+    done = decode_together(engine, [Request(p, params) for p in prompts])
+    tps = done.decode_tokens / done.decode_s if done.decode_s > 0 else float("nan")
+    return [list(ids) for ids in done.token_ids], tps, engine.metrics()
 
 
 def compare(runner, tok, prompts, args, config, label, slots=1):

@@ -46,6 +46,12 @@ def run_batch(
     """Run ``requests`` together to the end on a fresh engine over ``runner`` (one prefill step
     for all prompts, so the span after it is decoding only)."""
     engine = Engine(runner, tokenizer, background=False, prefill_chunk=prefill_chunk)
+    return decode_together(engine, requests)
+
+
+def decode_together(engine: Engine, requests: Sequence[Request]) -> BatchRun:
+    """Run ``requests`` together to the end on ``engine`` (built with ``background=False``: this
+    steps it); the decode span runs from the first step that samples to the last token."""
     handles = engine.submit_all(requests)
     first: float | None = None
     firsts = 0
@@ -93,58 +99,66 @@ def _rate(runs: Sequence[BatchRun]) -> float:
     return sum(r.decode_tokens for r in runs) / seconds if seconds > 0 else float("nan")
 
 
-def single_stream(
-    runner: Runner,
-    tokenizer: Any,
-    work: Sequence[Workload],
-    answers: dict[str, tuple[int, ...]],
-    repeats: int,
-    max_tokens: int,
-) -> PairedRates:
+@dataclass(frozen=True, slots=True)
+class Comparison:
+    """What single_stream and busy_slots measure: ``work`` on ``runner``, each workload's
+    constrained answer known (``answers``, whose lengths set the free runs'), ``repeats``
+    interleaved repeats, constrained requests capped at ``max_tokens``."""
+
+    runner: Runner
+    tokenizer: Any
+    work: Sequence[Workload]
+    answers: dict[str, tuple[int, ...]]
+    repeats: int
+    max_tokens: int
+
+
+def single_stream(c: Comparison) -> PairedRates:
     """One request at a time: every workload constrained, then free for as many tokens."""
-    free, constrained = [], []
-    for _ in range(repeats):
-        c_runs, f_runs = [], []
-        for w in work:
-            c_runs.append(run_batch(runner, tokenizer, [constrained_request(w, max_tokens)]))
-            f_runs.append(
-                run_batch(runner, tokenizer, [matched_free_request(w, len(answers[w.name]))])
-            )
-        constrained.append(_rate(c_runs))
-        free.append(_rate(f_runs))
-    tokens = sum(max(len(answers[w.name]) - 1, 0) for w in work)
+    pairs = [
+        ([constrained_request(w, c.max_tokens)], [matched_free_request(w, len(c.answers[w.name]))])
+        for w in c.work
+    ]
+    free, constrained, _ = _interleaved(c, pairs)
+    tokens = sum(max(len(c.answers[w.name]) - 1, 0) for w in c.work)
     return PairedRates(statistics.median(free), statistics.median(constrained), tokens)
 
 
-def busy_slots(
-    runner: Runner,
-    tokenizer: Any,
-    work: Sequence[Workload],
-    answers: dict[str, tuple[int, ...]],
-    repeats: int,
-    max_tokens: int,
-    constrained_per_batch: int = 2,
-) -> PairedRates:
+def busy_slots(c: Comparison, constrained_per_batch: int = 2) -> PairedRates:
     """Batches of ``runner.info.slots`` requests, the first ``constrained_per_batch`` of each
     constrained, the rest free for as long as the longest constrained answer beside them; the
     all-free batch decodes the same lengths."""
-    slots = runner.info.slots
-    groups = [work[i : i + slots] for i in range(0, len(work) - slots + 1, slots)]
+    slots, answers = c.runner.info.slots, c.answers
+    groups = [c.work[i : i + slots] for i in range(0, len(c.work) - slots + 1, slots)]
+    pairs = []
+    for group in groups:
+        held = group[:constrained_per_batch]
+        longest = max(len(answers[w.name]) for w in held)
+        rest = [matched_free_request(w, longest) for w in group[constrained_per_batch:]]
+        mixed = [constrained_request(w, c.max_tokens) for w in held] + rest
+        plain = [matched_free_request(w, len(answers[w.name])) for w in held] + rest
+        pairs.append((mixed, plain))
+    free, constrained, last = _interleaved(c, pairs)
+    tokens = sum(r.decode_tokens for r in last)
+    return PairedRates(statistics.median(free), statistics.median(constrained), tokens)
+
+
+def _interleaved(
+    c: Comparison, pairs: Sequence[tuple[list[Request], list[Request]]]
+) -> tuple[list[float], list[float], list[BatchRun]]:
+    """Every (constrained, free) pair of batches run in turn, ``c.repeats`` times (a Request can
+    be submitted again): each repeat's free and constrained rates, and the last repeat's
+    constrained runs."""
     free, constrained = [], []
-    for _ in range(repeats):
+    c_runs: list[BatchRun] = []
+    for _ in range(c.repeats):
         c_runs, f_runs = [], []
-        for group in groups:
-            held = group[:constrained_per_batch]
-            longest = max(len(answers[w.name]) for w in held)
-            rest = [matched_free_request(w, longest) for w in group[constrained_per_batch:]]
-            mixed = [constrained_request(w, max_tokens) for w in held] + rest
-            plain = [matched_free_request(w, len(answers[w.name])) for w in held] + rest
-            c_runs.append(run_batch(runner, tokenizer, mixed))
-            f_runs.append(run_batch(runner, tokenizer, plain))
+        for mixed, plain in pairs:
+            c_runs.append(run_batch(c.runner, c.tokenizer, mixed))
+            f_runs.append(run_batch(c.runner, c.tokenizer, plain))
         constrained.append(_rate(c_runs))
         free.append(_rate(f_runs))
-    tokens = sum(r.decode_tokens for r in c_runs)
-    return PairedRates(statistics.median(free), statistics.median(constrained), tokens)
+    return free, constrained, c_runs
 
 
 def mask_times(

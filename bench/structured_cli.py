@@ -23,6 +23,7 @@ import statistics
 import time
 
 from bench.structured import (
+    Comparison,
     Workload,
     busy_slots,
     compile_times,
@@ -114,8 +115,8 @@ def main() -> None:
         except Exception as exc:  # noqa: BLE001 - counted and shown
             print(f"   {w.name}: invalid answer ({type(exc).__name__})")
 
-    one = single_stream(runner, tok, work, answers, args.repeats, args.max_tokens)
-    busy = busy_slots(runner, tok, work, answers, args.repeats, args.max_tokens)
+    compared = Comparison(runner, tok, work, answers, args.repeats, args.max_tokens)
+    one, busy = single_stream(compared), busy_slots(compared)
     masks = mask_times(work, answers, runner.info.vocab_size)
     runner.close()
 

@@ -1,5 +1,6 @@
 """The options every command that runs a model shares (chat, generate, serve, bench) and the
-session keywords they become, so the four spell and mean them the same way."""
+session keywords they become, so the four spell and mean them the same way; and --mmproj, which
+budget and pull share."""
 
 from __future__ import annotations
 
@@ -73,6 +74,15 @@ CACHE_REUSE_HELP = (
 def add_cache_reuse_option(parser: Parser) -> None:
     """--cache-reuse N (llama.cpp server's flag): chunk reuse beyond the shared prefix."""
     parser.add_argument("--cache-reuse", type=int, default=0, metavar="N", help=CACHE_REUSE_HELP)
+
+
+def add_mmproj_option(parser: Parser, help_text: str) -> None:
+    """--mmproj [FILE]: a model's vision projector (mmproj*.gguf) beside it, the F16 one when
+    FILE is left out ("" then; None without the flag). ``help_text`` says what the command does
+    with it."""
+    parser.add_argument(
+        "--mmproj", nargs="?", const="", default=None, metavar="FILE", help=help_text
+    )
 
 
 def model_settings(args: argparse.Namespace) -> dict[str, Any]:

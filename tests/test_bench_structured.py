@@ -9,6 +9,7 @@ import re
 import pytest
 
 from bench.structured import (
+    Comparison,
     Workload,
     busy_slots,
     compile_times,
@@ -49,7 +50,7 @@ def test_free_runs_match_constrained_lengths_and_rates_are_counted() -> None:
         free = run_batch(runner, ByteVocab(), [matched_free_request(w, len(answers[w.name]))])
         assert len(free.token_ids[0]) == len(answers[w.name])
         assert free.decode_tokens == len(answers[w.name]) - 1 and free.decode_s > 0
-    one = single_stream(runner, ByteVocab(), work, answers, repeats=2, max_tokens=40)
+    one = single_stream(Comparison(runner, ByteVocab(), work, answers, repeats=2, max_tokens=40))
     assert one.decode_tokens == sum(len(a) - 1 for a in answers.values())
     assert one.free_tps > 0 and one.constrained_tps > 0 and one.ratio > 0
 
@@ -58,7 +59,7 @@ def test_busy_batches_pair_two_constrained_with_free_requests() -> None:
     runner, work = HashRunner(slots=4), workloads()
     answers = answers_of(runner, work)
     longest = max(len(answers[w.name]) for w in work[:2])
-    busy = busy_slots(runner, ByteVocab(), work, answers, repeats=1, max_tokens=40)
+    busy = busy_slots(Comparison(runner, ByteVocab(), work, answers, repeats=1, max_tokens=40))
     # One batch of four: two constrained answers, two free ones as long as the longer of those.
     assert busy.decode_tokens == len(answers["w0"]) + len(answers["w1"]) + 2 * longest - 4
     assert busy.constrained_tps > 0 and busy.free_tps > 0

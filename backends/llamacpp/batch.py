@@ -43,6 +43,16 @@ class BatchBuffer:
         batch.n_tokens = 0
         self.batch = batch
 
+    def fill(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray) -> int:
+        """The batch set to these rows (``want`` flags the rows to output); returns their count."""
+        n = len(tokens)
+        self.token[:n] = tokens
+        self.pos[:n] = pos
+        self.seq[:n, 0] = seq
+        self.logits[:n] = want
+        self.batch.n_tokens = n
+        return n
+
 
 @dataclass(slots=True)
 class OutputRows:

@@ -109,13 +109,8 @@ class EmbeddingContext:
     ) -> np.ndarray:
         """One llama_decode of at most EMBED_N_BATCH rows; returns ``[outputs, hidden]`` float32,
         the states of the rows flagged in ``want``, in order."""
-        buf, n = self._buffer, len(tokens)
-        buf.token[:n] = tokens
-        buf.pos[:n] = pos
-        buf.seq[:n, 0] = seq
-        buf.logits[:n] = want
-        buf.batch.n_tokens = n
-        rc = self._llama.llama_decode(self._ctx, buf.batch)
+        n = self._buffer.fill(tokens, pos, seq, want)
+        rc = self._llama.llama_decode(self._ctx, self._buffer.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode (embeddings) failed with code {rc} on {n} tokens")
         rows = np.flatnonzero(want)

@@ -362,14 +362,8 @@ class LlamaCppRunner:
     def _decode(
         self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray
     ) -> None:
-        buf = self._buffer
-        n = len(tokens)
-        buf.token[:n] = tokens
-        buf.pos[:n] = pos
-        buf.seq[:n, 0] = seq
-        buf.logits[:n] = want
-        buf.batch.n_tokens = n
-        rc = self._llama.llama_decode(self._ctx, buf.batch)
+        n = self._buffer.fill(tokens, pos, seq, want)
+        rc = self._llama.llama_decode(self._ctx, self._buffer.batch)
         if rc != 0:
             # Whatever llama.cpp kept of this call is dropped, so the caches match _lengths.
             for s in np.unique(seq):

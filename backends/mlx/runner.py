@@ -19,7 +19,6 @@ from localinfer.backends.base import (
     RunnerConfig,
     RunnerInfo,
     SlotWork,
-    embed_all,
 )
 from localinfer.backends.mlx.batch_layout import layout_batch
 from localinfer.backends.mlx.device import device_label, recommended_working_set, resolve_device
@@ -124,9 +123,6 @@ class MLXRunner(InPlaceSlots):
         self._peak_transient = max(self._peak_transient, embedding.scratch_bytes())
         return embedding
 
-    def embed(self, inputs: Sequence[Sequence[int]], pooling: Pooling) -> np.ndarray:
-        return embed_all(self, inputs, pooling, self.config.max_ctx)
-
     def decode_bytes_per_step(self) -> int:
         """Weight bytes one decode step reads: every matrix once (the embedding table only when
         it doubles as the LM head; a lookup reads a few rows)."""
@@ -145,15 +141,10 @@ class MLXRunner(InPlaceSlots):
             device=self.info.device,
         )
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.kv_cache.close()
-        del self._model, self._cache
-        mx.clear_cache()
-
     # -- internals ------------------------------------------------------------------------
+
+    def _free_device_memory(self) -> None:
+        mx.clear_cache()
 
 
 def _measured(delta: int, nbytes: int) -> int:

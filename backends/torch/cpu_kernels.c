@@ -553,51 +553,53 @@ static void linear_rows(const float *x, int64_t T, int64_t in, const li_mat *w, 
 
 INLINE float silu(float g) { return g / (1.0f + expf(-g)); }
 
-/* out[i] = silu(gate[i]) * up[i] for i in [0, n). With AVX-512 (or AVX2), exp is a Cephes-style
- * range reduction and degree-6 polynomial (about 1 ulp) on 16 lanes; scalar expf cost about
- * 1 ms of a 24 ms 8-slot decode step. Elementwise, so no result depends on the batch. */
+/* e^-g as p * 2^k, the scaling by 2^k left to the caller (each width has its own way): -g
+ * clamped to [-87, 88], a Cephes-style range reduction (k = round(-g / ln 2), r = -g - k ln 2 with
+ * ln 2 in two parts) and degree-6 polynomial, p = e^r to about 1 ulp. Written once for both
+ * widths: W is the intrinsics' prefix, T the vector type, ROUND the width's round-to-nearest. */
+#define DEFINE_EXP_NEG(NAME, W, T, ROUND)                                                     \
+    INLINE T NAME(T g, T *k) {                                                                \
+        T x = W##_sub_ps(W##_setzero_ps(), g);                                                \
+        x = W##_min_ps(W##_max_ps(x, W##_set1_ps(-87.0f)), W##_set1_ps(88.0f));               \
+        *k = ROUND(W##_mul_ps(x, W##_set1_ps(1.44269504088896341f)),                          \
+                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);                            \
+        T r = W##_fnmadd_ps(*k, W##_set1_ps(0.693359375f), x);                                \
+        r = W##_fnmadd_ps(*k, W##_set1_ps(-2.12194440e-4f), r);                               \
+        T p = W##_set1_ps(1.9875691500e-4f);                                                  \
+        p = W##_fmadd_ps(p, r, W##_set1_ps(1.3981999507e-3f));                                \
+        p = W##_fmadd_ps(p, r, W##_set1_ps(8.3334519073e-3f));                                \
+        p = W##_fmadd_ps(p, r, W##_set1_ps(4.1665795894e-2f));                                \
+        p = W##_fmadd_ps(p, r, W##_set1_ps(1.6666665459e-1f));                                \
+        p = W##_fmadd_ps(p, r, W##_set1_ps(5.0000001201e-1f));                                \
+        return W##_fmadd_ps(W##_mul_ps(p, r), r, W##_add_ps(r, W##_set1_ps(1.0f)));           \
+    }
+#ifdef __AVX512F__
+DEFINE_EXP_NEG(exp_neg16, _mm512, __m512, _mm512_roundscale_ps)
+#elif defined(LI_AVX2)
+DEFINE_EXP_NEG(exp_neg8, _mm256, __m256, _mm256_round_ps)
+#endif
+
+/* out[i] = silu(gate[i]) * up[i] for i in [0, n). With AVX-512 (or AVX2), exp is the polynomial
+ * above on 16 (8) lanes; scalar expf cost about 1 ms of a 24 ms 8-slot decode step.
+ * Elementwise, so no result depends on the batch. */
 static void silu_mul(const float *gate, const float *up, float *out, int64_t n) {
     int64_t i = 0;
 #ifdef __AVX512F__
     const __m512 one = _mm512_set1_ps(1.0f);
     for (; i + 16 <= n; i += 16) {
-        __m512 g = _mm512_loadu_ps(gate + i);
-        __m512 x = _mm512_sub_ps(_mm512_setzero_ps(), g);  /* exp(-g) */
-        x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
-        __m512 k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m512 r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693359375f), x);
-        r = _mm512_fnmadd_ps(k, _mm512_set1_ps(-2.12194440e-4f), r);
-        __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-        p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-        p = _mm512_fmadd_ps(_mm512_mul_ps(p, r), r, _mm512_add_ps(r, one));
+        __m512 g = _mm512_loadu_ps(gate + i), k;
+        __m512 p = exp_neg16(g, &k);
         __m512 e = _mm512_scalef_ps(p, k);  /* p * 2^k */
         __m512 s = _mm512_div_ps(g, _mm512_add_ps(one, e));
         _mm512_storeu_ps(out + i, _mm512_mul_ps(s, _mm512_loadu_ps(up + i)));
     }
 #elif defined(LI_AVX2)
-    /* The same polynomial on 8 lanes; p * 2^k by adding k to the exponent field (k is within
-     * [-126, 127] after the clamp, so this is the exact scaling scalef does). */
     const __m256 one = _mm256_set1_ps(1.0f);
     for (; i + 8 <= n; i += 8) {
-        __m256 g = _mm256_loadu_ps(gate + i);
-        __m256 x = _mm256_sub_ps(_mm256_setzero_ps(), g);
-        x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
-        __m256 k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
-                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        __m256 r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693359375f), x);
-        r = _mm256_fnmadd_ps(k, _mm256_set1_ps(-2.12194440e-4f), r);
-        __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.3981999507e-3f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(8.3334519073e-3f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(4.1665795894e-2f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.6666665459e-1f));
-        p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(5.0000001201e-1f));
-        p = _mm256_fmadd_ps(_mm256_mul_ps(p, r), r, _mm256_add_ps(r, one));
+        __m256 g = _mm256_loadu_ps(gate + i), k;
+        __m256 p = exp_neg8(g, &k);
+        /* p * 2^k by adding k to the exponent field (k is within [-126, 127] after the clamp, so
+         * this is the exact scaling scalef does). */
         __m256i ki = _mm256_add_epi32(_mm256_cvtps_epi32(k), _mm256_set1_epi32(127));
         __m256 e = _mm256_mul_ps(p, _mm256_castsi256_ps(_mm256_slli_epi32(ki, 23)));
         __m256 s = _mm256_div_ps(g, _mm256_add_ps(one, e));

@@ -14,7 +14,6 @@ from localinfer.backends.base import (
     RunnerConfig,
     RunnerInfo,
     SlotWork,
-    embed_all,
 )
 from localinfer.backends.ragged_batch import pack_batch
 from localinfer.backends.slot_lengths import InPlaceSlots, SlotLengths, split_logits
@@ -138,9 +137,6 @@ class TorchRunner(InPlaceSlots):
         self._peak_scratch = max(self._peak_scratch, embedding.scratch_bytes())
         return embedding
 
-    def embed(self, inputs: Sequence[Sequence[int]], pooling: Pooling) -> np.ndarray:
-        return embed_all(self, inputs, pooling, self.config.max_ctx)
-
     def decode_bytes_per_step(self) -> int:
         """Weight bytes one decode step reads: every matrix once (the embedding table only when
         it doubles as the LM head). The bandwidth model behind scripts/bench-runner."""
@@ -174,16 +170,11 @@ class TorchRunner(InPlaceSlots):
             weights=weights, kv_cache=kv, overhead=overhead, device=str(self.device)
         )
 
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self.kv_cache.close()
-        del self._model, self._cache
+    # -- internals ------------------------------------------------------------------------
+
+    def _free_device_memory(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.empty_cache()
-
-    # -- internals ------------------------------------------------------------------------
 
     def _quant_label(self, model: LoadedModel, weights: ModelWeights) -> str:
         """What the weights are held as: the int8/int4 label, the GGUF type most of the block

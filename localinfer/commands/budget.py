@@ -7,6 +7,7 @@ import json
 
 from localinfer.command_help import command_parser
 from localinfer.counts import parse_count
+from localinfer.model_options import add_mmproj_option
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -54,13 +55,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="catalog models not on disk: read the Hub's metadata (exact weights) instead of the "
         "catalog's numbers (other Hub repos always are; HF_HUB_OFFLINE=1 uses what was cached)",
     )
-    parser.add_argument(
-        "--mmproj",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="FILE",
-        help="count the vision projector (mmproj*.gguf) beside the model: the F16 one, or FILE",
+    add_mmproj_option(
+        parser, "count the vision projector (mmproj*.gguf) beside the model: the F16 one, or FILE"
     )
     parser.add_argument(
         "--verify",

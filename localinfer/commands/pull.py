@@ -12,6 +12,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from localinfer.command_help import command_parser
+from localinfer.model_options import add_mmproj_option
 
 if TYPE_CHECKING:
     from localinfer.budget import BudgetReport
@@ -29,13 +30,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="Q4_K_M, Q8_0, ... or none (original safetensors); default: the catalog's default, "
         "or a GGUF repo's Q4_K_M file",
     )
-    parser.add_argument(
-        "--mmproj",
-        nargs="?",
-        const="",
-        default=None,
-        metavar="FILE",
-        help="also fetch the repo's vision projector (mmproj*.gguf: the F16 one, or FILE)",
+    add_mmproj_option(
+        parser, "also fetch the repo's vision projector (mmproj*.gguf: the F16 one, or FILE)"
     )
     parser.add_argument("--ctx", default=None, help="context the budget plans for (default 2048)")
     parser.add_argument(

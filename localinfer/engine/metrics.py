@@ -10,7 +10,7 @@ import math
 import time
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from localinfer.engine.types import EngineMetrics, RequestMetrics
 
@@ -77,6 +77,19 @@ def percentile(values: Sequence[float], q: float) -> float | None:
     return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
 
 
+@dataclass(slots=True, frozen=True)
+class Occupancy:
+    """What the scheduler holds when a snapshot is taken: EngineMetrics' fields of these names
+    (MetricsRecorder counts the rest)."""
+
+    slots_total: int
+    slots_busy: int
+    queue_depth: int
+    kv_cells_used: int
+    kv_cells_total: int
+    kv_ram_bytes: int = 0
+
+
 class MetricsRecorder:
     """Engine-wide totals and a window of recent per-request latencies."""
 
@@ -111,25 +124,12 @@ class MetricsRecorder:
         if metrics.tpot_s is not None:
             self._tpot.append(metrics.tpot_s)
 
-    def snapshot(
-        self,
-        *,
-        slots_total: int,
-        slots_busy: int,
-        queue_depth: int,
-        kv_cells_used: int,
-        kv_cells_total: int,
-        kv_ram_bytes: int = 0,
-    ) -> EngineMetrics:
+    def snapshot(self, held: Occupancy) -> EngineMetrics:
         ttft, tpot = list(self._ttft), list(self._tpot)
         prompt_total = self.prompt_tokens_total
         hit_rate = self.cached_prompt_tokens_total / prompt_total if prompt_total else None
         return EngineMetrics(
-            slots_total=slots_total,
-            slots_busy=slots_busy,
-            queue_depth=queue_depth,
-            kv_cells_used=kv_cells_used,
-            kv_cells_total=kv_cells_total,
+            **asdict(held),
             requests_finished=self.requests_finished,
             prompt_tokens_total=self.prompt_tokens_total,
             completion_tokens_total=self.completion_tokens_total,
@@ -152,7 +152,6 @@ class MetricsRecorder:
             prefix_hit_rate=hit_rate,
             reused_tokens_by_source=dict(self.reused_by_source),
             kv_transfer_failures=self.kv_transfer_failures,
-            kv_ram_bytes=kv_ram_bytes,
         )
 
 

@@ -47,7 +47,7 @@ from localinfer.engine.forward_fallback import forward_each_isolated
 from localinfer.engine.kv.placement import SlotPlacer
 from localinfer.engine.kv.ram_tier import RamKVStore
 from localinfer.engine.kv.store import KVStore
-from localinfer.engine.metrics import MetricsRecorder
+from localinfer.engine.metrics import MetricsRecorder, Occupancy
 from localinfer.engine.sampler import SampledToken
 from localinfer.engine.sequence import Sequence
 from localinfer.engine.slots import Slot, SlotTable, empty_slot
@@ -146,7 +146,7 @@ class Scheduler:
 
     def snapshot(self) -> EngineMetrics:
         with self._lock:
-            return self._metrics.snapshot(
+            held = Occupancy(
                 slots_total=len(self.slots),
                 slots_busy=len(self.running),
                 # Embedding jobs hold no slot: running or waiting, they show here.
@@ -155,6 +155,7 @@ class Scheduler:
                 kv_cells_total=len(self.slots) * self.max_ctx,
                 kv_ram_bytes=sum(s.nbytes() for s in self._ram_stores),
             )
+            return self._metrics.snapshot(held)
 
     # -- engine thread ---------------------------------------------------------------------
 
