@@ -11,6 +11,7 @@ prompt. bench/chat_report.py adds `localinfer generate`'s rate and prints the ve
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 
 from textual import events
 
+from bench.thread_cpu import ThreadShare, ThreadTime, shares, snapshot
 from localinfer.tui.app import ChatApp
 from localinfer.tui.conversation_view import AnswerTurn
 from localinfer.tui.host import ChatHost
@@ -32,6 +34,9 @@ KEYS = "thequickbrownfoxjumps"  # typed one by one while the answer streams
 @dataclass(slots=True, frozen=True)
 class ChatBenchConfig:
     prompt: str = PROMPT
+    model: str | None = None  # None: the embedded model, as `localinfer chat`
+    temperature: float = 0.0  # greedy: every path gives the same answer
+    top_p: float = 1.0
     max_tokens: int = 1000
     window: int = 200  # tokens in the first and in the last rate window
     backend: str | None = None  # None: this machine's default, as `localinfer chat`
@@ -44,12 +49,13 @@ class ChatBenchConfig:
 
     def settings(self) -> ChatSettings:
         return ChatSettings(
+            model=self.model,
             backend=self.backend,
             threads=self.threads,
             ctx=self.ctx,
             slots=1,
-            temperature=0.0,
-            top_p=1.0,
+            temperature=self.temperature,
+            top_p=self.top_p,
             max_tokens=self.max_tokens,
         )
 
@@ -68,6 +74,7 @@ class ChatRun:
     arrivals: list[float] = field(default_factory=list)  # perf_counter per token, at the pump
     key_latencies_s: list[float] = field(default_factory=list)
     renders: int = 0  # times the answer's Markdown was updated
+    cpu: list[ThreadShare] = field(default_factory=list)  # first token -> end, per token
     stats_renders: int = 0  # times the side panel's figures were updated
 
     def window_rate(self, first: bool, window: int) -> float | None:
@@ -129,15 +136,21 @@ def run_engine_alone(session: Any, config: ChatBenchConfig) -> EngineRun:
 
 
 class _TimedEvents:
-    """The engine's stream, stamping each token as the app's worker takes it."""
+    """The engine's stream, stamping each token as the app's worker takes it, and the process's
+    threads' CPU at the first token and at the end (bench/thread_cpu.py)."""
 
-    def __init__(self, handle: Any, arrivals: list[float]) -> None:
-        self._handle, self._arrivals = handle, arrivals
+    def __init__(self, handle: Any, host: BenchHost) -> None:
+        self._handle, self._host = handle, host
 
     def __iter__(self) -> Iterator[Any]:
+        host = self._host
         for event in self._handle:
             now = time.perf_counter()
-            self._arrivals.extend([now] * len(event.token_ids))
+            if event.token_ids and host.cpu_first is None:
+                host.cpu_first = snapshot(os.getpid())
+            if event.finish_reason is not None:
+                host.cpu_last = snapshot(os.getpid())
+            host.arrivals.extend([now] * len(event.token_ids))
             yield event
 
 
@@ -147,9 +160,11 @@ class BenchHost(ChatHost):
     def __init__(self, settings: ChatSettings, session: Any) -> None:
         super().__init__(settings, session=session)
         self.arrivals: list[float] = []
+        self.cpu_first: dict[int, ThreadTime] | None = None
+        self.cpu_last: dict[int, ThreadTime] | None = None
 
     def submit(self, request: Any) -> Any:
-        return _TimedEvents(super().submit(request), self.arrivals)
+        return _TimedEvents(super().submit(request), self)
 
 
 class BenchApp(ChatApp):
@@ -231,6 +246,9 @@ async def run_chat(session: Any, config: ChatBenchConfig, store: Any) -> ChatRun
         run.renders = answer.renders if isinstance(answer, AnswerTurn) else 0
         run.stats_renders = app.stats.renders
         run.arrivals = host.arrivals
+        if host.cpu_first is not None and host.cpu_last is not None:
+            steps = max(run.completion_tokens - 1, 1)
+            run.cpu = shares(os.getpid(), host.cpu_first, host.cpu_last, steps)
         if answer is None or answer.source != final.text:
             raise RuntimeError("the answer on screen is not the answer the engine gave")
     return run

@@ -26,6 +26,7 @@ from localinfer.engine import Engine
 from localinfer.engine.kv.tiers import KVTierInfo, KVTiers
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
 from localinfer.errors import InvalidParameterError
+from localinfer.loader_thread import loads_in_own_thread
 from localinfer.loading.model import LoadedModel
 from localinfer.runner_setup import (
     DEFAULT_MODEL,
@@ -182,6 +183,7 @@ class Session:
         self.close()
 
 
+@loads_in_own_thread
 def open_session(
     model_spec: str | None = None,
     *,

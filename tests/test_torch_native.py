@@ -359,3 +359,22 @@ def test_the_measurement_times_every_path(monkeypatch: pytest.MonkeyPatch, tmp_p
         assert 0 < row.native_f32 < 1 and 0 < row.native_q4_1 < 1 and 0 < row.torch_f32 < 1
     assert 0 <= plan.native_f32_max_tokens() <= native_plan.DEFAULT_MAX_TOKENS
     assert native_plan._stored(native_plan._library()) == plan  # kept for the next process
+
+
+@pytest.mark.parametrize(
+    ("q4_1_seconds", "kept"),
+    [(0.9e-4, True), (1.01e-4, True), (1.1e-4, True), (1.3e-4, False)],
+)
+def test_blocks_are_kept_unless_clearly_slower(q4_1_seconds: float, kept: bool) -> None:
+    """Given timings (not this machine's): blocks read ~5x fewer bytes of a whole model than
+    float32, so a near tie on the calibration's cached matrix keeps them; only a product on
+    them more than BLOCKS_MARGIN slower than the faster float32 path drops them."""
+    from localinfer.backends.torch import native_plan
+
+    rows = tuple(
+        native_plan.ProductTimes(tokens, 1e-4 * tokens, q4_1_seconds * tokens, 2e-4 * tokens)
+        for tokens in native_plan.TOKEN_COUNTS
+    )
+    plan = native_plan.Calibration(isa=512, threads=1, torch_overhead=0.0, products=rows)
+    assert plan.blocks_faster() is kept
+    assert 1.1 < native_plan.BLOCKS_MARGIN < 1.3

@@ -42,6 +42,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--repetition-penalty", type=float, default=1.0, help="default: 1.0 (off)")
     p.add_argument("--seed", type=int, help="sampling seed, any integer (default: random)")
     p.add_argument("--stop", action="append", default=[], help="stop string (repeatable)")
+    p.add_argument(
+        "--ignore-eos",
+        action="store_true",
+        help="run to --max-tokens past the end-of-text token (for timing a fixed length)",
+    )
     p.add_argument("--slots", type=int, default=1, help="sequences allocated (default: 1)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     shape = p.add_mutually_exclusive_group()
@@ -72,6 +77,7 @@ def _sampling(args: argparse.Namespace) -> Any:
             # Any int, as the server takes it: numpy's generators want a non-negative seed.
             seed=None if args.seed is None else args.seed % 2**64,
             stop=tuple(args.stop),
+            ignore_eos=args.ignore_eos,
         )
     except ValidationError as exc:
         err = exc.errors()[0]

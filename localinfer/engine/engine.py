@@ -40,6 +40,7 @@ from localinfer.engine.scheduler import Scheduler, StepReport
 from localinfer.engine.sequence import EventSink, Sequence
 from localinfer.engine.speculative import Speculator
 from localinfer.engine.thread_calls import EngineCalls, T
+from localinfer.thread_name import ENGINE_THREAD_NAME, name_this_thread
 from localinfer.engine.types import EngineMetrics, Request, StreamEvent
 from localinfer.errors import (
     InvalidParameterError,
@@ -363,6 +364,7 @@ class Engine:
             return fn()
 
     def _loop(self) -> None:
+        name_this_thread(ENGINE_THREAD_NAME)
         while True:
             with self._wake:
                 while not self._closed and not self._scheduler.has_work() and not self._calls:
