@@ -40,13 +40,13 @@ from localinfer.engine.scheduler import Scheduler, StepReport
 from localinfer.engine.sequence import EventSink, Sequence
 from localinfer.engine.speculative import Speculator
 from localinfer.engine.thread_calls import EngineCalls, T
-from localinfer.thread_name import ENGINE_THREAD_NAME, name_this_thread
 from localinfer.engine.types import EngineMetrics, Request, StreamEvent
 from localinfer.errors import (
     InvalidParameterError,
     QueueFullError,
     UnsupportedModelError,
 )
+from localinfer.thread_name import ENGINE_THREAD_NAME, name_this_thread
 
 log = logging.getLogger(__name__)
 
