@@ -25,7 +25,6 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 
-
 def run_in_own_thread(fn: Callable[[], T]) -> T:
     """``fn()`` on a new thread that ends with it; its result, or its exception, here."""
     outcome: dict[str, object] = {}
