@@ -64,8 +64,12 @@ class AnswerActions(ConversationActions):
         if self._stop.is_set():
             self.host.abort(request_id)
         sink = _MessageSink(self, request_id)
+        self.render_pace.start()
         try:
-            end = pump_answer(request_id, handle, stats, sink, self.host.engine_metrics, self.clock)
+            end = pump_answer(
+                request_id, handle, stats, sink, self.host.engine_metrics, self.clock,
+                pace=self.render_pace.interval,
+            )  # fmt: skip
         except Exception as exc:  # noqa: BLE001
             self.host.abort(request_id)
             self.post_message(AnswerRejected(error_text(exc), getattr(exc, "hint", None)))
@@ -75,6 +79,7 @@ class AnswerActions(ConversationActions):
     @on(AnswerDelta)
     async def on_answer_delta(self, message: AnswerDelta) -> None:
         if message.request_id == self._request_id and self._answer is not None:
+            self.render_pace.updated()
             await self._answer.write(message.text)
 
     @on(AnswerStatsUpdated)

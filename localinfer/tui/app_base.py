@@ -25,6 +25,7 @@ from localinfer.tui.load_spinner import LoadSpinner
 from localinfer.tui.memory_bar import MemoryBar
 from localinfer.tui.messages import MemoryMeasured
 from localinfer.tui.prompt_input import PromptInput
+from localinfer.tui.render_pace import RenderPace
 from localinfer.tui.stats_panel import StatsPanel
 
 READY_PLACEHOLDER = "Ask anything · Enter sends · Shift+Enter/Ctrl+J newline · Esc stops"
@@ -55,6 +56,7 @@ class ChatAppBase(App[None]):
         self.store = store if store is not None else ConversationStore()
         self.conversation = conversation or Conversation()
         self.clock = clock
+        self.render_pace = RenderPace()  # how often a streaming answer's text is shown
         self.answering = False
         self.loading = False
         self._request_id: str | None = None

@@ -84,8 +84,11 @@ def pump_answer(
     clock: Callable[[], float] = time.monotonic,
     text_interval: float = 1.0 / TEXT_UPDATES_PER_SECOND,
     stats_interval: float = 1.0 / STATS_UPDATES_PER_SECOND,
+    pace: Callable[[], float] | None = None,
 ) -> AnswerEnd:
-    """Drain ``events`` into throttled updates; return (without sending) the answer's end."""
+    """Drain ``events`` into throttled updates; return (without sending) the answer's end.
+    ``pace``: the text interval now (render_pace.py: what the UI can afford), read before each
+    check; None: ``text_interval`` throughout."""
     parts: list[str] = []  # the whole answer, joined once at the end
     pending: list[str] = []  # since the last text update
     pending_tokens = 0
@@ -105,6 +108,8 @@ def pump_answer(
             stats.finish(event.metrics)
             break
         now = clock()
+        if pace is not None:
+            text_due.interval = pace()
         if pending and text_due.due(now, pending_tokens):
             sink.text("".join(pending))
             pending.clear()
