@@ -94,3 +94,33 @@ def test_the_pump_sends_text_at_the_pace_it_is_given() -> None:
 
     slow, fast = run(0.2), run(0.05)
     assert 4 <= slow <= 6 and 15 <= fast <= 20  # (the full rate also waits for 6 tokens)
+
+
+def test_figures_share_the_repaint_of_slow_text_updates() -> None:
+    """At a 0.35 s text pace (the UI near its limit), each stats update goes out with a text
+    update, not some time after it in a repaint of its own; at the full rate they do not."""
+
+    def run(pace: float) -> tuple[list[float], list[float]]:
+        clock = GivenClock()
+        sent: dict[str, list[float]] = {"text": [], "stats": []}
+
+        class TimedSink:
+            def text(self, delta: str) -> None:
+                sent["text"].append(clock.now)
+
+            def stats(self, snapshot: object, engine: object) -> None:
+                sent["stats"].append(clock.now)
+
+        def events():
+            for i in range(400):
+                clock.now += 0.01
+                yield StreamEvent(request_id="r", text=f"w{i} ", token_ids=(i,))
+
+        pump_answer("r", events(), LiveStats(clock=clock), TimedSink(), None, clock,
+                    stats_interval=0.5, pace=lambda: pace)  # fmt: skip
+        return sent["text"], sent["stats"]
+
+    texts, stats = run(0.35)
+    assert len(stats) >= 7 and all(t in texts for t in stats[1:])
+    texts, stats = run(0.05)
+    assert len(stats) <= 4.0 / 0.5 + 1  # never more often than the figures' own rate

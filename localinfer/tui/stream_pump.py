@@ -4,7 +4,8 @@ The engine can emit a hundred tokens a second or more; the UI must not pay per t
 records every event's arrival in :class:`LiveStats` and hands the UI two kinds of update, each
 throttled on its own: the text that arrived since the last text update (at most
 ``text_interval`` apart: ~20 a second, appended to the answer as it is), and a stats snapshot
-(at most ``stats_interval`` apart: twice a second). A text update also waits for
+(at most ``stats_interval`` apart: twice a second; while text updates are as far apart, with
+one once half due, so that both share one repaint). A text update also waits for
 ``TOKENS_PER_TEXT_UPDATE`` tokens unless the last one is ``TEXT_MAX_WAIT_S`` old: a render
 costs the UI the same for one token as for six, so a slower engine is not charged more UI time
 per token, and a slow one still shows its text within a quarter of a second. The first token
@@ -56,9 +57,10 @@ class _Throttle:
     max_wait: float = 0.0  # ...unless the last update is this old
     last: float = float("-inf")
 
-    def due(self, now: float, tokens: int = 0) -> bool:
+    def due(self, now: float, tokens: int = 0, slack: float = 0.0) -> bool:
+        """``slack``: count as due this much early (to share a frame with another update)."""
         elapsed = now - self.last
-        if elapsed < self.interval:
+        if elapsed + slack < self.interval:
             return False
         if tokens < self.min_tokens and elapsed < self.max_wait:
             return False
@@ -110,11 +112,15 @@ def pump_answer(
         now = clock()
         if pace is not None:
             text_due.interval = pace()
-        if pending and text_due.due(now, pending_tokens):
+        sent_text = bool(pending) and text_due.due(now, pending_tokens)
+        if sent_text:
             sink.text("".join(pending))
             pending.clear()
             pending_tokens = 0
-        if stats_due.due(now):
+        # While text updates are spaced out (the UI at its pace's limit), figures half due go
+        # out with the text: one repaint for both, not two.
+        slack = stats_due.interval / 2
+        if stats_due.due(now, slack=slack if sent_text and text_due.interval >= slack else 0.0):
             sink.stats(stats.snapshot(), engine_metrics() if engine_metrics else None)
     if finish is None:
         # The iterator ended without a final event: the engine went away mid-answer.
