@@ -16,7 +16,10 @@ from localinfer.facts.kv_dtype import DTYPES
 from localinfer.facts.kv_dtype import kv_dtype as parse_kv
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from localinfer.facts.arch import ArchSpec
+    from localinfer.facts.held_weights import HeldWeights, StoredTensor
 
 BACKENDS = ("torch", "llamacpp", "mlx")
 
@@ -118,6 +121,18 @@ class BackendProfile:
             f"the {self.name} backend keeps its KV cache in its compute dtype ({compute_dtype}), "
             f"not {asked}: leave --kv-dtype out, or use {other}"
         )
+
+    def held_gguf_weights(
+        self,
+        tensors: Sequence[StoredTensor],
+        arch: ArchSpec,
+        compute_dtype: str,
+        device_kind: str,
+    ) -> HeldWeights | None:
+        """The bytes this backend's runner holds for a GGUF with ``tensors`` (its header's,
+        in the file's own quantization) at ``compute_dtype`` on ``device_kind``, in the runner's
+        own form; None where the budget's general rule (stored_quant, recipe bytes) applies."""
+        return None
 
     def promoted_weight_bytes(self, arch: ArchSpec, quant: str, compute_dtype: str) -> int:
         """Bytes of a weight matrix's parts a forward pass converts to the compute dtype for

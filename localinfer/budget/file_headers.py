@@ -21,6 +21,7 @@ from pathlib import Path
 from localinfer.budget.gguf_prefix import file_reader, read_header
 from localinfer.facts.arch import ArchSpec
 from localinfer.facts.gguf_header import arch_from_gguf
+from localinfer.facts.held_weights import StoredTensor
 from localinfer.loading.gguf_file import GGUFFile
 from localinfer.loading.gguf_split import open_gguf
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
@@ -41,6 +42,9 @@ class WeightsHeader:
     # float32: what the torch runner's native CPU kernels hold (backends/torch/block_weights.py).
     # None when no matrix is in one of those types.
     kept_block_bytes: int | None = None
+    # GGUF: every tensor as stored (name, type, shape, bytes), for the runners' own forms
+    # (BackendProfile.held_gguf_weights); empty for safetensors.
+    tensors: tuple[StoredTensor, ...] = ()
 
 
 def read_gguf_header(path: str | Path) -> WeightsHeader:
@@ -70,6 +74,7 @@ def gguf_weights_header(gguf: GGUFFile) -> WeightsHeader:
             if any(kept)
             else None
         ),
+        tensors=tuple(StoredTensor(t.name, t.type_name, t.shape, int(t.nbytes)) for t in tensors),
     )
 
 

@@ -20,9 +20,10 @@ from typing import Any
 
 from localinfer.budget.file_headers import WeightsHeader
 from localinfer.facts.arch import ArchSpec
+from localinfer.facts.held_weights import StoredTensor
 from localinfer.paths import cache_dir
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2  # 2: a GGUF summary holds its tensors (type, shape, bytes)
 
 
 @dataclass
@@ -76,6 +77,7 @@ def header_to_json(header: WeightsHeader) -> dict[str, Any]:
         "params": header.params,
         "quant": header.quant,
         "kept_block_bytes": header.kept_block_bytes,
+        "tensors": [[t.name, t.type_name, list(t.shape), t.nbytes] for t in header.tensors],
         "arch": header.arch.model_dump(mode="json") if header.arch is not None else None,
     }
 
@@ -88,6 +90,10 @@ def header_from_json(data: dict[str, Any]) -> WeightsHeader:
         quant=str(data["quant"]),
         arch=ArchSpec(**arch) if arch is not None else None,
         kept_block_bytes=data.get("kept_block_bytes"),
+        tensors=tuple(
+            StoredTensor(str(name), str(kind), tuple(int(d) for d in shape), int(nbytes))
+            for name, kind, shape, nbytes in data.get("tensors") or ()
+        ),
     )
 
 

@@ -173,6 +173,13 @@ class Planner:
                 " (GGUF header)"
             )
             return self._breakdown(ctx, sequences, kv, kept, source, kept_blocks=True)
+        header = self.facts.header
+        if header is not None and header.tensors and quant == header.quant:
+            held = self.profile.held_gguf_weights(
+                header.tensors, self.facts.arch, self.compute_dtype(), self.device_kind
+            )
+            if held is not None:
+                return self._breakdown(ctx, sequences, kv, held.bytes, held.source)
         stored = self.stored_quant(quant)
         promoted = self.profile.promoted_weight_bytes(self.facts.arch, stored, self.compute_dtype())
         weights, source = self.facts.weights(stored)
