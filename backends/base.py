@@ -58,6 +58,9 @@ class RunnerConfig:
     # KV cache element type (f16 | bf16 | f32 | q8_0 | q4_0); None: the backend's own (llama.cpp
     # F16; torch and MLX the compute dtype, the only one they hold: select.py refuses another).
     kv_dtype: str | None = None
+    # llama.cpp on a GPU: the layers it holds there, the rest on the CPU (partial offload, sized
+    # by the budget); None: every layer. Ignored on the CPU and by the other runners.
+    gpu_layers: int | None = None
 
     def __post_init__(self) -> None:
         if self.slots < 1:

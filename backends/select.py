@@ -1,7 +1,9 @@
 """Which backend runs a model on this machine, and building its runner.
 
-Default order (docs/design.md, "Choosing a backend"): Apple Silicon with Metal -> mlx; an NVIDIA
-GPU -> torch (CUDA); otherwise, on CPU: torch with its native kernels for a GGUF they read as
+Default order (docs/design.md, "Choosing a backend"): on Apple Silicon or an NVIDIA GPU, the
+routing rule of backends/routing.py (a GGUF to llama.cpp with every layer on the GPU, safetensors
+to MLX on Metal or torch on CUDA, never an architecture its runner lacks); otherwise, or when no
+GPU runner can take the model, on CPU: torch with its native kernels for a GGUF they read as
 stored where they were measured faster than llama.cpp (backends/torch/profile.py), else
 llama.cpp when installed (the fast CPU path), else torch. ``--backend`` overrides.
 Nothing here imports a framework at module import: detection uses ``find_spec``, the platform and
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from localinfer.backend_profile import BACKENDS
+from localinfer.backends.routing import gpu_fallback_note, gpu_route
 from localinfer.errors import (
     BackendUnavailableError,
     OutOfMemoryBudgetError,
@@ -89,6 +92,38 @@ def has_nvidia_gpu() -> bool:
     return out.returncode == 0 and "GPU" in out.stdout
 
 
+def gpu_kind() -> str | None:
+    """The GPU this machine offers a runner: metal (Apple Silicon), cuda (an NVIDIA GPU), None."""
+    if is_apple_silicon():
+        return "metal"
+    return "cuda" if has_nvidia_gpu() else None
+
+
+def llamacpp_offloads() -> bool:
+    """The installed llama-cpp-python was built with a GPU backend (CUDA, Metal): asked of the
+    library itself, so a CPU-only wheel on a GPU machine is not sent layers it cannot hold."""
+    if not is_installed("llamacpp"):
+        return False
+    from localinfer.backends.llamacpp.profile import gpu_offload_built
+
+    return gpu_offload_built()
+
+
+def _runnable(backend: str) -> bool:
+    """Installed, and (MLX) part of this build."""
+    return is_installed(backend) and (backend != "mlx" or _has_mlx_runner())
+
+
+def _requested_device(name: str) -> str:
+    """The device --backend NAME runs on here: its GPU where it has one, else the CPU."""
+    gpu = gpu_kind()
+    if gpu is None:
+        return "cpu"
+    if name == "llamacpp":
+        return gpu if llamacpp_offloads() else "cpu"
+    return gpu if name == {"cuda": "torch", "metal": "mlx"}[gpu] else "cpu"
+
+
 def _require(backend: str) -> None:
     profile = backend_profile(backend)
     if backend == "mlx" and not _has_mlx_runner():
@@ -139,19 +174,14 @@ def choose_backend(
                 f"the {name} backend runs GGUF files only, and this model is {model_format}; "
                 "use --backend torch (or convert the model to GGUF)"
             )
-        device = "cpu"
-        if name == "torch" and has_nvidia_gpu():
-            device = "cuda"
-        elif name == "mlx" and is_apple_silicon():
-            device = "metal"
-        return BackendChoice(name, "requested with --backend", device)
-    if is_apple_silicon() and is_installed("mlx") and _has_mlx_runner():
-        return BackendChoice("mlx", "Apple Silicon: MLX on Metal", "metal")
+        return BackendChoice(name, "requested with --backend", _requested_device(name))
     note = ""
-    if has_nvidia_gpu():
-        if is_installed("torch"):
-            return BackendChoice("torch", "NVIDIA GPU found: PyTorch on CUDA", "cuda")
-        note = f"; an NVIDIA GPU is present, to use it: {_hint('torch')}"
+    gpu = gpu_kind()
+    if gpu is not None:
+        route = gpu_route(gpu, model_format, arch, backend_profile, _runnable, llamacpp_offloads())
+        if route is not None:
+            return BackendChoice(route.backend, route.reason, route.device)
+        note = gpu_fallback_note(gpu, model_format, arch, backend_profile, _runnable)
     choice = _cpu_choice(model_format, file_quant, arch, note, kv_dtype)
     if choice is None:
         raise BackendUnavailableError(
@@ -189,11 +219,11 @@ def _cpu_choice(
             )
         if is_installed("torch"):
             return BackendChoice(
-                "torch", f"CPU: llama.cpp reads GGUF only and this model is {model_format}"
+                "torch", f"CPU: llama.cpp reads GGUF only and this model is {model_format}" + note
             )
     if is_installed("torch"):
         return BackendChoice(
-            "torch", f"CPU: PyTorch; for faster CPU inference: {_hint('llamacpp')}"
+            "torch", f"CPU: PyTorch; for faster CPU inference: {_hint('llamacpp')}" + note
         )
     return None
 
@@ -207,14 +237,19 @@ def planned_backend(
     kv_dtype: str | None = None,
 ) -> str:
     """The backend the budget costs on a device of ``device_kind`` (cpu | cuda | metal | planned:
-    a named machine), installed here or not: cuda -> torch, metal -> mlx, a planned machine ->
-    llama.cpp, this CPU -> choose_backend's CPU rule (torch when nothing is installed), which
+    a named machine), installed here or not: on a GPU the routing rule as on a machine with
+    every backend installed and llama.cpp built for that GPU, a planned machine of unknown kind
+    -> llama.cpp, this CPU -> choose_backend's CPU rule (torch when nothing is installed), which
     ``kv_dtype`` takes part in."""
     if requested:
         return backend_profile(requested.lower()).name
-    by_kind = {"cuda": "torch", "metal": "mlx", "planned": "llamacpp"}
-    if device_kind in by_kind:
-        return by_kind[device_kind]
+    if device_kind in ("cuda", "metal"):
+        route = gpu_route(
+            device_kind, model_format, arch, backend_profile, lambda _: True, llamacpp_offloads=True
+        )
+        return route.backend if route is not None else "llamacpp"
+    if device_kind == "planned":
+        return "llamacpp"
     choice = _cpu_choice(model_format, file_quant, arch, kv_dtype=kv_dtype)
     return choice.name if choice is not None else "torch"
 

@@ -94,6 +94,8 @@ class BackendProfile:
     kv_in_compute_dtype: bool = False
     # The most sequences (slots) one runner can hold at once; None: no limit but memory.
     max_sequences: int | None = None
+    # The architectures its runner implements; None: whatever its library reads (llama.cpp).
+    archs: tuple[str, ...] | None = None
 
     def default_dtype(self, device: str) -> str:
         """The compute dtype a runner uses when none is asked (llama.cpp keeps the file's)."""

@@ -17,9 +17,14 @@ def machine(monkeypatch: pytest.MonkeyPatch):
     """Pretend to be a machine: which packages are installed, Apple Silicon, an NVIDIA GPU."""
 
     def configure(
-        installed: set[str], apple: bool = False, nvidia: bool = False, mlx_runner: bool = True
+        installed: set[str],
+        apple: bool = False,
+        nvidia: bool = False,
+        mlx_runner: bool = True,
+        offloads: bool = False,  # llama.cpp built with the GPU's backend (a CPU wheel: False)
     ) -> None:
         monkeypatch.setattr(select, "is_installed", lambda name: name in installed)
+        monkeypatch.setattr(select, "llamacpp_offloads", lambda: offloads)
         monkeypatch.setattr(select, "is_apple_silicon", lambda: apple)
         monkeypatch.setattr(select, "has_nvidia_gpu", lambda: nvidia)
         monkeypatch.setattr(select, "_has_mlx_runner", lambda: mlx_runner)
@@ -48,8 +53,26 @@ def test_nvidia_picks_torch_on_cuda(machine) -> None:
 def test_nvidia_without_torch_uses_llamacpp_and_says_how_to_use_the_gpu(machine) -> None:
     machine({"llamacpp"}, nvidia=True)
     choice = select.choose_backend(None)
-    assert choice.name == "llamacpp"
-    assert "pip install 'localinfer[torch]'" in choice.reason
+    assert (choice.name, choice.device) == ("llamacpp", "cpu")
+    assert "GGML_CUDA=on" in choice.reason  # the CPU wheel: the rebuild that offloads
+    machine({"llamacpp"}, nvidia=True, offloads=True)
+    choice = select.choose_backend(None, "gguf", "Q4_K_M", "qwen3")
+    assert (choice.name, choice.device) == ("llamacpp", "cuda")
+    machine(set(), nvidia=True)
+    assert "pip install 'localinfer[llamacpp]'" in str(
+        pytest.raises(BackendUnavailableError, select.choose_backend, None).value
+    )
+
+
+def test_a_gguf_goes_to_llamacpp_on_the_gpu_when_its_build_offloads(machine) -> None:
+    machine({"mlx", "llamacpp", "torch"}, apple=True, offloads=True)
+    choice = select.choose_backend(None, "gguf", "Q4_K_M", "gemma3")
+    assert (choice.name, choice.device) == ("llamacpp", "metal")
+    assert (
+        choice.notice == "backend: llamacpp (Apple Silicon: llama.cpp with every layer on the GPU)"
+    )
+    choice = select.choose_backend(None, "safetensors", "bf16", "qwen3")
+    assert (choice.name, choice.device) == ("mlx", "metal")
 
 
 def test_cpu_prefers_llamacpp_then_torch(machine) -> None:
@@ -260,8 +283,9 @@ def test_profiles_import_no_framework_and_match_their_backend() -> None:
 
 def test_planned_backend_follows_the_device_kind(machine) -> None:
     machine({"llamacpp", "torch"})
-    assert select.planned_backend("cuda") == "torch"
-    assert select.planned_backend("metal") == "mlx"
+    assert select.planned_backend("cuda") == "llamacpp"  # a model file not named yet: a GGUF
+    assert select.planned_backend("cuda", None, "safetensors") == "torch"
+    assert select.planned_backend("metal", None, "safetensors") == "mlx"
     assert select.planned_backend("planned") == "llamacpp"
     assert select.planned_backend("cpu", None, "safetensors") == "torch"
     assert select.planned_backend("cpu", None, "gguf", "Q4_K_M", "llama") == "llamacpp"

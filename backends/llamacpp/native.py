@@ -75,6 +75,11 @@ def lib() -> ModuleType:
         return _lib
 
 
+def supports_gpu_offload() -> bool:
+    """This llama-cpp-python build has a GPU backend (CUDA, Metal) that can hold layers."""
+    return bool(lib().llama_supports_gpu_offload())
+
+
 def has_amx() -> bool:
     """Whether the loaded ggml CPU backend was compiled with its AMX kernels (x86 AMX_INT8)."""
     info = lib().llama_print_system_info()

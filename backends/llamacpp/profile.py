@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
 from localinfer.backends.llamacpp.attention_plan import PREFILL_UBATCH, flash_attention
+from localinfer.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
     from localinfer.facts.quantize_events import QuantizeProgress, QuantizeResult
@@ -83,6 +84,29 @@ PROFILE = LlamaCppProfile(
     # initialize, "n_seq_max must be <= 256" (llama-cpp-python 0.3.36's libllama, measured).
     max_sequences=256,
 )
+
+
+# The rebuild that gives llama-cpp-python the device's GPU backend (scripts/run does it when it
+# finds the toolkit; --no-cache-dir so pip does not reuse the CPU wheel it cached).
+GPU_REBUILD_HINT = {
+    "cuda": 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir '
+    "llama-cpp-python",
+    "metal": 'CMAKE_ARGS="-DGGML_METAL=on" pip install --force-reinstall --no-cache-dir '
+    "llama-cpp-python",
+}
+
+
+def gpu_offload_built() -> bool:
+    """Whether the installed llama-cpp-python can put layers on a GPU (native.py; loads the
+    library when called, so only where a GPU is present): a CPU-only wheel cannot."""
+    try:
+        from localinfer.backends.llamacpp.native import supports_gpu_offload
+    except ImportError:
+        return False
+    try:
+        return supports_gpu_offload()
+    except (OSError, BackendUnavailableError):  # the shared library itself failed to load
+        return False
 
 
 def quantize_gguf(

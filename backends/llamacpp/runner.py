@@ -45,6 +45,7 @@ from localinfer.backends.llamacpp.cache_types import (
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.backends.llamacpp.kv_cache import LlamaCppKVCache, LlamaHandles, repeated_cells
+from localinfer.backends.llamacpp.offload import gpu_layer_count
 from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.llamacpp.quantize import quant_matches, requantize_advice
@@ -125,7 +126,7 @@ class LlamaCppRunner:
         self._config = config
         self._threads = config.threads or physical_cores()
         self._n_batch = max(1, n_batch)
-        self._load_model(path, config.device)
+        self._load_model(path, config.device, config.gpu_layers)
         self._create_context(config)
         vocab_ptr = self._llama.llama_model_get_vocab(self._model_ptr)
         self._vocab = int(self._llama.llama_vocab_n_tokens(vocab_ptr))
@@ -144,18 +145,12 @@ class LlamaCppRunner:
 
     # -- construction -----------------------------------------------------------------------
 
-    def _load_model(self, path: Path, device: str) -> None:
+    def _load_model(self, path: Path, device: str, gpu_layers: int | None) -> None:
         llama = self._llama
         params = native.weight_buffers(llama.llama_model_default_params())
-        if device == "cpu":
-            params.n_gpu_layers = 0
-        elif llama.llama_supports_gpu_offload():
-            params.n_gpu_layers = -1  # every layer
-        else:
-            raise BackendUnavailableError(
-                f"this llama-cpp-python build has no GPU support for device '{device}'; "
-                "use --device cpu or reinstall llama-cpp-python with GPU support"
-            )
+        params.n_gpu_layers = gpu_layer_count(
+            device, gpu_layers, llama.llama_supports_gpu_offload()
+        )
         capture = native.LogCapture()
         with native.listen(capture):
             model_ptr = llama.llama_model_load_from_file(str(path).encode(), params)

@@ -9,6 +9,7 @@ from localinfer.facts.arch import ArchSpec
 from localinfer.facts.quant import mlx_recipe_layout
 
 FLOAT32_BYTES = 4
+MLX_ARCHS = ("llama", "mistral", "qwen2", "qwen3")  # what model.py implements
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,4 +65,5 @@ PROFILE = MLXProfile(
     # The runner allocates its cache in the compute dtype: float32 on a CPU (twice the f16 the
     # budget assumed: 90 MiB measured for 45 predicted), bfloat16 on Metal.
     kv_in_compute_dtype=True,
+    archs=MLX_ARCHS,
 )

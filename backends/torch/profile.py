@@ -137,4 +137,5 @@ PROFILE = TorchProfile(
     ),
     cpu_speculation=_F32_SPECULATION,
     holds_compute_dtype=True,
+    archs=TORCH_ARCHS,
 )

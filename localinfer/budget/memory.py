@@ -1,5 +1,7 @@
 """How much memory the target device has: this machine's CPU RAM, a CUDA GPU, Apple unified
-memory, or a size typed by the user (`--device 24GiB`) to plan for another machine.
+memory, or a size typed by the user to plan for another machine: `--device 24GiB` (a machine of
+any kind), `--device metal:16GiB` (a Mac with 16 GiB of unified memory), `cuda:12GiB` (a 12 GiB
+NVIDIA card), `cpu:32GiB` (a machine without a GPU).
 
 No framework is imported: CUDA figures come from `nvidia-smi`, Apple's from `sysctl`.
 """
@@ -74,6 +76,7 @@ class DeviceMemory:
     available: int  # what the budget may fill
     total: int  # the device's whole memory
     note: str = ""
+    planned: bool = False  # a machine that is not this one (--device SIZE, KIND:SIZE)
 
 
 def device_memory(device: str = "auto") -> DeviceMemory:
@@ -81,7 +84,10 @@ def device_memory(device: str = "auto") -> DeviceMemory:
     name = device.strip().lower()
     if looks_like_size(name):
         size = parse_size(device)
-        return DeviceMemory(device.strip(), "planned", size, size, "planned machine")
+        return DeviceMemory(device.strip(), "planned", size, size, "planned machine", True)
+    kind, _, size_text = name.partition(":")
+    if kind in PLANNED_KINDS and looks_like_size(size_text):
+        return planned_device(kind, parse_size(size_text))
     if name == "auto":
         if shutil.which("nvidia-smi") and _nvidia_smi():
             return _cuda(0)
@@ -100,8 +106,23 @@ def device_memory(device: str = "auto") -> DeviceMemory:
             raise InvalidParameterError(f"bad CUDA device '{device}'; use cuda or cuda:N")
         return _cuda(int(index_text))
     raise InvalidParameterError(
-        f"unknown device '{device}'; use auto, cpu, cuda, cuda:N, metal or a size like 24GiB"
+        f"unknown device '{device}'; use auto, cpu, cuda, cuda:N, metal, a size like 24GiB, or "
+        "a machine to plan for like metal:16GiB, cuda:12GiB or cpu:32GiB"
     )
+
+
+PLANNED_KINDS = ("cpu", "cuda", "metal")
+
+
+def planned_device(kind: str, size: int) -> DeviceMemory:
+    """A machine that is not this one: a Mac's unified memory (of which Metal keeps the working
+    set), an NVIDIA card's memory, or a CPU machine's RAM."""
+    shown = f"{kind}:{human_bytes(size).replace(' ', '')}"
+    if kind == "metal":
+        usable = int(size * APPLE_WORKING_SET_FRACTION)
+        return DeviceMemory(shown, "metal", usable, size, "planned Mac: Metal working set", True)
+    note = "planned GPU" if kind == "cuda" else "planned machine's RAM"
+    return DeviceMemory(shown, kind, size, size, note, True)
 
 
 def _cpu() -> DeviceMemory:
