@@ -10,7 +10,7 @@ content hash.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from localinfer.backend_budget import compute_budget
@@ -108,6 +108,10 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
     report = None
     if not settings.force:
         report = check_budget(model, config, choice.name, settings.kv_ram, settings.memory)
+        if report.gpu_layers is not None and report.gpu_layers != report.layers:
+            # llama.cpp on a GPU too small for every layer: the ones the budget fitted there.
+            config = replace(config, gpu_layers=report.gpu_layers)
+            choice = replace(choice, reason=f"{choice.reason}; {report.offload_text}")
     return BuiltRunner(model, create_runner(model, config, choice), choice, config, report)
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from localinfer.budget.kv_tier import KVRamTier, kv_ram_tier
-from localinfer.budget.memory import DeviceMemory, device_memory, human_bytes
+from localinfer.budget.memory import DeviceMemory, cpu_memory, device_memory, human_bytes
 from localinfer.budget.model_facts import ModelFacts, model_facts
-from localinfer.budget.planner import Planner, kv_cache_bytes
+from localinfer.budget.offload import OffloadPlan, layer_bytes, plan_offload
+from localinfer.budget.planner import Breakdown, Planner, kv_cache_bytes
 from localinfer.budget.report import (
     DEFAULT_CTX,
     BudgetReport,
@@ -74,11 +75,13 @@ def _planned_profile(
     """The backend for the device the budget is for; ``facts`` (given when the file's own
     quantization is asked) let this CPU pick the native kernels for the file's blocks, unless
     ``kv_dtype`` is a cache type only llama.cpp holds."""
+    # A CPU machine that is not this one: its CPU was never measured, so llama.cpp's rule.
+    kind = "planned" if memory.planned and memory.kind == "cpu" else memory.kind
     if facts is None:
-        return plan_backend(memory.kind, asked, kv_dtype=kv_dtype)
+        return plan_backend(kind, asked, kv_dtype=kv_dtype)
     model_format = facts.format or "gguf"  # a catalog entry's default is a GGUF file
     quant, arch = facts.native_quant, facts.arch.arch
-    return plan_backend(memory.kind, asked, model_format, quant, arch, kv_dtype)
+    return plan_backend(kind, asked, model_format, quant, arch, kv_dtype)
 
 
 # llama.cpp runs GGUF types: its int8/int4 are the files `localinfer quantize` writes.
@@ -154,6 +157,11 @@ def compute_budget(
     # What the planner may fill: the device's memory, less a RAM tier drawn from the same memory.
     budget = memory.available - (ram.bytes if ram.counted else 0)
     fits = parts.total <= budget
+    offload = _gpu_offload(facts, parts, memory, budget) if backend == "llamacpp" else None
+    if offload is not None:
+        fits = offload.gpu_layers > 0 and (
+            memory.planned or offload.host_bytes <= cpu_memory()[0]
+        )
     report = BudgetReport(
         model=facts.name,
         model_path=str(resolved.path) if resolved.on_disk else None,
@@ -180,11 +188,25 @@ def compute_budget(
         mmproj_files=list(facts.projectors),
         download_bytes=facts.download_bytes,
     )
-    if not fits:
+    if offload is not None:
+        report.gpu_layers, report.layers = offload.gpu_layers, offload.layers
+        report.host_bytes = offload.host_bytes
+    partial = offload is not None and not offload.full
+    if not fits or partial:  # a partial offload: what would fit wholly on the GPU
         report.suggestions = suggestions_for(planner, budget, quant, ctx, request.concurrency, kv)
-        if not report.suggestions:
+        if not report.suggestions and not fits:
             report.vllm = vllm_plan_for(facts, ctx, request.concurrency, kv)
     return report
+
+
+def _gpu_offload(
+    facts: ModelFacts, parts: Breakdown, memory: DeviceMemory, budget: int
+) -> OffloadPlan | None:
+    """llama.cpp on a GPU: the layers that fit there (offload.py); None off the GPU."""
+    if memory.kind not in ("cuda", "metal"):
+        return None
+    projector = facts.projector.weight_bytes if facts.projector is not None else 0
+    return plan_offload(parts, layer_bytes(facts, parts.weights - projector), budget)
 
 
 def _check_quant(profile: BackendProfile, asked: str, file_quant: str | None) -> None:

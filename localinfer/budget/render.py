@@ -97,7 +97,31 @@ def stacked_bar(report: BudgetReport, width: int = BAR_WIDTH) -> Text:
 
 
 def verdict(report: BudgetReport) -> Text:
+    offload = report.offload_text
+    if report.fits and offload is not None and report.gpu_layers != report.layers:
+        host = report.host_bytes or 0
+        lines = Text.assemble(
+            ("fits with part on the CPU", "bold yellow"),
+            f": {offload}. The GPU holds {human_bytes(report.total_bytes - host)} of its "
+            f"{human_bytes(report.available_bytes)}; the host's RAM keeps {human_bytes(host)} "
+            "(the embedding table, the other layers and their KV cache). Decode runs slower "
+            "than wholly on the GPU.",
+        )
+        for s in report.suggestions:
+            lines.append(
+                f"\n  wholly on the GPU with {s.change}: {human_bytes(s.total_bytes)} "
+                f"({s.quant}, {s.ctx:,} ctx, {s.concurrency} seq, KV {s.kv_dtype})"
+            )
+        return lines
     if report.fits:
+        if offload is not None:
+            return Text.assemble(
+                ("fits", "bold green"),
+                f" with {offload}: {human_bytes(report.total_bytes)} of "
+                f"{human_bytes(report.available_bytes)}. Longest context at "
+                f"{report.concurrency} seq: {report.max_context:,}; most sequences at "
+                f"{report.ctx:,} ctx: {report.max_concurrency}.",
+            )
         return Text.assemble(
             ("fits", "bold green"),
             f": {human_bytes(report.total_bytes)} of {human_bytes(report.available_bytes)}, "

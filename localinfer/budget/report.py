@@ -108,6 +108,20 @@ class BudgetReport(BaseModel):
     download_bytes: int | None = None  # size of the model's files on the Hub (not on disk yet)
     kv_ram_bytes: int = 0  # the KV RAM tier's cap (issue #24); 0: no tier asked about
     kv_ram_counted: bool = False  # the tier is in total_bytes (CPU / unified memory), not beside
+    # llama.cpp on a GPU (budget/offload.py): the layers the GPU holds of ``layers``, and what
+    # stays in the host's RAM (embedding table, layers left on the CPU); None off the GPU.
+    gpu_layers: int | None = None
+    layers: int | None = None
+    host_bytes: int | None = None
+
+    @property
+    def offload_text(self) -> str | None:
+        """"every layer on the GPU (36)" / "22 of 36 layers on the GPU, the rest on the CPU"."""
+        if self.gpu_layers is None or self.layers is None:
+            return None
+        if self.gpu_layers == self.layers:
+            return f"every layer on the GPU ({self.layers})"
+        return f"{self.gpu_layers} of {self.layers} layers on the GPU, the rest on the CPU"
 
     @property
     def free_bytes(self) -> int:
