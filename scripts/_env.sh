@@ -35,4 +35,5 @@ if [ "$all_extras" != "$stamp_extras" ] || ! .venv/bin/python -c "import localin
   .venv/bin/python -m pip install -q -e ".[$all_extras]" >&2
   echo "$hash $all_extras" > "$STAMP"
 fi
+source "$ROOT/scripts/_llamacpp_gpu.sh"
 export PATH="$ROOT/.venv/bin:$PATH"

@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+SOURCED = ("_env.sh", "_llamacpp_gpu.sh")  # read by other scripts, never run alone
 SCRIPTS = sorted(
-    p.name for p in (ROOT / "scripts").iterdir() if p.is_file() and p.name != "_env.sh"
+    p.name for p in (ROOT / "scripts").iterdir() if p.is_file() and p.name not in SOURCED
 )
 # What the scripts ask _env.sh for between them (scripts/test asks for all of these).
 EXTRAS = {"torch", "llamacpp", "mlx", "test"}
