@@ -73,6 +73,9 @@ class CatalogEntry(_Strict):
     quants: tuple[str, ...] = Field(min_length=1)
     default_quant: str
     draft: str | None = None
+    # Pretrained only (no instruction tuning): it continues text; the chat refuses it and
+    # `generate` sends it the prompt as is.
+    base_model: bool = False
 
     @field_validator("quants")
     @classmethod

@@ -25,7 +25,7 @@ from localinfer.budget.report import DEFAULT_CTX, BudgetReport
 from localinfer.engine import Engine
 from localinfer.engine.kv.tiers import KVTierInfo, KVTiers
 from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
-from localinfer.errors import InvalidParameterError
+from localinfer.errors import InvalidParameterError, UnsupportedModelError
 from localinfer.loader_thread import loads_in_own_thread
 from localinfer.loading.model import LoadedModel
 from localinfer.runner_setup import (
@@ -67,6 +67,21 @@ __all__ = [
 log = logging.getLogger(__name__)
 
 
+def no_chat_reason(name: str, base_model: bool) -> str:
+    """Why ``name`` takes no chat turns, and what to use instead."""
+    why = (
+        "is a base model (pretrained, not instruction-tuned): it continues text rather than "
+        "answering turns"
+        if base_model
+        else "ships no chat template, and its vocabulary has no turn tokens a built-in one could "
+        "use (it looks like a base model)"
+    )
+    return (
+        f"{name} {why}; send it plain text instead (`localinfer generate --raw`, "
+        "/v1/completions), or pick an instruction-tuned model"
+    )
+
+
 @dataclass(slots=True)
 class Session:
     model: LoadedModel
@@ -76,6 +91,7 @@ class Session:
     speculator: Speculator | None = None  # --draft: n-gram or a draft model (owns its runner)
     budget: BudgetReport | None = None  # the budget the session was let in on (None: --force)
     tiers: KVTiers = field(default_factory=KVTiers)  # KV tiers below the slots (#24)
+    base_model: bool = False  # the catalog knows it as pretrained only: no chat turns
     _closed: bool = field(default=False, repr=False)
     _compiler: ConstraintCompiler | None = field(default=None, repr=False)
     _compiler_lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
@@ -88,12 +104,14 @@ class Session:
     def chat_prompt_ids(
         self, messages: Sequence[Mapping[str, Any]], **template_vars: Any
     ) -> list[int]:
-        """Token ids of ``messages`` rendered by the model's chat template, ready to answer."""
-        template = self.model.chat_template
-        if template is None:
-            from localinfer.loading.chat_template import ChatTemplate
+        """Token ids of ``messages`` rendered by the model's chat template, ready to answer.
 
-            template = ChatTemplate.chatml()
+        Refused (UnsupportedModelError, a 400 in the server) for a model that cannot take chat
+        turns: one the catalog knows as a base model, or one that ships no template and has no
+        turn tokens a built-in template could use."""
+        template = self.model.chat_template
+        if self.base_model or template is None:
+            raise UnsupportedModelError(no_chat_reason(self.model.name, self.base_model))
         text = template.render(messages, add_generation_prompt=True, **template_vars)
         tok = self.model.tokenizer
         # Special-token text in the rendered prompt (<|im_start|>, a literal BOS) becomes ids;
@@ -263,7 +281,8 @@ def open_session(
             speculator.close()
         raise
     notice, name = target.choice.notice, target.choice.name
-    return Session(opened.model, engine, notice, name, speculator, target.budget, tiers)
+    base = opened.entry is not None and opened.entry.base_model
+    return Session(opened.model, engine, notice, name, speculator, target.budget, tiers, base)
 
 
 def _speculator(

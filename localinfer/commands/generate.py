@@ -180,7 +180,10 @@ def _prompt(session: Any, args: argparse.Namespace, params: Any) -> tuple[list[i
         fim = fim_format(tokenizer, field="--suffix", model=session.model.name)
         ids = fim.prompt_ids(tokenizer, args.prompt, args.suffix)
         return ids, params.model_copy(update={"stop_token_ids": fim.stop_ids})
-    if args.raw:
+    if args.raw or (session.base_model and not args.system):
+        if not args.raw:  # a base model completes text: the prompt goes as is, and it says so
+            print(f"{session.model.name} is a base model: the prompt is sent as is (--raw)",
+                  file=sys.stderr)  # fmt: skip
         return session.raw_prompt_ids(args.prompt), params
     messages = [{"role": "user", "content": args.prompt}]
     if args.system:

@@ -196,21 +196,26 @@ class ChatTemplate:
     @classmethod
     def fallback(
         cls, has_token: Callable[[str], bool], bos_token: str = "", eos_token: str = ""
-    ) -> ChatTemplate:
+    ) -> ChatTemplate | None:
         """A built-in template for a model that ships none, chosen by its special tokens:
-        Gemma turns when the vocabulary has <start_of_turn>, otherwise ChatML."""
+        Gemma turns when the vocabulary has <start_of_turn>, ChatML when it has <|im_start|>;
+        None when it has neither. Another family's turn markers would reach such a model as
+        plain text it was never trained on, so the chat refuses it instead (session.py)."""
         if has_token("<start_of_turn>") and not has_token("<|im_start|>"):
             return cls(GEMMA_TEMPLATE, bos_token=bos_token, eos_token=eos_token)
-        return cls.chatml(bos_token=bos_token, eos_token=eos_token or "<|im_end|>")
+        if has_token("<|im_start|>"):
+            return cls.chatml(bos_token=bos_token, eos_token=eos_token or "<|im_end|>")
+        return None
 
     @classmethod
     def for_model(
         cls, source: object, tokenizer: Tokenizer, bos_token: str, eos_token: str, origin: object
-    ) -> ChatTemplate:
+    ) -> ChatTemplate | None:
         """The template a model file ships (``source``), or the built-in fallback when it ships
-        none; a broken or runaway template raises with ``origin`` (the file) named."""
+        none (None when no built-in one fits its vocabulary); a broken or runaway template
+        raises with ``origin`` (the file) named."""
         if not (isinstance(source, str) and source.strip()):
-            log.info("%s has no chat template; using a built-in one", origin)
+            log.info("%s has no chat template; using a built-in one if its tokens fit", origin)
             return cls.fallback(
                 lambda t: tokenizer.token_to_id(t) is not None,
                 bos_token=bos_token,

@@ -62,7 +62,7 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
     """Everything the engine and the response need; 400s name the field at fault."""
     tools = parse_tools(body.tools)
     choice = parse_tool_choice(body.tool_choice, tools)
-    template = source.model.chat_template  # None: the session renders ChatML (no tools)
+    template = source.model.chat_template  # None: the session refuses chat turns (a 400)
     family = detect_family(template.source if template is not None else None)
     messages = template_messages([m.as_openai() for m in body.messages], family)
     inputs = prompt_inputs(family, messages, tools, choice)
