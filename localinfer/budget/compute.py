@@ -159,9 +159,7 @@ def compute_budget(
     fits = parts.total <= budget
     offload = _gpu_offload(facts, parts, memory, budget) if backend == "llamacpp" else None
     if offload is not None:
-        fits = offload.gpu_layers > 0 and (
-            memory.planned or offload.host_bytes <= cpu_memory()[0]
-        )
+        fits = offload.gpu_layers > 0 and (memory.planned or offload.host_bytes <= cpu_memory()[0])
     report = BudgetReport(
         model=facts.name,
         model_path=str(resolved.path) if resolved.on_disk else None,

@@ -116,7 +116,7 @@ class BudgetReport(BaseModel):
 
     @property
     def offload_text(self) -> str | None:
-        """"every layer on the GPU (36)" / "22 of 36 layers on the GPU, the rest on the CPU"."""
+        """The offload in words: every layer on the GPU, or 22 of 36 and the rest on the CPU."""
         if self.gpu_layers is None or self.layers is None:
             return None
         if self.gpu_layers == self.layers:
