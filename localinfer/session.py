@@ -109,6 +109,13 @@ class Session:
         Refused (UnsupportedModelError, a 400 in the server) for a model that cannot take chat
         turns: one the catalog knows as a base model, or one that ships no template and has no
         turn tokens a built-in template could use."""
+        return self.render_chat(messages, **template_vars)[1]
+
+    def render_chat(
+        self, messages: Sequence[Mapping[str, Any]], **template_vars: Any
+    ) -> tuple[str, list[int]]:
+        """The prompt text the chat template rendered for ``messages`` and its token ids (a
+        thinking model's prompt says whether it opened or closed the reasoning block)."""
         template = self.model.chat_template
         if self.base_model or template is None:
             raise UnsupportedModelError(no_chat_reason(self.model.name, self.base_model))
@@ -119,7 +126,7 @@ class Session:
         ids = tok.encode(text, add_special_tokens=False)
         if getattr(tok, "add_bos", False) and tok.bos_id is not None and ids[:1] != [tok.bos_id]:
             ids = [tok.bos_id, *ids]
-        return ids
+        return text, ids
 
     def raw_prompt_ids(self, text: str) -> list[int]:
         """Token ids of plain text (no chat template), with BOS when the model wants one."""

@@ -63,10 +63,11 @@ def plan_batch(
 
 def speculation_candidates(decoding: Seq[Sequence], max_ctx: int) -> list[Candidate]:
     """The decoding requests that have room for proposals, with how many each may take.
-    Constrained requests never speculate: a proposal would have to pass the constraint too."""
+    Constrained requests never speculate: a proposal would have to pass the constraint too;
+    nor do those with a thinking budget, whose closing tag is forced at an exact token."""
     candidates = []
     for seq in decoding:
-        if seq.sampler.constraint is not None:
+        if seq.sampler.constraint is not None or seq.thinking_budget is not None:
             continue
         # Room: the forward must fit the context (len(tokens) + k <= max_ctx), and the
         # k + 1 tokens a verification can emit should fit max_tokens.

@@ -21,15 +21,18 @@ class GenerationResult:
     logprobs: tuple[TokenLogprob, ...]
     metrics: RequestMetrics | None
     stop_sequence: str | None = None  # the stop string that ended it, when one did
+    reasoning: str = ""  # a thinking request's reasoning, apart from ``text``
 
     @classmethod
     def from_events(cls, events: Iterable[StreamEvent]) -> GenerationResult:
         text: list[str] = []
+        reasoning: list[str] = []
         ids: list[int] = []
         lps: list[TokenLogprob] = []
         last: StreamEvent | None = None
         for ev in events:
             text.append(ev.text)
+            reasoning.append(ev.reasoning)
             ids.extend(ev.token_ids)
             lps.extend(ev.logprobs)
             last = ev
@@ -44,6 +47,7 @@ class GenerationResult:
             logprobs=tuple(lps),
             metrics=last.metrics,
             stop_sequence=last.stop_sequence,
+            reasoning="".join(reasoning),
         )
 
 

@@ -78,10 +78,30 @@ class TokenSampler:
                 raise IndexError(f"prompt token ids must lie in [0, {vocab_size})")
             self._seen, self._seen_ids = set(ids.tolist()), ids
         self._masked = None if constraint is None else MaskedChoice(constraint, vocab_size)
+        self._deferred: MaskedChoice | None = None  # a constraint waiting for the reasoning
+        self._forced: list[int] = []  # tokens to emit next whatever the logits say
+
+    def defer_constraint(self) -> None:
+        """Hold the constraint back (a thinking request reasons freely first)."""
+        self._deferred, self._masked = self._masked, None
+
+    def start_constraint(self) -> None:
+        """The reasoning ended: the constraint applies from the next token."""
+        if self._deferred is not None:
+            self._masked, self._deferred = self._deferred, None
+
+    def force(self, token_ids: Sequence[int]) -> None:
+        """Emit ``token_ids`` next, one per step (a thinking budget's closing tag)."""
+        self._forced.extend(token_ids)
+
+    @property
+    def forcing(self) -> bool:
+        return bool(self._forced)
 
     @property
     def constraint(self) -> SequenceConstraint | None:
-        return None if self._masked is None else self._masked.constraint
+        masked = self._masked or self._deferred
+        return None if masked is None else masked.constraint
 
     def observe(self, token_id: int) -> None:
         """Record a generated token (called for every emitted token, sampled or not)."""
@@ -100,6 +120,11 @@ class TokenSampler:
         # A finite maximum is a finite logit: the full check only when the maximum is not.
         if not np.isfinite(np.max(raw)) and not np.isfinite(raw).any():
             raise ValueError("model produced no finite logits")
+        if self._forced:
+            token = self._forced.pop(0)
+            chosen_lp, top = self.logprobs(raw, token)
+            self.observe(token)
+            return SampledToken(token_id=token, logprob=chosen_lp, top=top)
         x = self.penalised(raw)
         if self._masked is not None:
             x = self._masked.mask(x)

@@ -323,15 +323,15 @@ class Scheduler:
         token = sampled.token_id
         appended = seq.append_token(token, self._metrics.clock(), self.max_ctx)
         logprobs = self._logprobs(sampled)
-        reason, text = appended.finish_reason, appended.text
+        reason, text, reasoning = appended.finish_reason, appended.text, appended.reasoning
         if reason is None:
             # Metrics so far ride along on every event, so a UI can show live TTFT and tok/s.
-            event = StreamEvent(
-                seq.request_id, text, (token,), logprobs=logprobs, metrics=seq.metrics()
-            )
+            event = StreamEvent(seq.request_id, text, (token,), logprobs=logprobs,
+                                metrics=seq.metrics(), reasoning=reasoning)  # fmt: skip
             self._emit(seq, event)
         else:
-            self._finish(seq, reason, text=text, token_ids=(token,), logprobs=logprobs)
+            self._finish(seq, reason, text=text, token_ids=(token,), logprobs=logprobs,
+                         reasoning=reasoning)  # fmt: skip
         return reason
 
     def _logprobs(self, sampled: SampledToken) -> tuple[TokenLogprob, ...]:
@@ -350,14 +350,15 @@ class Scheduler:
         text: str = "",
         token_ids: tuple[int, ...] = (),
         logprobs: tuple[TokenLogprob, ...] = (),
+        reasoning: str = "",
     ) -> None:
         if seq.finished:
             return
         seq.finish_reason = reason
         seq.error = error
-        if reason in ("length", "stop"):
-            # A stop string already dropped the held text; otherwise release it now.
-            text += seq.detokenizer.finish()
+        held = seq.detokenizer.finish() if reason in ("length", "stop") else ""  # held-back text
+        more_reasoning, text = seq.release_held(text, held)
+        reasoning += more_reasoning
         seq.timing.finished = self._metrics.clock()
         if seq.slot is not None:
             self._free_slot(seq, failed=reason == "error")
@@ -375,6 +376,7 @@ class Scheduler:
             logprobs=logprobs,
             metrics=metrics,
             stop_sequence=seq.detokenizer.matched_stop if reason == "stop" else None,
+            reasoning=reasoning,
         )
         self._emit(seq, event)
         if self._on_finish is not None:

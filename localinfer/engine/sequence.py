@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from localinfer.engine.detokenizer import Detokenizer
 from localinfer.engine.metrics import RequestTiming
+from localinfer.engine.reasoning import ReasoningSplitter
 from localinfer.engine.sampler import TokenSampler
 from localinfer.engine.types import FinishReason, Request, RequestMetrics, StreamEvent
 
@@ -19,6 +21,7 @@ class AppendedToken:
 
     text: str  # new text to show (empty for a stop token, or while the detokenizer holds it)
     finish_reason: FinishReason | None  # "stop" or "length" when this token ends the request
+    reasoning: str = ""  # new reasoning text (a thinking request's)
 
 
 class Sequence:
@@ -54,6 +57,14 @@ class Sequence:
         self.abort_requested = False  # set from any thread; the engine thread acts on it
         self.finish_reason: FinishReason | None = None
         self.error: str | None = None
+        spec = request.reasoning
+        self.reasoning = None if spec is None else ReasoningSplitter(spec)
+        self.thinking_budget = None if spec is None else spec.budget
+        self.reasoning_tokens = 0  # output tokens inside the reasoning
+        if self.reasoning is not None:
+            sampler.defer_constraint()  # reasoning is free text; the constraint starts after
+            if self.thinking_budget == 0 and self.reasoning.in_reasoning:
+                sampler.force(request.reasoning.end_ids)  # opened by the prompt: close it now
 
     @property
     def prompt_ids(self) -> list[int]:
@@ -72,7 +83,41 @@ class Sequence:
         return self.finish_reason is not None
 
     def metrics(self) -> RequestMetrics:
-        return self.timing.metrics(self.prompt_len, self.num_output, self.cached_prompt_tokens)
+        m = self.timing.metrics(self.prompt_len, self.num_output, self.cached_prompt_tokens)
+        if self.reasoning is None:
+            return m
+        return dataclasses.replace(m, reasoning_tokens=self.reasoning_tokens)
+
+    def split(self, text: str, token_in_reasoning: bool) -> tuple[str, str]:
+        """``text`` as (reasoning, answer). Counts a token that came inside the reasoning
+        block; forces the closing tag once the budget's count is reached (the tokens after the
+        opening tag: a budget of N gives exactly N before the tag); starts the constraint when
+        the answer begins."""
+        splitter = self.reasoning
+        if splitter is None:
+            return "", text
+        reasoning, answer = splitter.feed(text)
+        if token_in_reasoning:
+            self.reasoning_tokens += 1
+        if splitter.answering:
+            self.sampler.start_constraint()
+        elif (
+            splitter.in_reasoning
+            and self.thinking_budget is not None
+            and self.reasoning_tokens >= self.thinking_budget
+            and not self.sampler.forcing
+        ):
+            self.sampler.force(self.request.reasoning.end_ids)  # type: ignore[union-attr]
+        return reasoning, answer
+
+    def release_held(self, text: str, held: str) -> tuple[str, str]:
+        """At the end: ``text`` (the last token's answer text, already split) and ``held`` (the
+        detokenizer's last text) with whatever the splitter held, as (reasoning, answer)."""
+        if self.reasoning is None:
+            return "", text + held
+        reasoning, answer = self.reasoning.feed(held)
+        last_reasoning, last_answer = self.reasoning.finish()
+        return reasoning + last_reasoning, text + answer + last_answer
 
     def append_token(self, token: int, now: float, max_ctx: int) -> AppendedToken:
         """Add a sampled token (at clock time ``now``): its text, and whether it ends the
@@ -84,17 +129,19 @@ class Sequence:
         self.timing.last_token = now
         if token in self.stop_ids:
             return AppendedToken("", "stop")  # a stop/eos token's own text is never shown
+        in_reasoning = self.reasoning is not None and self.reasoning.in_reasoning
         step = self.detokenizer.add(token)
+        reasoning, text = self.split(step.text, in_reasoning)
         if step.stopped:
-            return AppendedToken(step.text, "stop")
+            return AppendedToken(text, "stop", reasoning)
         constraint = self.sampler.constraint
         if constraint is not None and constraint.is_finished():
             # Nothing may follow (a closed JSON object, a fully matched regex): the answer is
             # whole without waiting for an end-of-sequence token.
-            return AppendedToken(step.text, "stop")
+            return AppendedToken(text, "stop", reasoning)
         if self.num_output >= self.params.max_tokens:
-            return AppendedToken(step.text, "length")
+            return AppendedToken(text, "length", reasoning)
         if len(self.tokens) > max_ctx:
             # The context is full: the new token cannot be fed back.
-            return AppendedToken(step.text, "length")
-        return AppendedToken(step.text, None)
+            return AppendedToken(text, "length", reasoning)
+        return AppendedToken(text, None, reasoning)

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from localinfer.engine.constraint import ConstraintSource
+from localinfer.engine.reasoning import ReasoningSpec
 
 FinishReason = Literal["stop", "length", "abort", "error"]
 
@@ -66,6 +67,9 @@ class Request:
     params: SamplingParams = field(default_factory=SamplingParams)
     request_id: str = ""
     constraint: ConstraintSource | None = None
+    # A thinking model's reasoning, split from the answer (engine/reasoning.py); None: the
+    # output is all answer. A constraint then starts when the reasoning ends.
+    reasoning: ReasoningSpec | None = None
 
 
 @dataclass(slots=True, frozen=True)
@@ -88,6 +92,7 @@ class RequestMetrics:
     tpot_s: float | None = None  # mean time per output token after the first
     decode_tps: float | None = None
     prefill_tps: float | None = None
+    reasoning_tokens: int = 0  # of completion_tokens, those inside the reasoning
 
 
 @dataclass(slots=True, frozen=True)
@@ -102,6 +107,7 @@ class StreamEvent:
     logprobs: tuple[TokenLogprob, ...] = ()
     metrics: RequestMetrics | None = None
     stop_sequence: str | None = None  # the stop string that ended the answer ("stop" only)
+    reasoning: str = ""  # new reasoning text (a thinking request's; ``text`` is the answer's)
 
 
 @dataclass(slots=True, frozen=True)
