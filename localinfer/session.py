@@ -287,9 +287,12 @@ def open_session(
         if speculator is not None:
             speculator.close()
         raise
-    notice, name = target.choice.notice, target.choice.name
-    base = opened.entry is not None and opened.entry.base_model
-    return Session(opened.model, engine, notice, name, speculator, target.budget, tiers, base)
+    return Session(opened.model, engine, target.choice.notice, target.choice.name, speculator,
+                   target.budget, tiers, _is_base_model(opened))  # fmt: skip
+
+
+def _is_base_model(opened: OpenedModel) -> bool:
+    return opened.entry is not None and opened.entry.base_model
 
 
 def _speculator(

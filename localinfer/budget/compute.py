@@ -27,7 +27,7 @@ from localinfer.errors import (
     OutOfMemoryBudgetError,
     UnsupportedModelError,
 )
-from localinfer.facts.kv_dtype import kv_dtype
+from localinfer.facts.kv_dtype import KVDtype, kv_dtype
 from localinfer.facts.quant import normalize_quant
 from localinfer.resolve import resolve_model, split_quant_tag
 
@@ -129,8 +129,7 @@ def compute_budget(
     if facts is None:
         resolved = resolve_model(request.model, request.quant, assemble=False)
         facts = model_facts(resolved, online=request.online, mmproj=request.mmproj)
-    resolved = facts.resolved
-    arch = facts.arch
+    resolved, arch = facts.resolved, facts.arch
     ctx = request.ctx if request.ctx is not None else min(DEFAULT_CTX, arch.max_ctx)
     if ctx > arch.max_ctx:
         raise InvalidParameterError(
@@ -138,8 +137,9 @@ def compute_budget(
         )
     memory = memory or device_memory(request.device)
     own_file = asked_quant is None or _picked_the_file(facts, asked_quant)
-    own_facts = facts if own_file else None
-    profile = _planned_profile(plan_backend, memory, request.backend, own_facts, request.kv_dtype)
+    profile = _planned_profile(
+        plan_backend, memory, request.backend, facts if own_file else None, request.kv_dtype
+    )
     backend = profile.name
     quant = resolve_quant(facts, asked_quant, backend)
     _check_sequences(profile.name, profile.max_sequences, request.concurrency)
@@ -147,19 +147,13 @@ def compute_budget(
         _check_quant(profile, asked_quant.strip(), facts.native_quant)
     chunk = request.prefill_chunk or profile.memory.prefill_chunk
     planner = Planner(facts, profile, chunk, memory.kind, request.dtype)
-    asked_kv = request.kv_dtype
-    kv = kv_dtype(planner.default_kv_dtype() if asked_kv is None else asked_kv)
-    kv_refusal = profile.kv_dtype_refusal(asked_kv, planner.compute_dtype())
-    if kv_refusal is not None:  # the runner would refuse it (select.py): say so now
-        raise UnsupportedModelError(kv_refusal)
+    kv = _kv_type(planner, profile, request.kv_dtype)
     parts = planner.breakdown(quant, ctx, request.concurrency, kv)
     ram = _kv_ram(request, memory, parts.total)
     # What the planner may fill: the device's memory, less a RAM tier drawn from the same memory.
     budget = memory.available - (ram.bytes if ram.counted else 0)
-    fits = parts.total <= budget
     offload = _gpu_offload(facts, parts, memory, budget) if backend == "llamacpp" else None
-    if offload is not None:
-        fits = offload.gpu_layers > 0 and (memory.planned or offload.host_bytes <= cpu_memory()[0])
+    fits = parts.total <= budget if offload is None else _offload_fits(offload, memory)
     report = BudgetReport(
         model=facts.name,
         model_path=str(resolved.path) if resolved.on_disk else None,
@@ -187,14 +181,27 @@ def compute_budget(
         download_bytes=facts.download_bytes,
     )
     if offload is not None:
-        report.gpu_layers, report.layers = offload.gpu_layers, offload.layers
-        report.host_bytes = offload.host_bytes
-    partial = offload is not None and not offload.full
-    if not fits or partial:  # a partial offload: what would fit wholly on the GPU
+        report.gpu_layers, report.layers, report.host_bytes = (
+            offload.gpu_layers, offload.layers, offload.host_bytes)  # fmt: skip
+    if not fits or (offload is not None and not offload.full):  # partial: what fits wholly
         report.suggestions = suggestions_for(planner, budget, quant, ctx, request.concurrency, kv)
         if not report.suggestions and not fits:
             report.vllm = vllm_plan_for(facts, ctx, request.concurrency, kv)
     return report
+
+
+def _kv_type(planner: Planner, profile: BackendProfile, asked: str | None) -> KVDtype:
+    """The KV cache type: the one asked, else the backend's; refused now where the runner
+    would refuse it (select.py)."""
+    refusal = profile.kv_dtype_refusal(asked, planner.compute_dtype())
+    if refusal is not None:
+        raise UnsupportedModelError(refusal)
+    return kv_dtype(planner.default_kv_dtype() if asked is None else asked)
+
+
+def _offload_fits(offload: OffloadPlan, memory: DeviceMemory) -> bool:
+    """Some layers on the GPU, and (on this machine) the rest in the RAM left."""
+    return offload.gpu_layers > 0 and (memory.planned or offload.host_bytes <= cpu_memory()[0])
 
 
 def _gpu_offload(

@@ -86,7 +86,7 @@ def device_memory(device: str = "auto") -> DeviceMemory:
         size = parse_size(device)
         return DeviceMemory(device.strip(), "planned", size, size, "planned machine", True)
     kind, _, size_text = name.partition(":")
-    if kind in PLANNED_KINDS and looks_like_size(size_text):
+    if kind in PLANNED_KINDS and _SIZE.match(size_text):  # a size with its unit: cuda:0 is a GPU
         return planned_device(kind, parse_size(size_text))
     if name == "auto":
         if shutil.which("nvidia-smi") and _nvidia_smi():
