@@ -93,54 +93,73 @@ def same_format(parts: Sequence[Matrix]) -> bool:
 
 
 class Projection:
-    """Several matrices that read the same input (q|k|v, gate|up), fused into one product when
-    they share a format: a decode step is then one call per input instead of three or two.
+    """Several matrices that read the same input (q|k|v, gate|up), fused into one product per run
+    of neighbours that share a format: a decode step is then one call per input instead of three
+    or two.
 
-    Mixed-format parts (a GGUF whose V is Q8_0 and Q/K are Q4_0) stay separate.
+    Parts of different formats (a Q4_K_M GGUF whose V is Q6_K, held 8-bit, beside 4-bit Q and K)
+    stay separate products rather than being widened to one format, which would cost memory and
+    (for a requantized part) accuracy: q|k fused, v on its own.
     """
 
     def __init__(self, parts: Sequence[Matrix]) -> None:
-        self.sizes = [p.out_features for p in parts]
-        if len(parts) > 1 and same_format(parts):
-            first = parts[0]
-
-            def cat(field: str) -> mx.array | None:
-                if getattr(first, field) is None:
-                    return None
-                return mx.concatenate([getattr(p, field) for p in parts])
-
-            fused = Matrix(
-                cat("weight"),  # type: ignore[arg-type]
-                cat("scales"),
-                cat("biases"),
-                cat("bias"),
-                group_size=first.group_size,
-                bits=first.bits,
-            )
-            self.parts = [fused]
-        else:
-            self.parts = list(parts)
+        runs: list[list[Matrix]] = []
+        for p in parts:
+            if runs and same_format([runs[-1][0], p]):
+                runs[-1].append(p)
+            else:
+                runs.append([p])
+        self.parts = [_fused(run) for run in runs]
+        self._run_sizes = [[p.out_features for p in run] for run in runs]
 
     def arrays(self) -> list[mx.array]:
         return [a for p in self.parts for a in p.arrays()]
 
     def matrices(self) -> list[Matrix]:
         """The separate matrices again (fused ones split by rows, which is exact)."""
-        if len(self.parts) == len(self.sizes):
-            return list(self.parts)
-        fused, out, start = self.parts[0], [], 0
-        for size in self.sizes:
-            out.append(fused.take_rows(slice(start, start + size)))
-            start += size
+        out = []
+        for fused, sizes in zip(self.parts, self._run_sizes, strict=True):
+            if len(sizes) == 1:
+                out.append(fused)
+                continue
+            start = 0
+            for size in sizes:
+                out.append(fused.take_rows(slice(start, start + size)))
+                start += size
         return out
 
     def __call__(self, x: mx.array) -> list[mx.array]:
         """x [T, in] -> one [T, size_i] output per part, in the order given."""
-        if len(self.parts) == len(self.sizes):
-            return [p(x) for p in self.parts]
-        y = self.parts[0](x)  # [T, sum(sizes)]
-        cuts, total = [], 0
-        for size in self.sizes[:-1]:
-            total += size
-            cuts.append(total)
-        return mx.split(y, cuts, axis=-1)
+        out = []
+        for part, sizes in zip(self.parts, self._run_sizes, strict=True):
+            y = part(x)  # [T, sum(sizes)]
+            if len(sizes) == 1:
+                out.append(y)
+                continue
+            cuts, total = [], 0
+            for size in sizes[:-1]:
+                total += size
+                cuts.append(total)
+            out.extend(mx.split(y, cuts, axis=-1))
+        return out
+
+
+def _fused(parts: Sequence[Matrix]) -> Matrix:
+    """One matrix of ``parts``' rows in order (all of one format)."""
+    if len(parts) == 1:
+        return parts[0]
+    first = parts[0]
+
+    def cat(field: str) -> mx.array | None:
+        if getattr(first, field) is None:
+            return None
+        return mx.concatenate([getattr(p, field) for p in parts])
+
+    return Matrix(
+        cat("weight"),  # type: ignore[arg-type]
+        cat("scales"),
+        cat("biases"),
+        cat("bias"),
+        group_size=first.group_size,
+        bits=first.bits,
+    )

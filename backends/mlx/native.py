@@ -1,11 +1,12 @@
-"""Quantized matrices MLX can run as stored: GGUF Q4_0/Q4_1/Q8_0 blocks and MLX-format
-(mlx-community style) safetensors repos.
+"""Quantized matrices MLX runs as stored: a GGUF's block types and MLX-format (mlx-community
+style) safetensors repos.
 
-* GGUF: ``mx.load`` returns Q4_0/Q4_1/Q8_0 tensors already in MLX's affine format (packed uint32
-  + float16 scales and offsets, group 32) under GGUF names. Q/K matrices of llama-architecture
-  files are still in llama.cpp's interleaved-RoPE row order; their rows are put back in Hugging
-  Face order here (rows of a quantized matrix are independent, so this is exact) and the model
-  uses rotate-half RoPE for every file.
+* GGUF: each Q4_0/Q4_1/Q5_0/Q5_1/Q8_0 and K-quant matrix is converted from its stored bytes to
+  MLX's affine groups of 32 (gguf_forms.py says which form, gguf_blocks.py converts; our own
+  reader, as ``mx.load`` rejects a file with any K-quant). Q/K matrices of llama-architecture
+  files are in llama.cpp's interleaved-RoPE row order; their block rows are put back in Hugging
+  Face order first (rows are independent, so this is exact) and the model uses rotate-half RoPE
+  for every file.
 * MLX repos: ``config.json`` carries ``quantization: {group_size, bits}`` (with optional
   per-module overrides) and each quantized ``X.weight`` has ``X.scales`` / ``X.biases`` beside
   it, all under Hugging Face names.
@@ -14,19 +15,16 @@
 from __future__ import annotations
 
 import json
-import logging
 
 import mlx.core as mx
 import numpy as np
 
+from localinfer.backends.mlx.gguf_blocks import convert
+from localinfer.backends.mlx.gguf_forms import GROUP, held_form
 from localinfer.backends.mlx.layers import Matrix
-from localinfer.backends.mlx.quant_spec import GGUF_GROUP_SIZE, NATIVE_GGUF_BITS
 from localinfer.errors import ModelFileError, UnsupportedModelError
-from localinfer.loading.gguf_split import gguf_part_paths
 from localinfer.loading.gguf_weights import PERMUTED_QK_ARCHS, unpermute_qk
 from localinfer.loading.model import LoadedModel
-
-log = logging.getLogger(__name__)
 
 
 def is_mlx_quantized_dir(model: LoadedModel) -> bool:
@@ -40,43 +38,43 @@ def native_matrices(model: LoadedModel, scale_dtype: mx.Dtype) -> dict[str, tupl
     its format: the GGUF type or "int4-g64"); {} when the file holds nothing MLX runs as is."""
     if is_mlx_quantized_dir(model):
         return _mlx_dir_matrices(model, scale_dtype)
-    if model.format == "gguf" and hasattr(model.weights, "gguf_name"):
+    if model.format == "gguf" and hasattr(model.weights, "raw"):
         return _gguf_matrices(model, scale_dtype)
     return {}
 
 
 def _gguf_matrices(model: LoadedModel, scale_dtype: mx.Dtype) -> dict[str, tuple[Matrix, str]]:
     source, c = model.weights, model.config
-    wanted = [n for n in source.names() if source.quant_type(n) in NATIVE_GGUF_BITS]
-    if not wanted:
-        return {}
-    try:
-        arrays: dict[str, mx.array] = {}
-        for part in gguf_part_paths(model.path):  # a split GGUF: every part's tensors
-            arrays.update(mx.load(str(part)))
-    except (RuntimeError, ValueError) as exc:
-        # A type MLX's GGUF reader rejects: everything is dequantized by our own reader instead.
-        log.warning("mx.load cannot read %s natively (%s); dequantizing instead", model.path, exc)
-        return {}
     out: dict[str, tuple[Matrix, str]] = {}
-    for name in wanted:
-        stem = source.gguf_name(name).removesuffix(".weight")  # type: ignore[attr-defined]
-        if f"{stem}.scales" not in arrays:
+    for name in source.names():
+        qtype = source.quant_type(name)  # type: ignore[attr-defined]
+        shape = source.shape(name)  # type: ignore[attr-defined]
+        form = held_form(qtype, shape)
+        if form is None:
             continue
-        qtype = source.quant_type(name)
-        m = Matrix(
-            arrays[f"{stem}.weight"],
-            arrays[f"{stem}.scales"].astype(scale_dtype),
-            arrays[f"{stem}.biases"].astype(scale_dtype),
-            group_size=GGUF_GROUP_SIZE,
-            bits=NATIVE_GGUF_BITS[qtype],
-        )
+        rows = source.raw(name)  # type: ignore[attr-defined]  # [out, row bytes], GGUF order
         if c.arch in PERMUTED_QK_ARCHS and (".q_proj." in name or ".k_proj." in name):
-            heads = c.n_heads if ".q_proj." in name else c.n_kv_heads
-            order = unpermute_qk(np.arange(m.out_features), heads)  # HF row -> GGUF row
-            m = m.take_rows(mx.array(order.astype(np.int32)))
-        out[name] = (m, qtype)
+            # Whole block rows move: exact, and the model uses rotate-half RoPE for every file.
+            rows = unpermute_qk(rows, c.n_heads if ".q_proj." in name else c.n_kv_heads)
+        out[name] = (gguf_matrix(qtype, rows, shape[1], form.bits, scale_dtype), qtype)
     return out
+
+
+def gguf_matrix(
+    type_name: str, rows: np.ndarray, cols: int, bits: int, scale_dtype: mx.Dtype
+) -> Matrix:
+    """Stored block rows [out, row bytes] of ``type_name`` -> a Matrix in MLX's affine groups of
+    32 (gguf_forms.py): exact types keep their codes, the others are requantized from their
+    dequantized values."""
+    rounding = "bfloat16" if scale_dtype == mx.bfloat16 else "float16"
+    packed, scales, biases = convert(type_name, rows, cols, bits, rounding)
+    return Matrix(
+        mx.array(packed),
+        mx.array(scales).astype(scale_dtype),
+        mx.array(biases).astype(scale_dtype),
+        group_size=GROUP,
+        bits=bits,
+    )
 
 
 def _mlx_dir_matrices(model: LoadedModel, scale_dtype: mx.Dtype) -> dict[str, tuple[Matrix, str]]:

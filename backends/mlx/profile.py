@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
+from localinfer.backends.mlx.gguf_forms import (
+    CONFIG_ONLY,
+    FLOAT_BYTES,
+    GGUF_FORMS,
+    GROUP,
+    describe_forms,
+    held_tensor_bytes,
+)
 from localinfer.facts.arch import ArchSpec
+from localinfer.facts.held_weights import HeldWeights, StoredTensor
 from localinfer.facts.quant import mlx_recipe_layout
 
 FLOAT32_BYTES = 4
+# GGUF file types whose LM head the runner holds in affine groups (Q4_K_M keeps it Q6_K, ...).
+GGUF_FILE_TYPE = re.compile(r"^Q[2-8]_(K(_[SML])?|[01])$")
 MLX_ARCHS = ("llama", "mistral", "qwen2", "qwen3")  # what model.py implements
 
 
@@ -21,15 +34,45 @@ class MLXProfile(BackendProfile):
         model's 9 heads, exactly one chunk x heads x cells x 4 bytes)."""
         return device_kind != "cpu"
 
+    def held_gguf_weights(
+        self,
+        tensors: Sequence[StoredTensor],
+        arch: ArchSpec,
+        compute_dtype: str,
+        device_kind: str,
+    ) -> HeldWeights | None:
+        """Every tensor in the form the runner converts it to (gguf_forms.py: block types as
+        affine groups of 32 with 16-bit scales and biases, the rest in the compute dtype). None
+        for a file of float tensors only (the general rule)."""
+        if all(t.type_name not in GGUF_FORMS for t in tensors):
+            return None
+        float_bytes = FLOAT_BYTES.get(compute_dtype, 4)
+        held = [
+            t
+            for t in tensors
+            if t.name not in CONFIG_ONLY
+            # A tied model's runner uses the table as its head, whatever else the file holds.
+            and not (arch.tied_embeddings and t.name == "output.weight")
+        ]
+        total = sum(held_tensor_bytes(t.type_name, t.shape, float_bytes) for t in held)
+        form = describe_forms((t.type_name for t in held), compute_dtype)
+        return HeldWeights(total, f"MLX {form} (GGUF header)")
+
     def promoted_weight_bytes(self, arch: ArchSpec, quant: str, compute_dtype: str) -> int:
         """A quantized matrix's float16 scales and biases (backends/mlx/weights.py keeps them
         16-bit beside float32 activations) are promoted to float32 for each product: the LM
         head's, vocab x groups x 2 x 4 bytes, is the largest (measured 7.5 MiB of the embedded
-        Q4_1 model's one-token forward, 6.75 of it the head's; 0.2 with float weights)."""
+        Q4_1 model's one-token forward, 6.75 of it the head's; 0.2 with float weights). A GGUF
+        of block types keeps its head in groups of 32 (gguf_forms.py), whatever its bits."""
         layout = mlx_recipe_layout(quant, arch.tied_embeddings)
-        if compute_dtype != "float32" or layout is None:
+        if compute_dtype != "float32":
             return 0
-        group = layout["head"].group
+        if layout is not None:
+            group = layout["head"].group
+        elif GGUF_FILE_TYPE.match(quant.strip().upper()):
+            group = GROUP
+        else:
+            return 0
         if arch.hidden_size % group:  # a matrix of partial groups stays float (weights.py)
             return 0
         return 2 * arch.vocab_size * (arch.hidden_size // group) * FLOAT32_BYTES

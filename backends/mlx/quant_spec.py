@@ -2,9 +2,10 @@
 
 Three ways to hold the weights:
 
-* ``native`` — keep the file's own types: GGUF Q4_0 / Q4_1 / Q8_0 tensors stay quantized
-  (MLX's affine format is exactly those blocks: group 32, one scale and one offset per group);
-  other quantized GGUF types are dequantized to the compute dtype; float files stay float.
+* ``native`` — keep the file's own types: GGUF Q4_0 / Q4_1 / Q5_0 / Q5_1 / Q8_0 and K-quant
+  tensors stay quantized in MLX's affine groups of 32 (gguf_forms.py: exact where the blocks are
+  groups of 32, requantized from sub-blocks of 16 for Q6_K / Q3_K / Q2_K); other quantized GGUF
+  types (IQ*) are dequantized to the compute dtype; float files stay float.
 * ``float`` — every tensor dequantized to the compute dtype (``quant="none"``).
 * ``affine`` — quantized on load (backends/mlx/quant_affine.py), each matrix by its role's
   layout (localinfer/facts/quant.py ``mlx_recipe_layout``, the table the budget counts):
@@ -22,7 +23,6 @@ from typing import Literal
 
 from localinfer.errors import UnsupportedModelError
 from localinfer.facts.quant import (
-    MLX_GGUF_BITS,
     MLX_GROUPS,
     MLX_MIXED_NAMES,
     MLX_NAME_RE,
@@ -30,9 +30,6 @@ from localinfer.facts.quant import (
     mlx_recipe_layout,
 )
 
-# GGUF block types MLX's GGUF reader keeps quantized: type -> bits (group size is always 32).
-NATIVE_GGUF_BITS = MLX_GGUF_BITS
-GGUF_GROUP_SIZE = 32
 GROUP_SIZES = MLX_GROUPS
 
 _FLOAT_NAMES = {"none", "float", "fp32", "f32", "float32", "bf16", "bfloat16", "fp16", "f16"}

@@ -1,9 +1,9 @@
 """MLXRunner: the Runner protocol (backends/base.py) on MLX — Metal on Apple Silicon, CPU elsewhere.
 
 Weights are float (fp32/bf16/fp16), quantized on load (int4/int8, group 32/64/128) or kept as
-stored: GGUF Q4_0/Q4_1/Q8_0 blocks and MLX-format (mlx-community) repos (see quant_spec.py and
-native.py). Memory figures come from MLX's own allocator counters. ``RunnerConfig.threads`` is
-ignored: MLX has no thread-count setting.
+stored: a GGUF's Q4_0..Q8_0 and K-quant blocks in MLX's affine groups, MLX-format (mlx-community)
+repos (see quant_spec.py, gguf_forms.py and native.py). Memory figures come from MLX's own
+allocator counters. ``RunnerConfig.threads`` is ignored: MLX has no thread-count setting.
 """
 
 from __future__ import annotations

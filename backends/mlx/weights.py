@@ -1,8 +1,8 @@
 """A LoadedModel's weights as MLX arrays: float, quantized on load, or kept as stored.
 
 Float tensors come from the model's WeightSource (float32 numpy, Hugging Face names and layout).
-Matrices MLX runs as stored (GGUF Q4_0/Q4_1/Q8_0, MLX-format repos: see native.py) are kept so in
-``native`` mode; other modes dequantize them first.
+Matrices MLX runs as stored (a GGUF's block types in MLX's affine groups, gguf_forms.py; MLX-format
+repos: see native.py) are kept so in ``native`` mode; other modes dequantize them first.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ from dataclasses import dataclass
 
 import mlx.core as mx
 
+from localinfer.backends.mlx.gguf_forms import GGUF_FORMS
 from localinfer.backends.mlx.layers import Matrix, Projection
 from localinfer.backends.mlx.native import dequantized, is_mlx_quantized_dir, native_matrices
 from localinfer.backends.mlx.quant_affine import affine_quantize
-from localinfer.backends.mlx.quant_spec import NATIVE_GGUF_BITS, QuantSpec
+from localinfer.backends.mlx.quant_spec import QuantSpec
 from localinfer.errors import ModelFileError
 from localinfer.loading.model import LoadedModel
 from localinfer.loading.model_config import ModelConfig
@@ -154,6 +155,6 @@ def _label(formats: set[str], model: LoadedModel, dtype: mx.Dtype) -> str:
     quantized = sorted(formats - {"float"})
     if not quantized:
         return float_label
-    if any(q in NATIVE_GGUF_BITS for q in quantized):
+    if any(q in GGUF_FORMS for q in quantized):
         return model.file_quant  # the file's own mix, as llama.cpp would name it
     return quantized[0]
