@@ -11,12 +11,16 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
 
 from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
+from localinfer.backends.torch.kquant_rules import held_bytes, held_source, is_kquant_file
 from localinfer.backends.torch.native_build import cpu_flags
 from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens, native_plan
+from localinfer.facts.arch import ArchSpec
+from localinfer.facts.held_weights import HeldWeights, StoredTensor
 from localinfer.facts.quant import TORCH_INT_GROUPS
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
 
@@ -101,6 +105,20 @@ class TorchProfile(BackendProfile):
     def preferred_for_gguf(self, file_quant: str | None, arch: str | None) -> bool:
         """Chosen over llama.cpp on this CPU for a GGUF of this type and architecture."""
         return native_blocks_preferred(file_quant, arch)
+
+    def held_gguf_weights(
+        self,
+        tensors: Sequence[StoredTensor],
+        arch: ArchSpec,
+        compute_dtype: str,
+        device_kind: str,
+    ) -> HeldWeights | None:
+        """A K-quant GGUF's matrices as the runner converts them on load, on any device and
+        dtype (kquant_rules.py); None for any other file, which the general rules count."""
+        if not is_kquant_file((t.type_name, t.nbytes) for t in tensors if len(t.shape) == 2):
+            return None
+        float_bytes = 4 if compute_dtype == "float32" else 2
+        return HeldWeights(held_bytes(tensors, float_bytes, device_kind), held_source(tensors))
 
     def keeps_blocks(self) -> bool:
         """A CPU float32 runner keeps a GGUF's Q8_0/Q4_0/Q4_1 matrices as stored blocks."""

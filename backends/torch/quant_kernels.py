@@ -3,7 +3,8 @@
 ``KERNEL_ORDER`` lists, per (device, bits), the kernels to try, fastest first, from measurements
 on the project's 2-core x86 CPU (scripts/bench-quant): on CPU only ``dequant`` is weight-only
 and not slower than the alternatives (quantization there buys memory, not speed: the llama.cpp
-backend is the fast quantized CPU path); CUDA has torch's packed kernels. A fast kernel is
+backend is the fast quantized CPU path); CUDA has torch's packed kernels. ``PACKED_ORDER``
+is the table for a K-quant GGUF's converted matrices: the packed kernels on both. A fast kernel is
 checked against ``dequant`` on random input when it is first built; a mismatch (an untested
 device, a layout change in torch) falls back to ``dequant`` with a warning instead of producing
 garbage.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Mapping
 
 import torch
 import torch.nn.functional as F
@@ -35,6 +37,16 @@ KERNEL_ORDER: dict[tuple[str, int], tuple[str, ...]] = {
     ("cuda", 8): ("int8pack", "dequant"),
     ("cuda", 4): ("int4pack", "dequant"),
 }
+# A K-quant GGUF's matrices, held as converted from the file (kquant_rules.py): the packed
+# kernels on a CPU too, where with bf16 activations they measured ~3x a float32 product at
+# decode and no slower at prefill (quant_int4pack.py, quant_int8pack.py). The recipes' CPU
+# order above came from scripts/bench-quant, which timed the packed ops in float32 only.
+PACKED_ORDER: dict[tuple[str, int], tuple[str, ...]] = {
+    ("cpu", 8): ("int8pack", "dequant"),
+    ("cpu", 4): ("int4pack", "dequant"),
+    ("cuda", 8): ("int8pack", "dequant"),
+    ("cuda", 4): ("int4pack", "dequant"),
+}
 
 
 def kernel_available(name: str) -> bool:
@@ -49,12 +61,19 @@ def kernel_available(name: str) -> bool:
 
 class KernelChooser:
     """Builds QuantLinear objects for one model: picks the first kernel of ``KERNEL_ORDER`` for
-    the device that is available and agrees with ``dequant`` (checked once per kernel)."""
+    the device that is available and agrees with ``dequant`` (checked once per kernel).
+    ``order``: the table to pick from (default KERNEL_ORDER)."""
 
     def __init__(
-        self, bits: int, dtype: torch.dtype, device: torch.device, force: str | None = None
+        self,
+        bits: int,
+        dtype: torch.dtype,
+        device: torch.device,
+        force: str | None = None,
+        order: Mapping[tuple[str, int], tuple[str, ...]] | None = None,
     ) -> None:
         self.dtype = dtype
+        self.order = KERNEL_ORDER if order is None else order
         self.device = device
         self.buffer = DequantBuffer(dtype, device)
         self.force = force or os.environ.get(KERNEL_ENV) or None
@@ -64,7 +83,7 @@ class KernelChooser:
 
     def candidates_for(self, bits: int) -> list[str]:
         """The kernels to try for ``bits``-bit matrices (a mixed recipe holds both widths)."""
-        order = (self.force,) if self.force else KERNEL_ORDER.get((self.device.type, bits), ())
+        order = (self.force,) if self.force else self.order.get((self.device.type, bits), ())
         return [k for k in order if kernel_available(k)] or ["dequant"]
 
     def _note(self, ql: QuantLinear) -> QuantLinear:

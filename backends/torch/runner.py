@@ -181,6 +181,8 @@ class TorchRunner(InPlaceSlots):
         bytes are in (the file's own where it is one of them), else the float dtype."""
         if self.quant_spec is not None:
             return self.quant_spec.label
+        if self._kquant:  # held as converted from the file's own blocks
+            return model.file_quant or DTYPE_NAMES[self.config.dtype]
         kept = weights.block_types()
         if kept:
             return model.file_quant if model.file_quant in kept else max(kept, key=kept.get)
@@ -190,13 +192,16 @@ class TorchRunner(InPlaceSlots):
         quantizer = None
         if plan.quant is not None:
             quantizer = open_quantizer(plan.quant, plan.dtype, plan.device, Path(model.path))
-        self._dequant_buffer = quantizer.chooser.buffer if quantizer is not None else None
-        weights = load_weights(model.config, model.weights, weight_form(plan, model, quantizer))
+        self._kquant = plan.kquant
+        form = weight_form(plan, model, quantizer)
+        chooser = form.chooser
+        self._dequant_buffer = chooser.buffer if chooser is not None else None
+        weights = load_weights(model.config, model.weights, form)
         self.quant_cache_hit = False  # the quantized weights came from the on-disk cache
-        self.quant_kernels: dict[str, int] = {}  # kernel name -> matrices using it
+        # kernel name -> matrices using it
+        self.quant_kernels: dict[str, int] = chooser.kernels_used if chooser is not None else {}
         if quantizer is not None:
             self.quant_cache_hit = quantizer.cache_hits > 0 and not quantizer.new_entries
-            self.quant_kernels = quantizer.chooser.kernels_used
             save_quantized(quantizer, Path(model.path))
         # Every weight is copied out of the model file by now (blocks, float32 or re-quantized):
         # the file pages the load read need not stay resident (~93 MB for the embedded model).

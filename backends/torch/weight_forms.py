@@ -7,6 +7,7 @@
   multiply by them); the others float32, as DenseForm holds them.
 * QuantizedForm: int8 / int4 in this runner's own layout (quant_layout.py), each matrix from
   the quant cache or quantized from the file (weight_quantizer.py).
+* KQuantForm (kquant_form.py): a K-quant GGUF's matrices converted from the stored bytes.
 
 A matrix's ``fetch`` is lazy: a quantizer with a cache hit never reads (or dequantizes) the source,
 nor does a matrix kept as blocks.
@@ -23,6 +24,7 @@ import torch
 from localinfer.backends.torch.block_weights import BlockSource, block_matrix
 from localinfer.backends.torch.huge_pages import ALIGN, HugePageArena
 from localinfer.backends.torch.onednn import pack_onednn
+from localinfer.backends.torch.quant_kernels import KernelChooser
 from localinfer.backends.torch.weight_quantizer import WeightQuantizer
 from localinfer.backends.torch.weights import Matrix
 from localinfer.errors import ModelFileError
@@ -77,6 +79,7 @@ class WeightForm:
     packed = False
     quantized = False
     onednn_dense = False
+    chooser: KernelChooser | None = None  # builds the quantized kernels, where the form has any
 
     def __init__(self, tensors: TensorCopier) -> None:
         self.tensors = tensors
@@ -159,6 +162,7 @@ class QuantizedForm(WeightForm):
     def __init__(self, tensors: TensorCopier, quantizer: WeightQuantizer) -> None:
         super().__init__(tensors)
         self.quantizer = quantizer
+        self.chooser = quantizer.chooser
 
     def matrix(self, m: StoredMatrix) -> Matrix:
         return self.quantizer.matrix(m.name, m.shape, m.fetch)

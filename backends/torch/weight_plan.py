@@ -3,6 +3,10 @@ from the model, the RunnerConfig and this machine's calibration (native_plan.py)
 
 * int8 / int4 asked by name: the weights are re-quantized in this runner's layout (quant_layout.py),
   torch ops multiply; the file's own type or a float name means no quantization.
+* A K-quant GGUF (kquant_rules.py), its own type asked or none, on any device and dtype: its
+  matrices held quantized as converted from the stored bytes (kquant_form.py), multiplied by
+  torch's packed kernels. A float name (``--quant f32``, ``bf16``, ``none``) asks for the whole
+  model dequantized instead, as the rules below hold it.
 * CPU float32: the native kernels (native_forward.py) where they build and measured faster here,
   on the file's GGUF blocks where those measured faster still (block_weights.py); dense matrices
   multiplied with oneDNN beside them.
@@ -18,6 +22,7 @@ import torch
 
 from localinfer.backends.base import RunnerConfig
 from localinfer.backends.torch.cpu_kernels import NativeKernels, load_kernels
+from localinfer.backends.torch.kquant_form import holds_kquants, kquant_form
 from localinfer.backends.torch.native_forward import MAX_HEAD_DIM
 from localinfer.backends.torch.native_plan import (
     keeps_blocks,
@@ -49,6 +54,7 @@ class WeightPlan:
     native_max_tokens: int  # forwards up to this many tokens run the kernels
     keep_blocks: bool  # hold the file's GGUF blocks (with the kernels only)
     onednn: bool  # oneDNN multiplies this dtype on this device
+    kquant: bool = False  # hold a K-quant GGUF's matrices converted from its blocks
 
     @property
     def packed(self) -> bool:
@@ -65,9 +71,9 @@ def checked_dtype(config: RunnerConfig) -> torch.dtype:
 
 
 def requantization(model: LoadedModel, config: RunnerConfig) -> QuantRecipe | None:
-    """GGUF blocks are dequantized on load; int8 / int4 then requantize in this runner's own
-    layout, each matrix as the recipe says for its role (quant_recipe.py). The file's own type
-    or a float name means: no quantization."""
+    """int8 / int4 requantize the (dequantized) weights in this runner's own layout, each
+    matrix as the recipe says for its role (quant_recipe.py). The file's own type or a float
+    name means: no requantization (a K-quant file's own type: held as converted, plan_weights)."""
     keep = config.quant in (None, model.file_quant, DTYPE_NAMES[config.dtype])
     return None if keep else parse_recipe(config.quant, model.config.tied_embeddings)
 
@@ -90,15 +96,22 @@ def plan_weights(
     calibration found a product on blocks faster than on float32. Never when the config
     asks for float weights by name (quant "none", "fp32" ...); False: float32 as before."""
     dtype = DTYPES[config.dtype]
+    # The file's own quantization asked (or none): a K-quant file is held quantized.
+    kquant = (
+        quant is None and config.quant in (None, model.file_quant) and holds_kquants(model.weights)
+    )
     native_here = (
         quant is None
+        and not kquant
         and device.type == "cpu"
         and dtype == torch.float32
         and model.config.head_dim <= MAX_HEAD_DIM
     )
     # Only a source that hands out stored block rows (GGUF), and only as the file stores them.
-    can_keep_blocks = config.quant in (None, model.file_quant) and hasattr(
-        model.weights, "stored_rows"
+    can_keep_blocks = (
+        not kquant
+        and config.quant in (None, model.file_quant)
+        and hasattr(model.weights, "stored_rows")
     )
     if stored_blocks is None:  # an explicit 0 native tokens means torch ops only
         stored_blocks = native_here and native_max_tokens != 0 and keeps_blocks()
@@ -116,7 +129,8 @@ def plan_weights(
         kernels=kernels,
         native_max_tokens=native_max_tokens,
         keep_blocks=keep_blocks,
-        onednn=quant is None and onednn_available(dtype, device),
+        onednn=quant is None and not kquant and onednn_available(dtype, device),
+        kquant=kquant,
     )
 
 
@@ -126,6 +140,8 @@ def weight_form(
     """The form the plan's weights load in (``quantizer``: the plan's int8 / int4 one)."""
     if quantizer is not None:
         return quantized_form(quantizer, plan.dtype, plan.device)
+    if plan.kquant:
+        return kquant_form(model.config, model.weights, plan.dtype, plan.device)  # type: ignore[arg-type]
     native = plan.kernels is not None
     if native and plan.keep_blocks:
         # Every forward then runs natively (long ones on block matrices decoded as used).

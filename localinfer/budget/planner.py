@@ -166,6 +166,20 @@ class Planner:
         return None
 
     def breakdown(self, quant: str, ctx: int, sequences: int, kv: KVDtype) -> Breakdown:
+        header = self.facts.header
+        if header is not None and header.tensors and quant == header.quant:
+            # The runner's own form of the file's tensors (K-quants kept quantized), when its
+            # profile has a rule for this file; else the rules below.
+            held = self.profile.held_gguf_weights(
+                header.tensors, self.facts.arch, self.compute_dtype(), self.device_kind
+            )
+            if held is not None:
+                promoted = self.profile.promoted_weight_bytes(
+                    self.facts.arch, quant, self.compute_dtype()
+                )
+                return self._breakdown(
+                    ctx, sequences, kv, held.bytes, held.source, promoted=promoted
+                )
         kept = self.kept_blocks(quant)
         if kept is not None:
             source = (
@@ -173,13 +187,6 @@ class Planner:
                 " (GGUF header)"
             )
             return self._breakdown(ctx, sequences, kv, kept, source, kept_blocks=True)
-        header = self.facts.header
-        if header is not None and header.tensors and quant == header.quant:
-            held = self.profile.held_gguf_weights(
-                header.tensors, self.facts.arch, self.compute_dtype(), self.device_kind
-            )
-            if held is not None:
-                return self._breakdown(ctx, sequences, kv, held.bytes, held.source)
         stored = self.stored_quant(quant)
         promoted = self.profile.promoted_weight_bytes(self.facts.arch, stored, self.compute_dtype())
         weights, source = self.facts.weights(stored)
