@@ -33,7 +33,7 @@ def test_reasoning_then_answer_however_the_text_is_cut(pieces) -> None:
     parts = pieces(text)
     if pieces is not chars and len(parts) > 1:  # split() drops the spaces: put them back
         parts = [p + " " for p in parts[:-1]] + [parts[-1]]
-    assert split_all(parts) == ("\nLet me see. 2+2=4\n", "The answer is 4.")
+    assert split_all(parts) == ("Let me see. 2+2=4", "The answer is 4.")  # ends trimmed
 
 
 def test_no_reasoning_block_is_all_answer_and_a_later_tag_stays_text() -> None:
@@ -148,3 +148,8 @@ def test_a_constraint_starts_when_the_reasoning_ends() -> None:
     assert constraint.taken == [ord("4"), ord("2")]  # it saw the answer's tokens only
     plain, _ = run("<think>free text!</think>42", None, constraint=TwoDigits())
     assert plain.text == "00"  # without the split it masks from the first token: no thinking
+
+
+def test_whitespace_inside_the_reasoning_is_kept() -> None:
+    text = "<think>\n\nstep one\n\nstep two  \n</think>\n\nok"
+    assert split_all(chars(text)) == ("step one\n\nstep two", "ok")

@@ -53,7 +53,8 @@ def test_serve_loads_answers_and_stops_on_ctrl_c() -> None:
         wait_until(healthy, timeout=120, what="/health to say ok")
         assert set(statuses) <= {"loading", "ok"}
         client = openai.OpenAI(base_url=url + "/v1", api_key="k1", max_retries=0)
-        (model,) = client.models.list().data
+        # The loaded one (bundled models installed here are listed as available beside it).
+        (model,) = [m for m in client.models.list().data if m.model_extra["state"] == "loaded"]
         for name in (model.id, "smollm2-135m", "default"):
             reply = client.chat.completions.create(
                 model=name, messages=[{"role": "user", "content": "Hi"}], max_tokens=2

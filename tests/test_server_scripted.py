@@ -35,7 +35,9 @@ class ScriptedSession:
     """What the server needs from a session, with a model that writes ``script``."""
 
     chat_prompt_ids = Session.chat_prompt_ids
+    render_chat = Session.render_chat
     raw_prompt_ids = Session.raw_prompt_ids
+    base_model = False
 
     def __init__(self, model: LoadedModel) -> None:
         self.model = model

@@ -72,9 +72,10 @@ def test_metrics_text_from_engine_snapshot_and_requests() -> None:
 
 
 def test_usage_and_logprob_shapes() -> None:
-    u = usage(RequestMetrics(7, 3, cached_tokens=4), 0, 0)
+    u = usage(RequestMetrics(7, 3, cached_tokens=4, reasoning_tokens=2), 0, 0)
     assert u == {"prompt_tokens": 7, "completion_tokens": 3, "total_tokens": 10,
-                 "prompt_tokens_details": {"cached_tokens": 4}}  # fmt: skip
+                 "prompt_tokens_details": {"cached_tokens": 4},
+                 "completion_tokens_details": {"reasoning_tokens": 2}}  # fmt: skip
     items = [
         TokenLogprob(5, "Hel", -0.5, ((5, "Hel", -0.5), (6, "He", -1.0))),
         TokenLogprob(7, "lo", float("-inf"), ()),

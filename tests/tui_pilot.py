@@ -62,6 +62,8 @@ class ScriptedChatSession:
         from tests.test_engine_model import ScriptRunner
 
         self.chat_prompt_ids = Session.chat_prompt_ids.__get__(self)
+        self.render_chat = Session.render_chat.__get__(self)
+        self.base_model = False
         self.model = load_model(embedded_model_path())
         tok = self.model.tokenizer
         self.tokens = tok.encode(script, add_special_tokens=False)

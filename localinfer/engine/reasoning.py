@@ -11,7 +11,8 @@ Rules (llama-server's ``--reasoning-format deepseek`` and vLLM's reasoning parse
 - reasoning is one block at the start of the output: the opening tag after optional
   whitespace, or from the first token when the prompt opened it (``starts_inside``);
 - an answer that starts with anything else has no reasoning, and a tag later in it stays text;
-- the whitespace between the closing tag and the answer is dropped;
+- the whitespace between the closing tag and the answer is dropped, and so is the whitespace
+  at either end of the reasoning (templates write the tags on lines of their own);
 - no closing tag before the end: all of it was reasoning;
 - a tag split over tokens is held back until it is whole (or proves not to be one).
 
@@ -53,6 +54,7 @@ class ReasoningSplitter:
         # text; answer.
         self._state = "reasoning" if spec.starts_inside else "before"
         self._held = ""
+        self._fresh = True  # no reasoning text sent yet: leading whitespace is dropped
 
     @property
     def in_reasoning(self) -> bool:
@@ -81,7 +83,7 @@ class ReasoningSplitter:
         """What is held at the end of the output: a tag that never completed is text."""
         held, self._held = self._held, ""
         if self._state == "reasoning":
-            return held, ""
+            return (held.lstrip() if self._fresh else held).rstrip(), ""
         if self._state == "before":
             return "", held
         return "", held.lstrip() if self._state == "gap" else held
@@ -101,14 +103,19 @@ class ReasoningSplitter:
             self._state = "answer"
             return True
         if self._state == "reasoning":
+            if self._fresh:
+                held = self._held = held.lstrip()
             at = held.find(spec.end)
             if at >= 0:
-                reasoning.append(held[:at])
+                self._emit(reasoning, held[:at].rstrip())
                 self._state, self._held = "gap", held[at + len(spec.end) :]
                 return True
-            keep = _partial_suffix(held, spec.end)
-            reasoning.append(held[: len(held) - keep])
-            self._held = held[len(held) - keep :]
+            # Hold what may begin the closing tag, and trailing whitespace (it may end the
+            # reasoning, which drops it).
+            body = held[: len(held) - _partial_suffix(held, spec.end)]
+            sent = body.rstrip()
+            self._emit(reasoning, sent)
+            self._held = held[len(sent) :]
             return False
         if self._state == "gap":
             stripped = held.lstrip()
@@ -120,6 +127,11 @@ class ReasoningSplitter:
         answer.append(held)
         self._held = ""
         return False
+
+    def _emit(self, reasoning: list[str], text: str) -> None:
+        if text:
+            reasoning.append(text)
+            self._fresh = False
 
 
 def _partial_suffix(text: str, tag: str) -> int:

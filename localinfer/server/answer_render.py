@@ -16,7 +16,14 @@ from typing import Any, Protocol
 
 from localinfer.engine.types import RequestMetrics, TokenLogprob
 from localinfer.server.errors import APIError
-from localinfer.tools import ContentDelta, StreamDelta, ToolCall, ToolCallArguments, ToolCallStart
+from localinfer.tools import (
+    ContentDelta,
+    ReasoningDelta,
+    StreamDelta,
+    ToolCall,
+    ToolCallArguments,
+    ToolCallStart,
+)
 
 
 @dataclass(slots=True, frozen=True)
@@ -31,6 +38,7 @@ class FinishedAnswer:
     prompt_tokens: int
     completion_tokens: int
     stop_sequence: str | None = None  # the stop string that ended the answer, when one did
+    reasoning: str = ""  # a thinking model's reasoning, apart from ``content``
 
 
 class AnswerRenderer(Protocol):
@@ -57,12 +65,17 @@ def delta_events(
     text: Callable[[str], list[bytes]],
     call: Callable[[ToolCallStart], list[bytes]],
     arguments: Callable[[ToolCallArguments], list[bytes]],
+    reasoning: Callable[[str], list[bytes]] | None = None,
 ) -> list[bytes]:
     """The SSE messages for one engine event's deltas, in order: ``text`` writes a piece of
-    content, ``call`` a tool call's start and ``arguments`` a piece of its arguments."""
+    content, ``call`` a tool call's start, ``arguments`` a piece of its arguments and
+    ``reasoning`` a piece of reasoning (None: the API does not show reasoning; it is left out,
+    never mixed into the content)."""
     out: list[bytes] = []
     for delta in deltas:
-        if isinstance(delta, ContentDelta):
+        if isinstance(delta, ReasoningDelta):
+            out += reasoning(delta.text) if reasoning is not None else []
+        elif isinstance(delta, ContentDelta):
             out += text(delta.text)
         elif isinstance(delta, ToolCallStart):
             out += call(delta)

@@ -92,4 +92,5 @@ def chat_input(
         renderer,
         constraint=plan.constraint,
         shape=plan.shape,
+        reasoning=plan.reasoning,
     )

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from localinfer.constraints import ConstraintSpec
 from localinfer.engine import ConstraintSource
+from localinfer.engine.reasoning import ReasoningSpec
 from localinfer.loading.chat_template import ChatTemplateError
 from localinfer.loading.model import LoadedModel
 from localinfer.server.answer_shape import (
@@ -36,14 +37,15 @@ from localinfer.tools import (
     prompt_inputs,
     template_messages,
 )
+from localinfer.tools.thinking import Thinking, thinking_prompt
 
 
 class ChatSource(Protocol):
     """What planning needs from a session (localinfer.session.Session fits)."""
 
-    def chat_prompt_ids(
+    def render_chat(
         self, messages: Sequence[Mapping[str, Any]], **template_vars: Any
-    ) -> list[int]: ...
+    ) -> tuple[str, list[int]]: ...
 
     def compile_constraint(self, spec: ConstraintSpec) -> ConstraintSource: ...
 
@@ -56,6 +58,27 @@ class ChatPlan:
     prompt_ids: list[int]
     constraint: ConstraintSource | None
     shape: ShapeFactory
+    reasoning: ReasoningSpec | None = None  # a thinking model's: its reasoning split off
+
+
+# reasoning_effort -> a budget of reasoning tokens (None: no limit); "none" turns thinking off.
+REASONING_BUDGETS: dict[str, int | None] = {
+    "minimal": 256,
+    "low": 1024,
+    "medium": 4096,
+    "high": None,
+}
+
+
+def requested_thinking(body: ChatCompletionRequest) -> Thinking:
+    """What the request asks of a thinking model: thinking_budget, else reasoning_effort, else
+    the template's default; off by reasoning_effort "none" or enable_thinking false."""
+    kwargs = body.chat_template_kwargs or {}
+    off = body.reasoning_effort == "none" or kwargs.get("enable_thinking") is False
+    budget = body.thinking_budget
+    if budget is None and body.reasoning_effort not in (None, "none"):
+        budget = REASONING_BUDGETS[body.reasoning_effort]
+    return Thinking(enabled=False if off else None, budget=budget)
 
 
 def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
@@ -66,9 +89,11 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
     family = detect_family(template.source if template is not None else None)
     messages = template_messages([m.as_openai() for m in body.messages], family)
     inputs = prompt_inputs(family, messages, tools, choice)
-    template_vars = {"tools": inputs.tools} if inputs.tools else {}
+    template_vars: dict[str, Any] = dict(body.chat_template_kwargs or {})
+    if inputs.tools:
+        template_vars["tools"] = inputs.tools
     try:
-        prompt_ids = source.chat_prompt_ids(inputs.messages, **template_vars)
+        prompt = thinking_prompt(source, inputs.messages, requested_thinking(body), **template_vars)
     except ChatTemplateError as exc:
         # The model's template refused this conversation (its raise_exception): the
         # client's messages are at fault, so the error names them.
@@ -95,4 +120,4 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
         shape = lambda: ToolAnswer(family, tools)  # noqa: E731
     else:
         shape = PlainAnswer
-    return ChatPlan(prompt_ids, constraint, shape)
+    return ChatPlan(prompt.ids, constraint, shape, prompt.reasoning)

@@ -18,6 +18,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from localinfer.engine import ConstraintSource
+from localinfer.engine.reasoning import ReasoningSpec
 from localinfer.engine.types import Request as EngineRequest
 from localinfer.engine.types import RequestMetrics, SamplingParams, StreamEvent, TokenLogprob
 from localinfer.errors import LocalinferError
@@ -33,7 +34,7 @@ from localinfer.server.streaming import (
     events_after,
     unless_disconnected,
 )
-from localinfer.tools import ContentDelta
+from localinfer.tools import ContentDelta, ReasoningDelta, StreamDelta
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,7 @@ class GenerationInput:
     renderer: AnswerRenderer
     constraint: ConstraintSource | None = None  # JSON mode, a schema or a forced tool call
     shape: ShapeFactory = PlainAnswer  # how the answer's text becomes content or tool calls
+    reasoning: ReasoningSpec | None = None  # a thinking model's reasoning, split off the answer
 
 
 async def generate(
@@ -58,7 +60,11 @@ async def generate(
 ) -> Response:
     """Run ``given`` on the session's engine and answer the HTTP ``request``."""
     submitted = EngineRequest(
-        given.prompt_ids, given.params, request_id=given.renderer.id, constraint=given.constraint
+        given.prompt_ids,
+        given.params,
+        request_id=given.renderer.id,
+        constraint=given.constraint,
+        reasoning=given.reasoning,
     )
     try:
         # ``Engine.stream`` validates and queues the request at once: a full queue (or an engine
@@ -123,7 +129,9 @@ class _Exchange:
         tail, reason = self.shape.finish(done.finish_reason)
         content = "".join(d.text for d in [*deltas, *tail] if isinstance(d, ContentDelta))
         answer = self._answer(content, reason, done.logprobs, done.metrics, done.token_count)
-        answer = dataclasses.replace(answer, stop_sequence=done.stop_sequence)
+        answer = dataclasses.replace(
+            answer, stop_sequence=done.stop_sequence, reasoning=done.reasoning
+        )
         return SafeJSONResponse(self.renderer.whole(answer))
 
     async def _sse_chunks(self, first: StreamEvent) -> AsyncIterator[bytes]:
@@ -134,7 +142,7 @@ class _Exchange:
             count = 0
             async for ev in events_after(first, self.events):
                 count += len(ev.token_ids)
-                for message in renderer.deltas(self.shape.feed(ev.text), ev.logprobs):
+                for message in renderer.deltas(self._deltas(ev), ev.logprobs):
                     yield message
                 if ev.finish_reason is None:
                     continue
@@ -152,6 +160,12 @@ class _Exchange:
                     yield message
         finally:
             await self.events.aclose()
+
+    def _deltas(self, ev: StreamEvent) -> list[StreamDelta]:
+        """An event's reasoning, then its answer read by the shape (tool calls are looked for
+        in the answer only)."""
+        reasoning: list[StreamDelta] = [ReasoningDelta(ev.reasoning)] if ev.reasoning else []
+        return [*reasoning, *self.shape.feed(ev.text)]
 
     def _answer(
         self,

@@ -22,6 +22,7 @@ from localinfer.server.errors import APIError
 from localinfer.server.streaming import SSE_DONE, sse
 from localinfer.tools import (
     ContentDelta,
+    ReasoningDelta,
     StreamDelta,
     ToolCall,
     ToolCallArguments,
@@ -56,11 +57,13 @@ def usage(metrics: RequestMetrics | None, prompt_tokens: int, completion_tokens:
     if metrics is not None:
         prompt_tokens, completion_tokens = metrics.prompt_tokens, metrics.completion_tokens
     cached = metrics.cached_tokens if metrics is not None else 0
+    reasoning = metrics.reasoning_tokens if metrics is not None else 0
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
     }
 
 
@@ -160,9 +163,12 @@ class ResponseBuilder:
         completion_tokens: int,
         echo_prefix: str = "",
         tool_calls: Sequence[ToolCall] = (),
+        reasoning: str = "",
     ) -> dict[str, Any]:
         if self.kind == "chat":
             message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
+            if reasoning:  # a thinking model's, under llama-server's, vLLM's and DeepSeek's name
+                message["reasoning_content"] = reasoning
             if tool_calls:
                 message["content"] = text or None  # OpenAI: null beside tool calls
                 message["tool_calls"] = [whole_call(call) for call in tool_calls]
@@ -213,6 +219,12 @@ class ResponseBuilder:
             if isinstance(delta, ContentDelta):
                 chunk = self.delta_chunk(delta.text, pending)
                 pending = ()
+            elif isinstance(delta, ReasoningDelta):
+                chunk = (
+                    None
+                    if self.kind != "chat"
+                    else self._chunk({"reasoning_content": delta.text}, None, None)
+                )
             else:
                 chunk = self._chunk({"tool_calls": [call_delta(delta)]}, None, None)
             if chunk is not None:
@@ -301,6 +313,7 @@ class OpenAIRenderer:
             answer.completion_tokens,
             echo_prefix=self.echo,
             tool_calls=answer.calls,
+            reasoning=answer.reasoning,
         )
 
     def opening(self) -> list[bytes]:

@@ -106,6 +106,21 @@ class ChatCompletionRequest(SamplingFields):
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: StrictBool = True
+    # Thinking models (tools/thinking.py): "none" turns thinking off; the others set a budget
+    # of reasoning tokens (REASONING_BUDGETS). thinking_budget (localinfer's) sets one exactly.
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    thinking_budget: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
+    # Variables for the chat template (vLLM, llama-server): {"enable_thinking": false}.
+    chat_template_kwargs: dict[str, Any] | None = None
+
+    @field_validator("chat_template_kwargs")
+    @classmethod
+    def _own_template_names(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        reserved = {"messages", "tools", "bos_token", "eos_token", "add_generation_prompt"}
+        taken = sorted(reserved & set(value or {}))
+        if taken:
+            raise ValueError(f"{', '.join(taken)} cannot be set through chat_template_kwargs")
+        return value
 
 
 class CompletionRequest(SamplingFields):

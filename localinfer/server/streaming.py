@@ -82,14 +82,17 @@ class Collected:
     logprobs: list[TokenLogprob] = field(default_factory=list)
     metrics: RequestMetrics | None = None
     stop_sequence: str | None = None
+    reasoning: str = ""
 
 
 async def collect(first: StreamEvent, rest: AsyncIterator[StreamEvent]) -> Collected:
     parts, lps, count = [first.text], list(first.logprobs), len(first.token_ids)
+    thought = [first.reasoning]
     last = first
     while last.finish_reason is None:
         last = await anext(rest)
         parts.append(last.text)
+        thought.append(last.reasoning)
         lps.extend(last.logprobs)
         count += len(last.token_ids)
     return Collected(
@@ -100,6 +103,7 @@ async def collect(first: StreamEvent, rest: AsyncIterator[StreamEvent]) -> Colle
         logprobs=lps,
         metrics=last.metrics,
         stop_sequence=last.stop_sequence,
+        reasoning="".join(thought),
     )
 
 

@@ -43,7 +43,15 @@ class ToolCallArguments:
     fragment: str
 
 
-StreamDelta = ContentDelta | ToolCallStart | ToolCallArguments
+@dataclass(frozen=True)
+class ReasoningDelta:
+    """A piece of a thinking model's reasoning (engine/reasoning.py split it from the answer;
+    tool calls are never read in it)."""
+
+    text: str
+
+
+StreamDelta = ContentDelta | ToolCallStart | ToolCallArguments | ReasoningDelta
 
 
 @dataclass(frozen=True)
