@@ -37,7 +37,8 @@ def session():
 
 
 def args(**over) -> argparse.Namespace:
-    base = {"suffix": None, "raw": False, "system": None, "prompt": "The sky is"}
+    base = {"suffix": None, "raw": False, "system": None, "prompt": "The sky is",
+            "thinking": None, "thinking_budget": None}  # fmt: skip
     return argparse.Namespace(**{**base, **over})
 
 
@@ -48,7 +49,7 @@ def test_a_base_model_is_refused_a_chat_and_generate_sends_it_text(session, caps
     try:
         with pytest.raises(UnsupportedModelError, match="base model.*generate --raw"):
             session.chat_prompt_ids(messages)
-        ids, _ = _prompt(session, args(), SamplingParams())
+        ids, _, _ = _prompt(session, args(), SamplingParams())
         assert ids == session.raw_prompt_ids("The sky is") and ids != chat_ids
         assert "is a base model: the prompt is sent as is" in capsys.readouterr().err
         with pytest.raises(UnsupportedModelError):  # a system prompt asks for turns

@@ -47,6 +47,15 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="run to --max-tokens past the end-of-text token (for timing a fixed length)",
     )
+    p.add_argument(
+        "--thinking",
+        choices=("on", "off"),
+        help="a thinking model (Qwen3, R1 distills): reason first or not (default: its template's)",
+    )
+    p.add_argument("--thinking-budget", type=int, metavar="N", help="at most N reasoning tokens")
+    p.add_argument(
+        "--hide-thinking", action="store_true", help="do not print the reasoning (stderr, dimmed)"
+    )
     p.add_argument("--slots", type=int, default=1, help="sequences allocated (default: 1)")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     shape = p.add_mutually_exclusive_group()
@@ -120,9 +129,12 @@ def run(args: argparse.Namespace) -> int:
     spec = _constraint_spec(args)
     if args.prompt == "-":
         args.prompt = _stdin_prompt()
+    if args.thinking_budget is not None and args.thinking_budget < 0:
+        raise InvalidParameterError(f"--thinking-budget must be >= 0, got {args.thinking_budget}")
 
     from localinfer.engine import Request
     from localinfer.session import open_session
+    from localinfer.tools.reasoning_print import ReasoningPrinter
 
     session = open_session(
         model_spec,
@@ -132,17 +144,22 @@ def run(args: argparse.Namespace) -> int:
         **model_settings(args),
     )
     try:
-        ids, params = _prompt(session, args, params)
+        ids, params, reasoning = _prompt(session, args, params)
         constraint = None if spec is None else session.compile_constraint(spec)
-        handle = session.engine.submit(Request(ids, params, constraint=constraint))
+        request = Request(ids, params, constraint=constraint, reasoning=reasoning)
+        handle = session.engine.submit(request)
         try:
             if args.json:
                 result = handle.result()
             else:
+                show = ReasoningPrinter(sys.stderr, hidden=args.hide_thinking)
                 for event in handle:
+                    show.reasoning(event.reasoning)
                     if event.text:
+                        show.answer_starts()
                         sys.stdout.write(event.text)
                         sys.stdout.flush()
+                show.answer_starts()
                 result = handle.result()
                 sys.stdout.write("\n")
                 sys.stdout.flush()
@@ -170,25 +187,29 @@ def _stdin_prompt() -> str:
     return text
 
 
-def _prompt(session: Any, args: argparse.Namespace, params: Any) -> tuple[list[int], Any]:
-    """The prompt's token ids, and the sampling parameters with the tokens that end a middle
-    when it is a fill-in-the-middle prompt."""
+def _prompt(session: Any, args: argparse.Namespace, params: Any) -> tuple[list[int], Any, Any]:
+    """The prompt's token ids, the sampling parameters (with the tokens that end a middle when
+    it is a fill-in-the-middle prompt) and a thinking model's reasoning split (or None)."""
     if args.suffix is not None:
         from localinfer.fim import fim_format
 
         tokenizer = session.tokenizer
         fim = fim_format(tokenizer, field="--suffix", model=session.model.name)
         ids = fim.prompt_ids(tokenizer, args.prompt, args.suffix)
-        return ids, params.model_copy(update={"stop_token_ids": fim.stop_ids})
+        return ids, params.model_copy(update={"stop_token_ids": fim.stop_ids}), None
     if args.raw or (session.base_model and not args.system):
         if not args.raw:  # a base model completes text: the prompt goes as is, and it says so
             print(f"{session.model.name} is a base model: the prompt is sent as is (--raw)",
                   file=sys.stderr)  # fmt: skip
-        return session.raw_prompt_ids(args.prompt), params
+        return session.raw_prompt_ids(args.prompt), params, None
     messages = [{"role": "user", "content": args.prompt}]
     if args.system:
         messages.insert(0, {"role": "system", "content": args.system})
-    return session.chat_prompt_ids(messages), params
+    from localinfer.tools.thinking import Thinking, thinking_prompt
+
+    enabled = None if args.thinking is None else args.thinking == "on"
+    prompt = thinking_prompt(session, messages, Thinking(enabled, args.thinking_budget))
+    return prompt.ids, params, prompt.reasoning
 
 
 def _metrics_line(session: Any, result: Any, max_tokens: int) -> str:
@@ -219,6 +240,7 @@ def _as_json(session: Any, result: Any) -> dict[str, Any]:
     usage = {
         "prompt_tokens": m.prompt_tokens if m else None,
         "completion_tokens": m.completion_tokens if m else len(result.token_ids),
+        "reasoning_tokens": m.reasoning_tokens if m else 0,
         "total_tokens": (m.prompt_tokens + m.completion_tokens) if m else None,
     }
     metrics = {}
@@ -243,6 +265,7 @@ def _as_json(session: Any, result: Any) -> dict[str, Any]:
         "model": session.model.name,
         "backend": session.backend,
         "text": result.text,
+        "reasoning": result.reasoning or None,
         "finish_reason": result.finish_reason,
         "error": result.error,
         "token_ids": list(result.token_ids),
