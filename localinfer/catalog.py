@@ -76,6 +76,9 @@ class CatalogEntry(_Strict):
     # Pretrained only (no instruction tuning): it continues text; the chat refuses it and
     # `generate` sends it the prompt as is.
     base_model: bool = False
+    # Reasons in <think>...</think> before answering: the server, the chat and generate show the
+    # reasoning apart (tools/thinking.py reads the format from the template itself).
+    thinks: bool = False
 
     @field_validator("quants")
     @classmethod

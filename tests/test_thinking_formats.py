@@ -69,3 +69,12 @@ def test_off_without_a_switch_is_a_budget_of_zero() -> None:
 def test_a_budget_carries_the_closing_ids() -> None:
     spec = spec_for("Qwen-Qwen3-0.6B", Thinking(budget=64))
     assert spec.budget == 64 and spec.end_ids == (len("</think>\n\n"),)
+
+
+def test_the_catalog_says_which_models_think() -> None:
+    from localinfer.catalog import load_catalog
+
+    catalog = load_catalog()
+    thinkers = {name for name in catalog.names() if catalog.get(name).thinks}
+    assert {"qwen3-0.6b", "qwen3-4b", "qwen3-8b", "qwen3-30b-a3b"} <= thinkers
+    assert "smollm2-135m" not in thinkers and "gemma3-4b" not in thinkers
