@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from localinfer.errors import LocalinferError
 
@@ -29,6 +29,7 @@ class PreparedPrompt:
 
     messages: list[dict[str, str]]
     prompt_ids: list[int] = field(default_factory=list)  # empty: the server tokenizes
+    reasoning: Any = None  # a thinking model's ReasoningSpec (engine/reasoning.py), or None
 
     @property
     def prompt_tokens(self) -> int:

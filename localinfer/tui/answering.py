@@ -17,6 +17,7 @@ from localinfer.tui.messages import (
     AnswerFinished,
     AnswerRejected,
     AnswerStatsUpdated,
+    ReasoningDelta,
 )
 from localinfer.tui.prompt_input import PromptInput
 from localinfer.tui.stream_pump import AnswerEnd, pump_answer
@@ -41,6 +42,7 @@ class AnswerActions(ConversationActions):
         self.conversation.add("user", text)
         self._question = self.view.add_user(text)
         self._answer = self.view.start_answer()
+        self._thinking_since = None
         self._request_id = f"chat-{uuid.uuid4().hex[:12]}"
         self._stop.clear()
         self.answering = True
@@ -80,7 +82,22 @@ class AnswerActions(ConversationActions):
     async def on_answer_delta(self, message: AnswerDelta) -> None:
         if message.request_id == self._request_id and self._answer is not None:
             self.render_pace.updated()
+            self._fold_thinking()
             await self._answer.write(message.text)
+
+    @on(ReasoningDelta)
+    def on_reasoning_delta(self, message: ReasoningDelta) -> None:
+        if message.request_id == self._request_id and self._answer is not None:
+            self.render_pace.updated()
+            self.view.thinking_for(self._answer).append(message.text)
+            self._thinking_since = self._thinking_since or self.clock()
+
+    def _fold_thinking(self) -> None:
+        """The answer starts: the reasoning above it folds to one line."""
+        since, self._thinking_since = self._thinking_since, None
+        if since is None or self._answer is None:
+            return
+        self.view.thinking_for(self._answer).fold(self.clock() - since, None)
 
     @on(AnswerStatsUpdated)
     def on_answer_stats_updated(self, message: AnswerStatsUpdated) -> None:
@@ -94,6 +111,11 @@ class AnswerActions(ConversationActions):
         if end.request_id != self._request_id or self._answer is None:
             return
         answer, reason = self._answer, end.finish_reason
+        if end.reasoning_tail:
+            self.view.thinking_for(answer).append(end.reasoning_tail)
+            self._thinking_since = self._thinking_since or self.clock()
+        if end.text:
+            self._fold_thinking()
         if end.tail:
             await answer.write(end.tail)
         await answer.end_stream()
@@ -195,6 +217,9 @@ class _MessageSink:
 
     def text(self, delta: str) -> None:
         self._app.post_message(AnswerDelta(self._request_id, delta))
+
+    def reasoning(self, delta: str) -> None:
+        self._app.post_message(ReasoningDelta(self._request_id, delta))
 
     def stats(self, snapshot: StatsSnapshot, engine: EngineMetrics | None) -> None:
         self._app.post_message(AnswerStatsUpdated(self._request_id, snapshot, engine))

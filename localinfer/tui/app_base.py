@@ -60,6 +60,7 @@ class ChatAppBase(App[None]):
         self.answering = False
         self.loading = False
         self._request_id: str | None = None
+        self._thinking_since: float | None = None  # when this answer's reasoning began
         self._stop = threading.Event()
         self._answer: AnswerTurn | None = None
         self._question: UserTurn | None = None  # the turn being answered, as shown

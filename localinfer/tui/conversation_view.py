@@ -12,6 +12,7 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from localinfer.conversations import Conversation
+from localinfer.tui.thinking_block import ThinkingBlock
 
 
 class UserTurn(Static):
@@ -177,6 +178,16 @@ class ConversationView(VerticalScroll):
         self.mount(turn)
         self.scroll_end(animate=False)
         return turn
+
+    def thinking_for(self, answer: AnswerTurn) -> ThinkingBlock:
+        """The reasoning block above ``answer`` (mounted on first use)."""
+        children = list(self.children)
+        at = children.index(answer) if answer in children else 0
+        if at > 0 and isinstance(children[at - 1], ThinkingBlock):
+            return children[at - 1]
+        block = ThinkingBlock()
+        self.mount(block, before=answer)
+        return block
 
     def add_notice(self, text: str, *, error: bool = False) -> Notice:
         notice = Notice(text, error=error)

@@ -233,13 +233,18 @@ class ChatHost:
     # -- answering ---------------------------------------------------------------------------
 
     def prepare(self, messages: Sequence[dict[str, str]]) -> PreparedPrompt:
-        return PreparedPrompt(list(messages), self.prompt_ids(messages))
+        """The prompt, and a thinking model's reasoning split (shown apart, folded)."""
+        from localinfer.tools.thinking import thinking_prompt
+
+        prompt = thinking_prompt(self.session, list(messages))
+        return PreparedPrompt(list(messages), prompt.ids, prompt.reasoning)
 
     def stream(self, prompt: PreparedPrompt, params: SamplingParams, request_id: str) -> Any:
         """The engine's StreamEvents for ``prompt`` (see :meth:`submit`)."""
         from localinfer.engine.types import Request
 
-        return self.submit(Request(prompt.prompt_ids, params, request_id))
+        return self.submit(Request(prompt.prompt_ids, params, request_id,
+                                   reasoning=prompt.reasoning))  # fmt: skip
 
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return self.session.chat_prompt_ids(messages)

@@ -25,6 +25,14 @@ class AnswerDelta(Message):
 
 
 @dataclass
+class ReasoningDelta(Message):
+    """A thinking model's reasoning since the previous delta (shown apart from the answer)."""
+
+    request_id: str
+    text: str
+
+
+@dataclass
 class AnswerStatsUpdated(Message):
     """The answer's live figures; a queued one is stale once a newer one comes."""
 

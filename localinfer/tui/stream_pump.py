@@ -40,12 +40,16 @@ class AnswerEnd:
     engine: EngineMetrics | None = None
     finish_reason: FinishReason = "stop"
     error: str | None = None
+    reasoning: str = ""  # a thinking model's whole reasoning
+    reasoning_tail: str = ""  # the end of ``reasoning`` not yet handed to ``StreamSink``
 
 
 class StreamSink(Protocol):
     """Where the pump sends its updates (the app posts them as messages to the UI thread)."""
 
     def text(self, delta: str) -> None: ...
+
+    def reasoning(self, delta: str) -> None: ...
 
     def stats(self, snapshot: StatsSnapshot, engine: EngineMetrics | None) -> None: ...
 
@@ -93,12 +97,17 @@ def pump_answer(
     check; None: ``text_interval`` throughout."""
     parts: list[str] = []  # the whole answer, joined once at the end
     pending: list[str] = []  # since the last text update
+    thought: list[str] = []  # reasoning since the last update (sent on the text's pace)
+    reasoning: list[str] = []  # the whole reasoning
     pending_tokens = 0
     text_due = _Throttle(text_interval, TOKENS_PER_TEXT_UPDATE, TEXT_MAX_WAIT_S)
     stats_due = _Throttle(stats_interval)
     finish: FinishReason | None = None
     error: str | None = None
     for event in events:
+        if event.reasoning:
+            thought.append(event.reasoning)
+            reasoning.append(event.reasoning)
         if event.text:
             parts.append(event.text)
             pending.append(event.text)
@@ -112,6 +121,12 @@ def pump_answer(
         now = clock()
         if pace is not None:
             text_due.interval = pace()
+        # Reasoning goes out on the text's pace, and at once when the answer starts.
+        if thought and (pending or text_due.due(now, pending_tokens)):
+            sink.reasoning("".join(thought))
+            thought.clear()
+            if not pending:
+                pending_tokens = 0
         sent_text = bool(pending) and text_due.due(now, pending_tokens)
         if sent_text:
             sink.text("".join(pending))
@@ -128,5 +143,6 @@ def pump_answer(
         stats.finish(None)
     engine = engine_metrics() if engine_metrics is not None else None
     return AnswerEnd(
-        request_id, "".join(parts), "".join(pending), stats.snapshot(), engine, finish, error
-    )
+        request_id, "".join(parts), "".join(pending), stats.snapshot(), engine, finish, error,
+        reasoning="".join(reasoning), reasoning_tail="".join(thought),
+    )  # fmt: skip
