@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
     from localinfer.facts.arch import ArchSpec
     from localinfer.facts.held_weights import HeldWeights, StoredTensor
+    from localinfer.facts.kv_dtype import KVDtype
 
 BACKENDS = ("torch", "llamacpp", "mlx")
 
@@ -140,6 +141,30 @@ class BackendProfile:
         """Bytes of a weight matrix's parts a forward pass converts to the compute dtype for
         the while it runs (the largest such conversion, counted with the compute buffers)."""
         return 0
+
+    def kv_cells(self, ctx: int, sequences: int, window: int | None) -> int:
+        """KV cells each of ``sequences`` keeps on a layer at ``ctx``: every position on a
+        full-attention layer (``window`` None), at most the window on a sliding one."""
+        return ctx if window is None else min(ctx, window)
+
+    def compute_bytes(
+        self,
+        arch: ArchSpec,
+        ctx: int,
+        sequences: int,
+        chunk: int,
+        device_kind: str,
+        cache: KVDtype | None,
+    ) -> int | None:
+        """The compute buffers of one prefill step of ``chunk`` tokens on ``device_kind`` as
+        this backend's own model costs them (llama.cpp's graph allocator); None: the budget's
+        general estimate (budget/planner.py, compute_buffer_bytes)."""
+        return None
+
+    def runtime(self, device_kind: str, vocab_size: int, kept_blocks: bool = False) -> int:
+        """The runtime row: ``memory.runtime_for``, plus what grows with the vocabulary (the
+        tokenizers' tables) where the backend counts that apart from its constant."""
+        return self.memory.runtime_for(device_kind, kept_blocks)
 
     def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
         """A prefill chunk's attention runs fused (no chunk x heads x ctx scores) on this

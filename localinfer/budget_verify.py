@@ -11,12 +11,16 @@ import contextlib
 import ctypes
 import logging
 import sys
+from typing import TYPE_CHECKING
 
 from localinfer.backends.base import Runner, SlotWork, SyntheticFill
 from localinfer.budget.measured import process_rss
 from localinfer.budget.memory import cpu_memory, human_bytes
 from localinfer.budget.report import BudgetReport, MemoryCheck
 from localinfer.errors import InvalidParameterError, ModelFileError
+
+if TYPE_CHECKING:
+    from localinfer.loading.model import LoadedModel
 
 log = logging.getLogger(__name__)
 
@@ -28,10 +32,11 @@ _LIBRARY = {"torch": "torch", "llamacpp": "llama_cpp", "mlx": "mlx.core"}
 def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck:
     """Build the runner the report budgets for and measure it. Needs the model on disk.
 
-    The measurement is what the engine's runner would hold: one full prefill chunk into slot 0
-    asking for its last row's logits, as the engine's prefill does. For a figure comparable with
-    the predicted total run it in a fresh process (scripts/budget-accuracy does, one per cell):
-    RSS is read before the model and the backend library load.
+    The measurement is what a session would hold: the model's tokenizer and the runner, after
+    one full prefill chunk into slot 0 asking for its last row's logits, as the engine's prefill
+    does. For a figure comparable with the predicted total run it in a fresh process
+    (scripts/budget-accuracy does, one per cell): RSS is read before the model and the backend
+    library load.
     """
     if report.model_path is None:
         raise ModelFileError(
@@ -50,13 +55,18 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         )
     preloaded = _LIBRARY.get(report.backend, "") in sys.modules
     before = process_rss()
-    runner = _budgeted_runner(report, dtype)
+    # The loaded model stays referenced while RSS is read: a session keeps its tokenizer (a
+    # 262k vocabulary's tables are ~130 MiB), and the budget's runtime row counts it.
+    model, runner = _budgeted_runner(report, dtype)
     try:
         # One full prefill chunk, so compute buffers reach the size the budget counts: the
         # context's last, where a runner can be filled up to it cheaply, so its attention spans
         # every cell (llama.cpp without flash attention holds chunk x heads x cells of scores).
         n = min(report.prefill_chunk, report.ctx)
         start = _deep_start(runner, report, n)
+        # What loading freed (the tokenizer's build, the fill's host copies) but glibc keeps:
+        # not held by the model, and reused by whatever the process allocates next.
+        _return_free_heap()
         vocab = runner.info.vocab_size
         tokens = tuple(1 + i % (vocab - 1) for i in range(n))
         runner.forward([SlotWork(slot=0, tokens=tokens, start_pos=start, logits="last")])
@@ -64,6 +74,7 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         after = process_rss()
     finally:
         runner.close()
+        del model
     growth = (
         after - before if device == "cpu" and after is not None and before is not None else None
     )
@@ -99,7 +110,6 @@ def _deep_start(runner: Runner, report: BudgetReport, chunk: int) -> int:
         log.info("budget --verify: measuring at the start of the context (%s)", exc)
         runner.release(0)
         return 0
-    _return_free_heap()  # the fill's host copies: not the runner's memory
     return start
 
 
@@ -110,10 +120,11 @@ def _return_free_heap() -> None:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _budgeted_runner(report: BudgetReport, dtype: str | None) -> Runner:
-    """The runner at the report's settings (verify_budget asks only for one that fits; force
-    skips the session's own budget check, which would repeat it). The dtype defaults to the one the
-    budget assumed (the backend's default on the device, as in a session)."""
+def _budgeted_runner(report: BudgetReport, dtype: str | None) -> tuple[LoadedModel, Runner]:
+    """The model opened as a session opens it, and its runner at the report's settings
+    (verify_budget asks only for one that fits; force skips the session's own budget check,
+    which would repeat it). The dtype defaults to the one the budget assumed (the backend's
+    default on the device, as in a session)."""
     assert report.model_path is not None
     # backend, ctx, slots, dtype, KV type: the report's
     # Imported here, after the first RSS reading: the session's modules (engine, loaders) are
@@ -130,4 +141,5 @@ def _budgeted_runner(report: BudgetReport, dtype: str | None) -> Runner:
         force=True,
         kv_dtype=report.kv_dtype,
     )
-    return build_runner(open_model(report.model_path).model, settings).runner
+    model = open_model(report.model_path).model
+    return model, build_runner(model, settings).runner

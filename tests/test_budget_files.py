@@ -13,13 +13,17 @@ from gguf_writer import finish_gguf
 from test_resolve import tiny_hf_repo
 
 from localinfer.backend_budget import compute_budget
-from localinfer.budget import BudgetRequest
+from localinfer.budget import BudgetRequest, kv_cache_bytes
+from localinfer.budget.file_headers import read_gguf_header
 from localinfer.cli import main
 from localinfer.errors import ModelFileError
 from localinfer.facts.arch import ArchSpec
+from localinfer.facts.kv_dtype import KV_DTYPES
 from localinfer.facts.quant import bytes_for_params
 from localinfer.loading.embedded import embedded_model_path
 from tests.saved_configs import CONFIGS, arch_of
+
+F16 = KV_DTYPES["f16"]
 
 # --- exact weights from file headers -----------------------------------------------------------
 
@@ -75,15 +79,26 @@ def test_gguf_header_of_a_sliding_window_model(tmp_path: Path) -> None:
     assert r.arch == "gemma3" and r.model_max_ctx == 1024
     # llama.cpp's Gemma 3 pattern: layers 5 and 11 global, the other 10 keep a 32-token window.
     per_layer_token = 2 * 1 * 16 * 2
-    assert r.kv_cache_bytes == 2 * 1024 * per_layer_token + 10 * 32 * per_layer_token
+    arch = _header_arch(path)
+    assert [i for i in range(12) if not arch.is_sliding(i)] == [5, 11]
+    assert kv_cache_bytes(arch, 1024, 1, F16) == (2 * 1024 + 10 * 32) * per_layer_token
+    # The llama.cpp runner keeps every cell on the sliding layers too (swa_full), and the
+    # budget costs what it holds.
+    assert r.kv_cache_bytes == 12 * 1024 * per_layer_token
 
 
 def test_gguf_per_layer_sliding_flags(tmp_path: Path) -> None:
     path = tmp_path / "tiny-alternating.gguf"
     write_tiny_gemma3_gguf(path, pattern=[i % 2 == 0 for i in range(12)])
-    r = compute_budget(BudgetRequest(str(path), ctx=1024, device="1GiB"))
     per_layer_token = 2 * 1 * 16 * 2
-    assert r.kv_cache_bytes == 6 * 1024 * per_layer_token + 6 * 32 * per_layer_token
+    arch = _header_arch(path)
+    assert kv_cache_bytes(arch, 1024, 1, F16) == (6 * 1024 + 6 * 32) * per_layer_token
+
+
+def _header_arch(path: Path) -> ArchSpec:
+    arch = read_gguf_header(path).arch
+    assert arch is not None
+    return arch
 
 
 def test_truncated_gguf_is_one_line_error(

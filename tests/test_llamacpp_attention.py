@@ -160,18 +160,18 @@ def test_budget_counts_scores_exactly_when_the_runner_goes_without(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """On this CPU the budget asks the runner's question: without flash attention it adds the
-    chunk's scores (512 x 9 heads x 4096 x 4 bytes), which replace the one logits row a CPU
-    holds in the shared buffer, and their f16 copy (x 2 bytes); another machine gets llama.cpp's
-    default."""
+    chunk's scores (512 x 9 heads x 4096 x 4 bytes) beside the layer, their f16 copy (x 2
+    bytes), and holds the attention mask (4096 cells x 512 tokens) in f32 rather than f16;
+    another machine gets llama.cpp's default."""
     path = str(embedded_model_path())
     budgets = {}
     for asked in ("on", "off"):
         monkeypatch.setenv(plan.ENV, asked)
         request = BudgetRequest(path, ctx=4096, backend="llamacpp", device="cpu")
         budgets[asked] = compute_budget(request)
-    logits_row = 49152 * 4
+    mask = 4096 * 512 * (4 - 2)
     extra = budgets["off"].compute_bytes - budgets["on"].compute_bytes
-    assert extra == 512 * 9 * 4096 * (4 + 2) - logits_row == scores_bytes(9, 4096) - logits_row
+    assert extra == 512 * 9 * 4096 * (4 + 2) + mask == scores_bytes(9, 4096) + mask
     assert PROFILE.fused_attention("cpu", 9, 4096, 512) is False  # still "off"
     assert PROFILE.fused_attention("planned", 9, 4096, 512) is True
 

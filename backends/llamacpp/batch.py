@@ -78,6 +78,24 @@ class FlatBatch:
         return len(self.tokens)
 
 
+def decode_spans(want: np.ndarray, n_batch: int, max_outputs: int) -> list[tuple[int, int]]:
+    """The ``[start, end)`` runs of a flat batch, in order, one ``llama_decode`` each: at most
+    ``n_batch`` rows, of which at most ``max_outputs`` are flagged in ``want`` (llama.cpp aborts
+    on a call with more outputs than its context reserved, context_shape.py)."""
+    outputs = np.cumsum(want, dtype=np.int64)  # [total], outputs flagged in rows 0..i
+    spans: list[tuple[int, int]] = []
+    start = 0
+    while start < len(want):
+        before = int(outputs[start - 1]) if start else 0
+        # The first row past which more than max_outputs would be flagged (> start: one row
+        # flags at most one output).
+        limit = int(np.searchsorted(outputs, before + max_outputs, side="right"))
+        end = min(start + n_batch, len(want), limit)
+        spans.append((start, end))
+        start = end
+    return spans
+
+
 def flatten_batch(batch: Sequence[SlotWork]) -> FlatBatch:
     total = sum(len(w.tokens) for w in batch)
     tokens = np.empty(total, dtype=np.int32)

@@ -9,14 +9,56 @@ from typing import TYPE_CHECKING
 
 from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
 from localinfer.backends.llamacpp.attention_plan import PREFILL_UBATCH, flash_attention
+from localinfer.backends.llamacpp.compute_model import RESERVED_ROWS_ON, compute_buffer_bytes
+from localinfer.backends.llamacpp.context_shape import cells_per_sequence, sliding_cells
 from localinfer.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
+    from localinfer.facts.arch import ArchSpec
+    from localinfer.facts.kv_dtype import KVDtype
     from localinfer.facts.quantize_events import QuantizeProgress, QuantizeResult
+
+# Host bytes per vocabulary token of the tokenizer tables a llama.cpp session holds: the
+# loader's (the GGUF's token list read into Python, the tokenizers library's vocabulary and
+# merges) and llama.cpp's own (token texts, maps, caches). From the embedded model's 49,152
+# tokens to Gemma 3's 262,144 (its file and random models with that vocabulary) RSS grows by
+# ~520-580 bytes a token in the loader and ~120 in llama.cpp, plus what the heap keeps of the
+# loader's peak while it builds the tokenizer: scripts/budget-accuracy fits 720.
+VOCAB_TABLE_BYTES = 720
 
 
 @dataclass(frozen=True, slots=True)
 class LlamaCppProfile(BackendProfile):
+    def kv_cells(self, ctx: int, sequences: int, window: int | None) -> int:
+        """llama.cpp's cells per sequence, padded to 256, on sliding layers too (swa_full:
+        context_shape.py)."""
+        if window is None:
+            return cells_per_sequence(ctx, sequences)
+        return sliding_cells(ctx, sequences, window, PREFILL_UBATCH)
+
+    def compute_bytes(
+        self,
+        arch: ArchSpec,
+        ctx: int,
+        sequences: int,
+        chunk: int,
+        device_kind: str,
+        cache: KVDtype | None,
+    ) -> int:
+        """llama.cpp's graph at the runner's n_ubatch (compute_model.py), whatever the engine's
+        chunk; a quantized cache turns flash attention on (cache_types.py)."""
+        quantized_cache = cache is not None and cache.block > 1
+        fused = quantized_cache or self.fused_attention(device_kind, arch.n_heads, ctx, chunk)
+        return compute_buffer_bytes(arch, ctx, sequences, PREFILL_UBATCH, device_kind, fused)
+
+    def runtime(self, device_kind: str, vocab_size: int, kept_blocks: bool = False) -> int:
+        """The constant plus the tokenizer tables (VOCAB_TABLE_BYTES a token) in host memory;
+        on a GPU the device's runtime alone."""
+        base = self.memory.runtime_for(device_kind, kept_blocks)
+        if device_kind in ("cuda", "metal"):
+            return base
+        return base + VOCAB_TABLE_BYTES * vocab_size
+
     def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
         """On this machine's CPU, what the runner will choose (attention_plan.py, measured),
         which depends on its n_ubatch, not on the engine's chunk; elsewhere llama.cpp's own
@@ -61,20 +103,20 @@ PROFILE = LlamaCppProfile(
     install_hint="pip install 'localinfer[llamacpp]'",
     formats=("gguf",),
     memory=MemoryModel(
-        # scripts/budget-accuracy --cell llamacpp 1024 2: RSS growth minus predicted weights + KV
-        # + compute = 54.5-55.5 MiB (`import llama_cpp` 35.5 MiB, plus the loader's tokenizer).
-        runtime_bytes=55 * 2**20,
+        # scripts/budget-accuracy (embedded model): RSS growth minus predicted weights, KV,
+        # compute and the tokenizer tables (VOCAB_TABLE_BYTES a token, counted apart) = ~23 MiB:
+        # `import llama_cpp` and the session's modules, llama.cpp's loader, its threads' stacks.
+        runtime_bytes=23 * 2**20,
         accelerator_runtime_bytes=256 * 2**20,  # UNMEASURED placeholder (CUDA/Metal builds)
         # On a GPU flash_attn = auto enables it; on the CPU it is measured per machine
-        # (attention_plan.py, LlamaCppProfile.fused_attention). With it the compute buffer is
-        # 98.25 MiB at any n_ctx; without, the scores share that buffer with the logits.
+        # (attention_plan.py, LlamaCppProfile.fused_attention). Without it the scores share the
+        # compute buffer with the logits.
         fused_attention=True,
         # The compute buffer is reserved for n_ubatch (the runner's n_batch, 512) tokens.
         prefill_chunk=512,
         how_measured="CPU: measured RSS growth of load + forward minus weights, KV, compute",
-        # The graph reserves n_ubatch logits rows: resident on a GPU; on the CPU the pages stay
-        # untouched while the engine asks one row per sequence.
-        chunk_logits_on=("cuda", "metal", "planned"),
+        # Where the graph's reserved logits rows are held: LlamaCppProfile.compute_bytes.
+        chunk_logits_on=RESERVED_ROWS_ON,
     ),
     # scripts/bench-speculative, embedded Q4_1, 2 threads: a (k+1)-token forward costs
     # 1 + 0.45 + 0.48 k one-token steps (a matrix-vector kernel for one token, compute-bound

@@ -7,8 +7,9 @@ of 256), so ``n_ctx = slots x max_ctx`` gives every slot at least ``max_ctx`` ce
 one long slot can never starve the others. ``llama_n_ctx_seq`` is checked after creation.
 
 A ragged batch becomes one ``llama_batch`` (split into several ``llama_decode`` calls only when it
-exceeds ``n_batch`` tokens) with a logits flag on exactly the positions the engine asked for; the
-logits are copied out of llama.cpp's buffer as float32 numpy before the next decode overwrites them.
+exceeds ``n_batch`` tokens or the logits rows the context reserves, context_shape.py) with a logits
+flag on exactly the positions the engine asked for; the logits are copied out of llama.cpp's buffer
+as float32 numpy before the next decode overwrites them.
 Weights load without llama.cpp's AMX buffers where ggml has them (:func:`native.weight_buffers`:
 its AMX matmul segfaults in builds made by GCC 12).
 """
@@ -16,9 +17,7 @@ its AMX matmul segfaults in builds made by GCC 12).
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -35,13 +34,15 @@ from localinfer.backends.base import (
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.attention_plan import PREFILL_UBATCH as DEFAULT_N_BATCH
 from localinfer.backends.llamacpp.attention_plan import check_runs_here, flash_attention
-from localinfer.backends.llamacpp.batch import BatchBuffer, flatten_batch
+from localinfer.backends.llamacpp.batch import BatchBuffer, decode_spans, flatten_batch
+from localinfer.backends.llamacpp.buffers import LlamaCppBuffers, parse_buffers
 from localinfer.backends.llamacpp.cache_types import (
     cache_bytes,
     cache_type,
     ggml_type_id,
     is_quantized,
 )
+from localinfer.backends.llamacpp.context_shape import FULL_SLIDING_CACHE, output_rows
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.backends.llamacpp.kv_cache import LlamaCppKVCache, LlamaHandles, repeated_cells
@@ -57,29 +58,6 @@ from localinfer.errors import (
     UnsupportedModelError,
 )
 from localinfer.loading.model import LoadedModel
-
-_BUFFER_RE = re.compile(r"(\S+)\s+(KV|output|compute) buffer size =\s+([\d.]+) MiB")
-
-
-@dataclass(slots=True, frozen=True)
-class LlamaCppBuffers:
-    """Buffer sizes llama.cpp reported (its own log) while building the context, in bytes."""
-
-    kv: int
-    output: int
-    compute: int
-
-
-def _parse_buffers(log_text: str) -> LlamaCppBuffers:
-    sizes: dict[str, dict[str, int]] = {"KV": {}, "output": {}, "compute": {}}
-    for device, kind, mib in _BUFFER_RE.findall(log_text):
-        # A later line for the same device replaces an earlier one (llama.cpp re-reserves).
-        sizes[kind][device] = round(float(mib) * 1024 * 1024)
-    return LlamaCppBuffers(
-        kv=sum(sizes["KV"].values()),
-        output=sum(sizes["output"].values()),
-        compute=sum(sizes["compute"].values()),
-    )
 
 
 class LlamaCppRunner:
@@ -172,8 +150,12 @@ class LlamaCppRunner:
         params.n_threads_batch = self._threads
         params.no_perf = True
         params.type_k = params.type_v = ggml_type_id(self.kv_type)
-        if hasattr(params, "n_outputs_max"):  # newer llama.cpp: logits rows per ubatch
-            params.n_outputs_max = 0  # 0 = n_batch: verification may ask for every row
+        params.swa_full = FULL_SLIDING_CACHE  # sliding layers keep every cell: context_shape.py
+        self._max_rows = self._n_batch
+        if hasattr(params, "n_outputs_max"):  # newer llama.cpp: logits rows per decode call
+            # Reserved in the graph and the output buffer at vocab x 4 bytes a row; forward()
+            # splits a call that asks for more (context_shape.py).
+            self._max_rows = params.n_outputs_max = output_rows(config.slots, self._n_batch)
         flash = self.flash_attention
         if flash is not None:
             on, off = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
@@ -193,7 +175,7 @@ class LlamaCppRunner:
                 raise OutOfMemoryBudgetError(message + "; lower --ctx or --slots")
             raise BackendUnavailableError(message)
         self._ctx = ctx
-        self._buffers = _parse_buffers(capture.text())
+        self._buffers = parse_buffers(capture.text())
         per_seq = int(llama.llama_n_ctx_seq(ctx))
         if per_seq < config.max_ctx or int(llama.llama_n_seq_max(ctx)) < config.slots:
             self.close()
@@ -214,8 +196,7 @@ class LlamaCppRunner:
         flat = flatten_batch(batch)
         tokens, pos, seq, want = flat.tokens, flat.pos, flat.seq, flat.want
         pieces: list[list[np.ndarray]] = [[] for _ in batch]
-        for start in range(0, flat.total, self._n_batch):
-            end = min(start + self._n_batch, flat.total)
+        for start, end in decode_spans(want, self._n_batch, self._max_rows):
             self._decode(tokens[start:end], pos[start:end], seq[start:end], want[start:end])
             # All output rows of this call in one copy; each item gets a view of its rows
             # (an item's outputs are consecutive, and items come in batch order).
@@ -243,7 +224,7 @@ class LlamaCppRunner:
                 self._llama, self._model_ptr, self._config.max_ctx, self._threads,
                 self._embedding_flash, self.kv_type,
             )  # fmt: skip
-            self._embedding_buffers = _parse_buffers(self._embedding.log_text)
+            self._embedding_buffers = parse_buffers(self._embedding.log_text)
         return LlamaCppEmbeddingPass(
             self._embedding, inputs, pooling, max_ctx=self._config.max_ctx, vocab=self._vocab
         )

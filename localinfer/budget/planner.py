@@ -18,18 +18,27 @@ ACTIVATION_BYTES = 4  # activations and logits are float32 on every backend
 # Compute dtypes a runner may hold dequantized weights in -> the budget's quant name.
 
 
-def kv_cache_bytes(arch: ArchSpec, ctx: int, sequences: int, dtype: KVDtype) -> int:
+def kv_cache_bytes(
+    arch: ArchSpec,
+    ctx: int,
+    sequences: int,
+    dtype: KVDtype,
+    profile: BackendProfile | None = None,
+) -> int:
     """Σ over layers of K and V rows x cells, times sequences.
 
-    cells = ctx on full-attention layers and min(ctx, window) on sliding-window layers. MLA keeps
-    one latent row (kv_lora_rank + qk_rope_head_dim) per token per layer: no K/V pair, no x2.
+    cells = ctx on full-attention layers and min(ctx, window) on sliding-window layers, or the
+    backend's own rule (``profile.kv_cells``: llama.cpp pads each sequence's cells to 256 and
+    keeps every cell on its sliding layers too). MLA keeps one latent row (kv_lora_rank +
+    qk_rope_head_dim) per token per layer: no K/V pair, no x2.
     """
     per_sequence = 0
     for layer in range(arch.n_layers):
-        cells = ctx
-        if arch.is_sliding(layer):
-            assert arch.sliding_window is not None
-            cells = min(ctx, arch.sliding_window)
+        window = arch.sliding_window if arch.is_sliding(layer) else None
+        if profile is not None:
+            cells = profile.kv_cells(ctx, sequences, window)
+        else:
+            cells = ctx if window is None else min(ctx, window)
         if arch.is_mla:
             assert arch.kv_lora_rank is not None and arch.qk_rope_head_dim is not None
             per_sequence += dtype.row_bytes(arch.kv_lora_rank + arch.qk_rope_head_dim) * cells
@@ -47,19 +56,20 @@ def compute_buffer_bytes(
     device_kind: str = "planned",
     cache: KVDtype | None = None,
 ) -> int:
-    """Float32 working memory of one prefill step of `chunk` tokens.
+    """Float32 working memory of one prefill step of `chunk` tokens: the backend's own model
+    where it has one (``profile.compute_bytes``: llama.cpp's graph), else this estimate.
 
     Layers run one after another and reuse their buffers, so one layer's activations count:
     residual + normed input (2 x hidden), q, k, v, and the MLP's gate and up outputs. Logits are
     chunk x vocab (docs/design.md) where the backend holds a buffer that size on this device kind
-    (`profile.memory.chunk_logits_on`: llama.cpp's reserved graph on a GPU or an unknown machine);
-    elsewhere only the rows the engine asks for are ever resident, one per sequence. A backend
-    without fused attention also holds the chunk's scores against the whole context
-    (chunk x heads x ctx); a block-quantized ``cache`` (Q8_0/Q4_0) is only read by fused
-    attention, which llama.cpp's runner then turns on (cache_types.py). Checked against
-    llama.cpp's own report for the embedded model (n_ubatch 512): 98.25 MiB reserved at every
-    n_ctx, 106 MiB estimated here with chunk logits.
+    (`profile.memory.chunk_logits_on`); elsewhere only the rows the engine asks for are ever
+    resident, one per sequence. A backend without fused attention also holds the chunk's scores
+    against the whole context (chunk x heads x ctx); a block-quantized ``cache`` (Q8_0/Q4_0) is
+    only read by fused attention.
     """
+    own = profile.compute_bytes(arch, ctx, sequences, chunk, device_kind, cache)
+    if own is not None:
+        return own
     tokens = min(chunk, ctx * sequences)
     q = arch.n_heads * arch.head_dim
     kv = arch.n_kv_heads * arch.head_dim
@@ -73,11 +83,9 @@ def compute_buffer_bytes(
     quantized_cache = cache is not None and cache.block > 1
     fused = quantized_cache or profile.fused_attention(device_kind, arch.n_heads, ctx, chunk)
     elements = 0 if fused else tokens * arch.n_heads * ctx
-    # Scores live inside a layer, logits after the last one: graph allocators (llama.cpp's)
-    # reuse one buffer for both, so the larger of the two counts. Multiplying the probabilities
-    # by the f16 V cache, llama.cpp's CPU backend first converts them to f16 in its work buffer,
-    # outside the graph's (measured: RSS grows 236 MiB for a last 512-token chunk at 8,192
-    # cells of the embedded model: 151 MiB of scores + 75 of the f16 copy + activations).
+    # Scores live inside a layer, logits after the last one: a graph allocator reuses one
+    # buffer for both, so the larger of the two counts; a backend may convert the
+    # probabilities once more (`score_copy_bytes` per element) before multiplying by V.
     copy = elements * profile.memory.score_copy_bytes
     return activations + max(logits, elements * ACTIVATION_BYTES) + copy
 
@@ -225,12 +233,12 @@ class Planner:
         return Breakdown(
             weights=weights,
             weights_source=source,
-            kv=kv_cache_bytes(arch, ctx, sequences, kv),
+            kv=kv_cache_bytes(arch, ctx, sequences, kv, self.profile),
             compute=promoted
             + compute_buffer_bytes(
                 arch, ctx, sequences, self.chunk, self.profile, self.device_kind, kv
             ),
-            runtime=self.profile.memory.runtime_for(self.device_kind, kept_blocks),
+            runtime=self.profile.runtime(self.device_kind, arch.vocab_size, kept_blocks),
         )
 
     def fits(self, budget: int, quant: str, ctx: int, sequences: int, kv: KVDtype) -> bool:

@@ -30,7 +30,7 @@ def breakdown_table(report: BudgetReport) -> Table:
         ("weights", report.weights_bytes, _weights_how(report)),
         ("KV cache", report.kv_cache_bytes, kv_how),
         ("compute buffers", report.compute_bytes, f"prefill chunk {report.prefill_chunk} + logits"),
-        ("runtime", report.runtime_bytes, f"{report.backend} constant"),
+        ("runtime", report.runtime_bytes, f"{report.backend} library and tokenizer tables"),
     ]
     if report.kv_ram_bytes:
         rows.append(("KV RAM tier", report.kv_ram_bytes, _kv_ram_how(report)))
