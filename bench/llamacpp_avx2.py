@@ -18,19 +18,25 @@ which tests point at throwaway folders): once per machine and version, then noth
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import os
 import shutil
-import subprocess
 import sys
-import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from importlib import metadata
 from pathlib import Path
 
-PACKAGE = "llama-cpp-python"
+from bench.llamacpp_source import (
+    PACKAGE,
+    BuildFailed,
+    cmake_build,
+    dev_cache,
+    fetch_source,
+    installed_version,
+    locked,
+)
+
 CMAKE_ARGS = (
     "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
     "-DGGML_AVX512=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF"
@@ -39,27 +45,13 @@ BUILD_ENV = "LOCALINFER_LLAMACPP_AVX2_DIR"  # overrides where the build lives
 MARKER = "localinfer-avx2-build.txt"  # written last: a directory without it is an unfinished build
 
 
-class BuildFailed(RuntimeError):
-    """pip could not fetch or compile llama-cpp-python with the AVX2 flags."""
-
-
-def installed_version() -> str | None:
-    try:
-        return metadata.version(PACKAGE)
-    except metadata.PackageNotFoundError:
-        return None
-
-
 def build_dir(version: str) -> Path:
     """Where the AVX2 build of ``version`` lives (its site directory, for PYTHONPATH)."""
     override = os.environ.get(BUILD_ENV)
     if override:
         return Path(override).expanduser()
-    import platformdirs
-
     key = hashlib.sha256(f"{version} {CMAKE_ARGS}".encode()).hexdigest()[:10]
-    base = Path(platformdirs.user_cache_dir("localinfer-dev", appauthor=False))
-    return base / f"llamacpp-avx2-{version}-{key}"
+    return dev_cache() / f"llamacpp-avx2-{version}-{key}"
 
 
 def marker_text(version: str) -> str:
@@ -87,7 +79,7 @@ def ensure_built(log: Callable[[str], None] = print) -> Path:
     if is_built(site, version):
         return site
     site.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(site.parent / f"{site.name}.lock"):
+    with locked(site.parent / f"{site.name}.lock"):
         if is_built(site, version):  # built by the process that held the lock
             return site
         log(f"building {PACKAGE} {version}'s CPU backend for AVX2 into {site} (once, ~1 min)")
@@ -114,24 +106,10 @@ def installed_package() -> Path:
 
 def build_cpu_backend(version: str, work: Path) -> Path:
     """Compile the ``ggml-cpu`` target of ``version``'s sources with CMAKE_ARGS; its library."""
-    cmake = shutil.which("cmake")
-    if cmake is None:
-        raise BuildFailed("cmake is not installed (it builds llama.cpp's CPU backend)")
-    _pip(["download", "--no-deps", "--no-binary", ":all:", "-d", str(work),
-          f"{PACKAGE}=={version}"])  # fmt: skip
-    archives = sorted(work.glob("*.tar.gz"))
-    if not archives:
-        raise BuildFailed("pip download finished without a source archive")
-    with tarfile.open(archives[0]) as archive:
-        archive.extractall(work / "src", filter="data")
-    source = next((work / "src").iterdir())
+    source = fetch_source(version, work)
     build = work / "build"
-    generator = ["-G", "Ninja"] if shutil.which("ninja") else []
-    options = ["-DCMAKE_BUILD_TYPE=Release", "-DLLAVA_BUILD=OFF", *CMAKE_ARGS.split()]
-    configure = [cmake, "-S", str(source), "-B", str(build), *generator, *options]
-    _run(configure, "cmake configure")
-    jobs = str(os.cpu_count() or 2)
-    _run([cmake, "--build", str(build), "--target", "ggml-cpu", "-j", jobs], "cmake build")
+    options = ["-DLLAVA_BUILD=OFF", *CMAKE_ARGS.split()]
+    cmake_build(source, build, options, "ggml-cpu", os.cpu_count() or 2)
     libraries = sorted(build.rglob("libggml-cpu.so.*.*.*"))
     if not libraries:
         raise BuildFailed("the build made no libggml-cpu.so")
@@ -147,36 +125,6 @@ def _replace_cpu_backend(lib: Path, built: Path) -> None:
     for name in names:
         name.unlink()
         shutil.copy2(built, name)
-
-
-def _run(command: list[str], what: str) -> None:
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-        raise BuildFailed(f"{what} failed (exit {done.returncode}):\n{tail}")
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    import fcntl  # POSIX: the AVX2 build is for x86-64 Linux machines
-
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _pip(args: list[str], env: dict[str, str] | None = None) -> None:
-    run_env = {**os.environ, **(env or {})}
-    # Few retries, short timeouts: an offline machine learns it in seconds, not minutes.
-    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "--retries", "1"]
-    done = subprocess.run([*pip, "--timeout", "30", *args],
-                          env=run_env, capture_output=True, text=True, check=False)  # fmt: skip
-    if done.returncode != 0:
-        tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-15:])
-        raise BuildFailed(f"pip {args[0]} failed (exit {done.returncode}):\n{tail}")
 
 
 def pythonpath_with(site: Path, current: str | None) -> str:

@@ -57,11 +57,14 @@ def parse_args() -> argparse.Namespace:
 
 
 async def bench_both(
-    args: argparse.Namespace, servers: list[Server], levels: list[int]
+    args: argparse.Namespace, servers: list[Server], levels: list[int], completions: bool = False
 ) -> list[BenchReport]:
+    """Every level against each server in turn (warm-up first); ``completions``: the prompts as
+    raw text to /v1/completions instead of chat."""
     sizes = tuple(s for s in args.sizes.split(",") if s)
     prompts = load_prompts(sizes=sizes)
-    targets = [HttpTarget(s.url, extra_body=s.extra_body, concurrency=max(levels)) for s in servers]
+    targets = [HttpTarget(s.url, extra_body=s.extra_body, concurrency=max(levels),
+                          completions=completions) for s in servers]  # fmt: skip
     try:
         for t in targets:
             await t.resolve_model()
@@ -71,7 +74,7 @@ async def bench_both(
             for server, target, out in zip(servers, targets, results, strict=True):
                 level = await run_level(target, prompts, c, max(args.requests, c), args.max_tokens)
                 out.append(level)
-                print(f"  {server.name:>17} {c:>2} clients: {level.output_tps:7.1f} tok/s, "
+                print(f"  {server.name:>21} {c:>2} clients: {level.output_tps:7.1f} tok/s, "
                       f"{level.errors} errors", file=sys.stderr, flush=True)  # fmt: skip
     finally:
         for t in targets:

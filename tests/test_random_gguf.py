@@ -1,6 +1,7 @@
-"""bench/random_gguf.py writes real-shape random Q4_K_M GGUFs (scripts/gpu-check's 8B models):
-scaled down here, they load and decode on llama.cpp, carry Q4_K_M's block types where llama.cpp's
-recipe puts them, and the budget reads them like any download."""
+"""bench/random_gguf.py writes real-shape random Q4_K_M GGUFs (scripts/gpu-check's 8B models
+directly; the 1B-class shapes as F16 quantized by `localinfer quantize`): scaled down here, they
+load and decode on llama.cpp, carry Q4_K_M's block types where llama.cpp's recipe puts them, and
+the budget reads them like any download."""
 
 from __future__ import annotations
 
@@ -8,7 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from bench.random_gguf import Q4_K, Q6_K, SHAPES, more_bits, tensor_types, write_random_gguf
+from bench.random_gguf import (
+    Q4_K,
+    Q6_K,
+    SHAPES,
+    SMALL_SHAPES,
+    cached_q4_k_m,
+    more_bits,
+    tensor_types,
+    write_random_gguf,
+)
 from localinfer.budget.file_headers import read_gguf_header
 
 
@@ -49,11 +59,16 @@ def test_a_scaled_file_is_q4_k_m_to_the_budget(scaled_file) -> None:
 
 
 def test_a_scaled_file_decodes_on_llamacpp(scaled_file) -> None:
+    _, path = scaled_file
+    decode_eight(path)
+
+
+def decode_eight(path: Path) -> None:
+    """Eight tokens of ``path`` on localinfer's llama.cpp runner."""
     pytest.importorskip("llama_cpp")
     from localinfer.engine.types import Request, SamplingParams
     from localinfer.session import open_session
 
-    name, path = scaled_file
     session = open_session(str(path), backend="llamacpp", slots=1, ctx=256)
     try:
         ids = session.raw_prompt_ids("hello there")
@@ -62,3 +77,61 @@ def test_a_scaled_file_decodes_on_llamacpp(scaled_file) -> None:
         assert len(result.token_ids) == 8 and result.metrics.decode_tps > 0
     finally:
         session.close()
+
+
+# -- the small shapes: F16 random weights quantized by `localinfer quantize` ---------------------
+
+
+def stored_params(shape) -> int:  # noqa: ANN001
+    return sum(rows * cols for _, (rows, cols), _ in tensor_types(shape))
+
+
+def test_the_small_shapes_have_the_published_sizes() -> None:
+    for name, billions in (("llama3.2-1b", 1.236), ("qwen3-1.7b", 1.72), ("gemma3-1b", 1.0)):
+        assert stored_params(SMALL_SHAPES[name]) / 1e9 == pytest.approx(billions, rel=0.02), name
+
+
+def test_tied_shapes_have_no_lm_head_and_gemma3_its_extra_norms() -> None:
+    for shape in SMALL_SHAPES.values():
+        names = {name for name, _, _ in tensor_types(shape)}
+        assert shape.tied and "output.weight" not in names and "token_embd.weight" in names
+    gemma = {name for name, _, _ in tensor_types(SMALL_SHAPES["gemma3-1b"])}
+    for part in ("post_attention_norm", "post_ffw_norm", "attn_q_norm", "attn_k_norm"):
+        assert f"blk.25.{part}.weight" in gemma, part
+
+
+@pytest.fixture(scope="module", params=sorted(SMALL_SHAPES))
+def quantized_file(request, tmp_path_factory) -> tuple[str, Path]:
+    """A scaled small shape through cached_q4_k_m: written as F16, quantized, kept."""
+    pytest.importorskip("llama_cpp")
+    shape = SMALL_SHAPES[request.param].scaled(layers=2, hidden=256, ffn=512, vocab=32000)
+    return request.param, cached_q4_k_m(shape, folder=tmp_path_factory.mktemp("quantized"))
+
+
+def test_a_quantized_small_shape_is_q4_k_m_to_the_budget(quantized_file) -> None:
+    name, path = quantized_file
+    header = read_gguf_header(path)
+    assert header.quant == "Q4_K_M", name
+    types = {t.name: t.type_name for t in header.tensors}
+    assert "output.weight" not in types  # tied
+    assert types["token_embd.weight"] == Q6_K.name  # llama.cpp's recipe: the head's type
+    assert types["blk.0.ffn_gate.weight"] == Q4_K.name
+    assert not list(path.parent.glob("*F16*"))  # the F16 source is gone
+    if name == "gemma3-1b":
+        from localinfer.loading.gguf_file import GGUFFile
+
+        assert GGUFFile(path).get("gemma3.attention.sliding_window") == 512
+
+
+def test_the_quantized_file_is_cached(quantized_file, monkeypatch) -> None:
+    import bench.random_gguf as random_gguf
+
+    name, path = quantized_file
+    monkeypatch.setattr(random_gguf, "write_f16_gguf", pytest.fail)  # found: nothing written
+    shape = SMALL_SHAPES[name].scaled(layers=2, hidden=256, ffn=512, vocab=32000)
+    assert cached_q4_k_m(shape, folder=path.parent) == path
+
+
+def test_a_quantized_small_shape_decodes_on_llamacpp(quantized_file) -> None:
+    _, path = quantized_file
+    decode_eight(path)

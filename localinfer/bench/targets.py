@@ -43,7 +43,9 @@ def api_base(url: str) -> str:
 
 
 class HttpTarget:
-    """Streaming chat completions against an OpenAI-compatible server."""
+    """Streaming chat completions against an OpenAI-compatible server; with ``completions``,
+    text completions (/v1/completions) of the prompt's message contents as raw text, so servers
+    that apply different chat templates (or a model that has none) get the same prompt."""
 
     def __init__(
         self,
@@ -54,12 +56,14 @@ class HttpTarget:
         extra_body: dict[str, Any] | None = None,
         concurrency: int = 8,
         timeout_s: float = 600.0,
+        completions: bool = False,
         transport: httpx.AsyncBaseTransport | None = None,  # tests: httpx.MockTransport
     ) -> None:
         self.base = api_base(url)
         self.name = self.base
         self.model = model or ""
         self.extra_body = dict(extra_body or {})
+        self.completions = completions
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         limits = httpx.Limits(
             max_connections=concurrency + 4, max_keepalive_connections=concurrency
@@ -90,9 +94,14 @@ class HttpTarget:
         return self.model
 
     async def run(self, prompt: BenchPrompt, max_tokens: int) -> RequestRecord:
+        if self.completions:
+            path = "/completions"
+            content: dict[str, Any] = {"prompt": raw_prompt(prompt)}
+        else:
+            path, content = "/chat/completions", {"messages": list(prompt.messages)}
         body = {
             "model": self.model,
-            "messages": list(prompt.messages),
+            **content,
             "max_tokens": max_tokens,
             "temperature": 0,
             "stream": True,
@@ -111,9 +120,7 @@ class HttpTarget:
                                  chunks, error=error)  # fmt: skip
 
         try:
-            async with self._client.stream(
-                "POST", self.base + "/chat/completions", json=body
-            ) as response:
+            async with self._client.stream("POST", self.base + path, json=body) as response:
                 if response.status_code != 200:
                     await response.aread()
                     return failed(f"HTTP {response.status_code}: {_error_text(response)}")
@@ -148,6 +155,11 @@ class HttpTarget:
 
     async def aclose(self) -> None:
         await self._client.aclose()
+
+
+def raw_prompt(prompt: BenchPrompt) -> str:
+    """The prompt's message contents as one text (a blank line between messages)."""
+    return "\n\n".join(m["content"] for m in prompt.messages)
 
 
 def _error_text(response: httpx.Response) -> str:
