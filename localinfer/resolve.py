@@ -91,8 +91,8 @@ def resolve_model(spec: str, quant: str | None = None, *, assemble: bool = True)
     if not spec:
         raise UnknownModelError(spec, load_catalog().close_names(spec))
 
-    path = Path(spec).expanduser()
-    if path.exists():
+    path = existing_path(spec)
+    if path is not None:
         return _resolve_path(path, quant)
 
     catalog = load_catalog()
@@ -118,11 +118,22 @@ def resolve_model(spec: str, quant: str | None = None, *, assemble: bool = True)
 def split_quant_tag(spec: str, quant: str | None) -> tuple[str, str | None]:
     """``ORG/REPO:Q4_K_M`` -> (``ORG/REPO``, ``Q4_K_M``); a path that exists keeps its colon."""
     base, colon, tag = spec.rpartition(":")
-    if not colon or not base or not tag or "/" in tag or Path(spec).expanduser().exists():
+    if not colon or not base or not tag or "/" in tag or existing_path(spec) is not None:
         return spec, quant
     if quant is not None and quant.strip().lower() != tag.lower():
         raise InvalidParameterError(f"{spec} names {tag} but --quant says {quant}; give one")
     return base, tag
+
+
+def existing_path(spec: str) -> Path | None:
+    """``spec`` as the path of something on disk (``~`` expanded), or None. A name is tried as a
+    path before anything else, so a name no path can be (``~`` and a user that does not exist,
+    a part longer than the file system allows, a NUL byte) must mean "not a path", not a crash."""
+    try:
+        path = Path(spec).expanduser()
+        return path if path.exists() else None
+    except (OSError, RuntimeError, ValueError):  # RuntimeError: expanduser's unknown user
+        return None
 
 
 def _known_quant(quant: str | None) -> str | None:

@@ -15,9 +15,9 @@ counted against that device's free memory read once, or against ``--device SIZE`
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from localinfer.backend_budget import compute_budget, device_backend
@@ -26,13 +26,21 @@ from localinfer.budget.memory import DeviceMemory, device_memory, human_bytes
 from localinfer.budget.model_facts import model_facts
 from localinfer.catalog import ALIASES, load_catalog
 from localinfer.errors import InvalidParameterError, LocalinferError
-from localinfer.resolve import ResolvedModel, list_cached_repos, resolve_model
+from localinfer.resolve import (
+    ResolvedModel,
+    existing_path,
+    list_cached_repos,
+    looks_like_repo_id,
+    resolve_model,
+)
 from localinfer.runner_setup import budgeted_kv_ram
 from localinfer.server.memory_plan import BudgetNeed
 from localinfer.server.pool_model import ModelSource
 
 if TYPE_CHECKING:
     from localinfer.server.served_session import ServedSession
+
+log = logging.getLogger(__name__)
 
 MODELS_FROM = ("catalog", "local", "none")
 
@@ -78,11 +86,16 @@ class ServeSupply:
         if name not in self._named:
             if allowed == "none":
                 return None
-            if allowed == "catalog" and _is_path(name):
-                return None  # paths only with --models-from local
+            # Paths only with --models-from local: a name that is neither a catalog name nor a
+            # repo id never reaches path code (an unknown ~user, a name too long for a file).
+            if allowed == "catalog" and (not _catalog_or_repo(name) or _is_path(name)):
+                return None
         try:
             resolved = resolve_model(name, self.settings.quant, assemble=False)
         except LocalinferError:
+            return None
+        except OSError as exc:  # a path the user allowed, unreadable: not a model served here
+            log.info("model %r not served: %s", name, exc)
             return None
         if not resolved.on_disk:
             return None  # not downloaded: never fetched on a request
@@ -175,4 +188,12 @@ def _source(resolved: ResolvedModel, name: str) -> ModelSource:
 
 
 def _is_path(name: str) -> bool:
-    return Path(name).expanduser().exists()
+    return existing_path(name) is not None
+
+
+def _catalog_or_repo(name: str) -> bool:
+    """Whether ``name`` (with or without its ``:QUANT``) reads as a catalog name or a Hugging Face
+    repo id; decided from the text alone."""
+    base = name.rpartition(":")[0] or name
+    catalog = load_catalog()
+    return any(catalog.get(n) is not None or looks_like_repo_id(n) for n in (name, base))

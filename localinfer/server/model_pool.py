@@ -27,6 +27,7 @@ from starlette.concurrency import run_in_threadpool
 from localinfer.errors import LocalinferError, OutOfMemoryBudgetError
 from localinfer.server.errors import RETRY_AFTER_S, APIError
 from localinfer.server.memory_plan import LoadPlan, plan_load
+from localinfer.server.model_ids import check_model_id
 from localinfer.server.pool_errors import load_failed, not_together, still_waiting
 from localinfer.server.pool_model import (
     AVAILABLE,
@@ -138,6 +139,8 @@ class ModelPool:
         known = self.find_known(name)
         if known is not None:
             return known
+        if name:
+            check_model_id(name)  # names first: only a plausible id reaches the supply's files
         source = self.supply.find(name) if name else None
         if source is None:
             raise self._not_found(name)
