@@ -22,6 +22,7 @@ from localinfer.engine.types import SamplingParams
 from localinfer.server.answer_render import AnswerRenderer
 from localinfer.server.chat_plan import ChatPlan
 from localinfer.server.generation import GenerationInput, generate
+from localinfer.server.openapi_doc import STREAMED, error_responses
 from localinfer.server.schemas import SamplingFields
 from localinfer.server.state import ServedSession, ServerState
 from localinfer.server.translate import sampling_params
@@ -38,6 +39,9 @@ Body = TypeVar("Body", bound=NamesModel)
 
 # (session, the model's name as clients see it, the body) -> what to generate and how to write it.
 Prepare = Callable[[ServedSession, str, Body], GenerationInput]
+
+# A bad body or id, a model not served, busy or loading, a model that never fits.
+ANSWER_ERRORS = (400, 404, 503, 507)
 
 
 def add_answer_route(
@@ -59,7 +63,8 @@ def add_answer_route(
 
     # FastAPI validates the body against, and documents, the type annotated here.
     handler.__annotations__["body"] = body_type
-    app.post(path, name=name)(handler)
+    responses = {200: STREAMED, **error_responses(path, *ANSWER_ERRORS)}
+    app.post(path, name=name, responses=responses)(handler)
 
 
 def engine_params(

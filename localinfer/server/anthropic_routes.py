@@ -12,12 +12,18 @@ from fastapi import FastAPI, Request
 from pydantic import BaseModel
 from starlette.concurrency import run_in_threadpool
 
-from localinfer.server.answer_route import add_answer_route, chat_input, engine_params
+from localinfer.server.answer_route import (
+    ANSWER_ERRORS,
+    add_answer_route,
+    chat_input,
+    engine_params,
+)
 from localinfer.server.anthropic_render import AnthropicRenderer
 from localinfer.server.anthropic_schemas import CountTokensRequest, MessagesRequest
 from localinfer.server.anthropic_translate import anthropic_fields, chat_request
 from localinfer.server.chat_plan import ChatPlan, plan_chat
 from localinfer.server.generation import GenerationInput
+from localinfer.server.openapi_doc import error_responses
 from localinfer.server.state import ServedSession, ServerState
 
 
@@ -30,7 +36,9 @@ def add_anthropic_routes(app: FastAPI, state: ServerState) -> None:
 
     add_answer_route(app, state, "/v1/messages", MessagesRequest, message, name="messages")
 
-    @app.post("/v1/messages/count_tokens")
+    count_path = "/v1/messages/count_tokens"
+
+    @app.post(count_path, responses=error_responses(count_path, *ANSWER_ERRORS))
     async def count_tokens(body: CountTokensRequest, request: Request) -> TokenCount:
         current = await state.session_for(request, body.model)
         plan = await run_in_threadpool(plan_prompt, current, body)

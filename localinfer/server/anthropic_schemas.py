@@ -11,10 +11,20 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    model_validator,
+)
+
+from localinfer.server.model_ids import ModelId
 
 # Anthropic's own bound: temperature runs from 0 to 1 (OpenAI's to 2).
-AnthropicTemperature = Annotated[float, Field(ge=0.0, le=1.0)]
+AnthropicTemperature = Annotated[StrictFloat, Field(ge=0.0, le=1.0)]
 
 
 class _Block(BaseModel):
@@ -86,11 +96,27 @@ class AnthropicTool(BaseModel):
 class AnthropicToolChoice(BaseModel):
     """``auto``: the model decides; ``any``: some tool; ``tool``: the tool ``name``; ``none``."""
 
-    model_config = ConfigDict(extra="ignore")
+    # _tool_needs_name, as the document states it.
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "if": {"properties": {"type": {"const": "tool"}}, "required": ["type"]},
+            "then": {
+                "properties": {"name": {"type": "string", "minLength": 1}},
+                "required": ["name"],
+            },
+        },
+    )
 
     type: Literal["auto", "any", "tool", "none"]
     name: str | None = None
     disable_parallel_tool_use: StrictBool = False
+
+    @model_validator(mode="after")
+    def _tool_needs_name(self) -> AnthropicToolChoice:
+        if self.type == "tool" and not self.name:
+            raise ValueError("type 'tool' needs the name of the tool to call")
+        return self
 
 
 class CountTokensRequest(BaseModel):
@@ -98,7 +124,7 @@ class CountTokensRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str | None = None
+    model: ModelId | None = None
     system: str | list[TextBlock] | None = None
     messages: list[AnthropicMessage] = Field(min_length=1)
     tools: list[AnthropicTool] | None = None
@@ -109,7 +135,7 @@ class MessagesRequest(CountTokensRequest):
     max_tokens: StrictInt = Field(ge=1)  # required, as in Anthropic's API
     stop_sequences: list[str] | None = Field(default=None, max_length=16)
     temperature: AnthropicTemperature | None = None  # None: Anthropic's default, 1.0
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
     top_k: StrictInt | None = Field(default=None, ge=0)
     stream: StrictBool = False
     metadata: dict[str, Any] | None = None  # accepted and ignored (a user id for abuse checks)

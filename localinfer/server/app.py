@@ -40,6 +40,7 @@ from localinfer.server.limits import BodyLimitMiddleware, RequestLimits
 from localinfer.server.model_pool import ModelPool
 from localinfer.server.model_routes import add_model_routes
 from localinfer.server.openai_routes import add_openai_routes
+from localinfer.server.openapi_doc import install_openapi
 from localinfer.server.ops_routes import add_ops_routes
 from localinfer.server.responses_routes import add_responses_routes
 from localinfer.server.state import (
@@ -98,6 +99,7 @@ def create_app(
     app.state.request_limits = limits  # uvicorn_config reads the connection half from here
     count_error = state.metrics.count_error
     install_error_handlers(app, on_error=count_error)
+    install_openapi(app, api_key=bool(api_key), host_guard=not policy.any_host)
     # Added innermost first. A request meets them as: Host/Origin, CORS (so refusals below
     # carry its headers), the API key (before any body is read), the body limits, and the
     # model leases (given back when the response is over).

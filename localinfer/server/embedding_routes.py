@@ -16,22 +16,36 @@ from __future__ import annotations
 
 import asyncio
 import base64
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, StrictInt
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from localinfer.engine import EmbeddingRequest
 from localinfer.errors import InvalidParameterError
 from localinfer.loading.embedding_spec import embedding_spec, shortened
+from localinfer.server.answer_route import ANSWER_ERRORS
 from localinfer.server.errors import APIError, from_localinfer_error
+from localinfer.server.model_ids import ModelId
+from localinfer.server.openapi_doc import error_responses
 from localinfer.server.state import ServedSession, ServerState
 
+PATH = "/v1/embeddings"
 # OpenAI's limit on inputs per request.
 MAX_INPUTS = 2048
+_TEXT = {"type": "string", "minLength": 1}
+_IDS = {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}
+INPUT_SCHEMA = {
+    "anyOf": [
+        _TEXT,
+        {"type": "array", "items": _TEXT, "minItems": 1, "maxItems": MAX_INPUTS},
+        _IDS,
+        {"type": "array", "items": _IDS, "minItems": 1, "maxItems": MAX_INPUTS},
+    ]
+}
 
 
 class EmbeddingsBody(BaseModel):
@@ -39,16 +53,22 @@ class EmbeddingsBody(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    input: str | list[str] | list[StrictInt] | list[list[StrictInt]]
-    model: str | None = None
+    # Validated by input_ids, whose 400s name the input at fault ("input[1]: empty"); the
+    # document states the same rules: every input has at least one token, at most MAX_INPUTS.
+    input: Annotated[
+        str | list[str] | list[StrictInt] | list[list[StrictInt]], WithJsonSchema(INPUT_SCHEMA)
+    ]
+    model: ModelId | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: StrictInt | None = None
+    dimensions: StrictInt | None = Field(default=None, ge=1)
 
 
 def add_embedding_routes(app: FastAPI, state: ServerState) -> None:
     """``POST /v1/embeddings`` on ``app``."""
 
-    @app.post("/v1/embeddings", response_model=None)
+    @app.post(
+        "/v1/embeddings", response_model=None, responses=error_responses(PATH, *ANSWER_ERRORS)
+    )
     async def embeddings(body: EmbeddingsBody, request: Request) -> JSONResponse:
         current = await state.session_for(request, body.model)
         spec = embedding_spec(current.model)

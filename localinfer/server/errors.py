@@ -27,6 +27,12 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from localinfer.errors import InvalidParameterError, LocalinferError, QueueFullError
+from localinfer.server.error_bodies import (
+    AnthropicErrorBody,
+    AnthropicErrorDetail,
+    OpenAIErrorBody,
+    OpenAIErrorDetail,
+)
 from localinfer.server.json_response import SafeJSONResponse
 
 log = logging.getLogger(__name__)
@@ -120,21 +126,14 @@ class RefusingMiddleware:
 def error_body(
     status: int, message: str, *, code: str | None = None, param: str | None = None
 ) -> dict[str, Any]:
-    return {
-        "error": {
-            "message": message,
-            "type": _TYPES.get(
-                status, "server_error" if status >= 500 else "invalid_request_error"
-            ),
-            "param": param,
-            "code": code,
-        }
-    }
+    kind = _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    detail = OpenAIErrorDetail(message=message, type=kind, param=param, code=code)
+    return OpenAIErrorBody(error=detail).model_dump()
 
 
 def anthropic_error_body(status: int, message: str) -> dict[str, Any]:
     kind = _ANTHROPIC_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
+    return AnthropicErrorBody(error=AnthropicErrorDetail(type=kind, message=message)).model_dump()
 
 
 def unknown_route(request: Request) -> str:
@@ -161,12 +160,12 @@ def from_localinfer_error(exc: LocalinferError, param: str | None = None) -> API
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> list[str]:
-    """pydantic's location without "body" and without union-member tags ("str",
-    "list[TextPart]", "function-after[...]")."""
+    """pydantic's location without where the value came from ("body", "path") and without
+    union-member tags ("str", "list[TextPart]", "function-after[...]")."""
     out = []
     for part in loc:
         text = str(part)
-        if text == "body" or text in _TAGS or "[" in text:
+        if text in ("body", "path", "query") or text in _TAGS or "[" in text:
             continue
         out.append(text)
     return out
@@ -189,8 +188,12 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
     param = None
     for err in errors:
         loc = _clean_loc(tuple(err.get("loc", ())))
-        param = param or (loc[0] if loc else None)
-        line = f"{'.'.join(loc) or 'body'}: {err.get('msg', 'invalid value')}"
+        # A validator's own message ("Value error, ...") reads without pydantic's prefix; one
+        # about the whole body names its field itself ("prompt: the prompt is empty").
+        message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
+        named = None if loc else FIELD_PREFIX.match(message)
+        param = param or (loc[0] if loc else named.group(1) if named else None)
+        line = message if named else f"{'.'.join(loc) or 'body'}: {message}"
         if line not in seen:
             seen.append(line)
     more = f" (and {len(seen) - 2} more)" if len(seen) > 2 else ""

@@ -28,7 +28,7 @@ class FimCompletionRequest(SamplingFields):
     prompt: str  # the text before the cursor
     suffix: str = ""  # the text after it; empty: complete at the end
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)  # Continue sends it
-    random_seed: StrictInt | None = Field(default=None, ge=0, lt=2**64)  # Mistral's seed
+    random_seed: StrictInt | None = Field(default=None, ge=0, le=2**64 - 1)  # Mistral's seed
 
     def as_completion(self) -> CompletionRequest:
         fields = self.model_dump(include=set(SamplingFields.model_fields))

@@ -19,11 +19,32 @@ from pydantic import (
     Discriminator,
     Field,
     StrictBool,
+    StrictFloat,
     StrictInt,
     Tag,
+    ValidationInfo,
+    WithJsonSchema,
+    field_validator,
 )
 
+from localinfer.server.model_ids import ModelId
 from localinfer.server.schemas import Temperature
+
+NO_STORAGE = "this server keeps no responses"
+# A flag this server takes only as false (true is refused by _refuse_state, with the reason).
+OffOnly = Annotated[StrictBool, WithJsonSchema({"type": "boolean", "const": False})]
+# The fields of features this server lacks, and what a client that sends them is told.
+REFUSED = {
+    "top_logprobs": "log probabilities are not supported on /v1/responses",
+    "store": f"true is not supported: {NO_STORAGE}; send store: false (an absent store is taken "
+    "as false here, although OpenAI's default is true)",
+    "previous_response_id": f"{NO_STORAGE}, so none can be continued; send the whole "
+    "conversation as input items",
+    "conversation": "this server keeps no conversations; send the whole conversation as input "
+    "items",
+    "background": "background responses are not supported; stream instead",
+    "prompt": "stored prompt templates are not supported; send instructions",
+}
 
 # The item types this server turns into a chat history; anything else is an OtherItem.
 HISTORY_ITEM_TYPES = ("message", "function_call", "function_call_output")
@@ -118,12 +139,12 @@ class ResponsesRequest(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str | None = None
+    model: ModelId | None = None
     input: str | list[InputItem]
     instructions: str | None = None
     max_output_tokens: StrictInt | None = Field(default=None, ge=1)
     temperature: Temperature | None = None
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
     stream: StrictBool = False
     # Function tools in the Responses' flat shape ({type, name, description, parameters,
     # strict}); built-in tools are refused by name in the translation.
@@ -131,10 +152,19 @@ class ResponsesRequest(BaseModel):
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: StrictBool = True
     text: TextConfig | None = None
-    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
-    # Stateful features, refused: this server keeps no responses.
-    store: StrictBool | None = None
-    previous_response_id: str | None = None
-    conversation: str | dict[str, Any] | None = None
-    background: StrictBool | None = None
-    prompt: dict[str, Any] | None = None  # a stored prompt template, by id
+    # Not supported: accepted only as 0 (what clients that do not want them send).
+    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=0)
+    # Stateful features: this server keeps no responses, so only their "off" values are taken
+    # (the document says so; _refuse_state says why to a client that sends another).
+    store: OffOnly | None = None
+    previous_response_id: None = None
+    conversation: None = None
+    background: OffOnly | None = None
+    prompt: None = None  # a stored prompt template, by id
+
+    @field_validator(*REFUSED, mode="before")
+    @classmethod
+    def _refuse_state(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is not None and value is not False and value != 0:
+            raise ValueError(REFUSED[info.field_name or ""])
+        return value

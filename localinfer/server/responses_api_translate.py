@@ -25,6 +25,7 @@ from localinfer.errors import LocalinferError
 from localinfer.server.chat_plan import ChatPlan, ChatSource, plan_chat
 from localinfer.server.errors import APIError, from_localinfer_error
 from localinfer.server.responses_api_schemas import (
+    NO_STORAGE,
     ContentPart,
     FunctionCallItem,
     FunctionCallOutputItem,
@@ -36,7 +37,6 @@ from localinfer.server.responses_api_schemas import (
 from localinfer.server.schemas import ChatCompletionRequest
 
 TEXT_PARTS = ("input_text", "output_text")
-NO_STORAGE = "this server keeps no responses"
 
 
 def bad(param: str, message: str) -> APIError:
@@ -111,7 +111,6 @@ class TranslatedRequest:
 
 def translate_request(body: ResponsesRequest) -> TranslatedRequest:
     """The chat request ``body`` amounts to; 400s name the Responses field at fault."""
-    refuse_stateful(body)
     messages, sources = chat_history(body)
     chat = ChatCompletionRequest(
         model=body.model,
@@ -134,32 +133,6 @@ def plan_responses(source: ChatSource, translated: TranslatedRequest) -> ChatPla
         return plan_chat(source, translated.chat)
     except (APIError, LocalinferError) as exc:
         raise translated.names.renamed(exc) from None
-
-
-def refuse_stateful(body: ResponsesRequest) -> None:
-    """What needs stored state (or a feature this server lacks) is a 400 naming its field."""
-    if body.store:
-        raise bad(
-            "store",
-            f"true is not supported: {NO_STORAGE}; send store: false (an absent store "
-            "is taken as false here, although OpenAI's default is true)",
-        )
-    if body.previous_response_id is not None:
-        raise bad(
-            "previous_response_id",
-            f"{NO_STORAGE}, so none can be continued; send the whole conversation as input items",
-        )
-    if body.conversation is not None:
-        raise bad(
-            "conversation",
-            "this server keeps no conversations; send the whole conversation as input items",
-        )
-    if body.background:
-        raise bad("background", "background responses are not supported; stream instead")
-    if body.prompt is not None:
-        raise bad("prompt", "stored prompt templates are not supported; send instructions")
-    if body.top_logprobs:
-        raise bad("top_logprobs", "log probabilities are not supported on /v1/responses")
 
 
 def chat_history(body: ResponsesRequest) -> tuple[list[dict[str, Any]], list[MessageSource]]:

@@ -10,11 +10,24 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+
+from localinfer.server.model_ids import ModelId
 
 # OpenAI's own bounds; the engine's SamplingParams checks its own again.
-Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
-Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
+# Strict: JSON numbers only, never "0.7" or true (the document says number; so does the check).
+Temperature = Annotated[StrictFloat, Field(ge=0.0, le=2.0)]
+Penalty = Annotated[StrictFloat, Field(ge=-2.0, le=2.0)]
 
 
 class TextPart(BaseModel):
@@ -26,15 +39,13 @@ class TextPart(BaseModel):
     text: str
 
 
-class ChatMessage(BaseModel):
-    """One message of a chat history. Tool calls and results are checked (and turned into what
-    the chat template expects) by ``localinfer.tools.template_messages``, which names the field
-    a malformed history gets wrong."""
+class _Message(BaseModel):
+    """What every message of a chat history has. Tool calls and results are checked (and turned
+    into what the chat template expects) by ``localinfer.tools.template_messages``, which names
+    the field a malformed history gets wrong."""
 
     model_config = ConfigDict(extra="ignore")
 
-    # "developer" is OpenAI's newer name for the system role (o1 and later clients send it).
-    role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None  # assistant turns that called tools
@@ -49,7 +60,7 @@ class ChatMessage(BaseModel):
 
     def as_openai(self) -> dict[str, Any]:
         """The message as an OpenAI client sent it (text parts joined, absent fields left out)."""
-        message: dict[str, Any] = {"role": self.role}
+        message: dict[str, Any] = {"role": self.role}  # type: ignore[attr-defined]
         if self.content is not None:
             message["content"] = self.text()
         for key in ("name", "tool_calls", "tool_call_id"):
@@ -57,6 +68,22 @@ class ChatMessage(BaseModel):
             if value is not None:
                 message[key] = value
         return message
+
+
+class InputMessage(_Message):
+    """A system, developer, user or tool message: it has content (an assistant's may be only
+    tool calls). "developer" is OpenAI's newer name for the system role (o1 and later)."""
+
+    role: Literal["system", "developer", "user", "tool"]
+    content: str | list[TextPart]
+
+
+class AssistantMessage(_Message):
+    role: Literal["assistant"]
+
+
+# One message of a chat history, told apart by its role (so the document says which need content).
+ChatMessage = Annotated[InputMessage | AssistantMessage, Field(discriminator="role")]
 
 
 class StreamOptions(BaseModel):
@@ -70,14 +97,16 @@ class SamplingFields(BaseModel):
 
     model_config = ConfigDict(extra="ignore")
 
-    model: str | None = None
+    model: ModelId | None = None
     max_tokens: StrictInt | None = Field(default=None, ge=1)
     temperature: Temperature | None = None
-    top_p: float | None = Field(default=None, gt=0.0, le=1.0)
+    top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
     top_k: StrictInt | None = Field(default=None, ge=0)  # llama.cpp / vLLM extension
-    min_p: float | None = Field(default=None, ge=0.0, le=1.0)  # llama.cpp / vLLM extension
-    repetition_penalty: float | None = Field(default=None, gt=0.0, le=10.0)
-    seed: StrictInt | None = Field(default=None, ge=-(2**63), lt=2**64)
+    min_p: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)  # llama.cpp / vLLM extension
+    repetition_penalty: StrictFloat | None = Field(default=None, gt=0.0, le=10.0)
+    # An int64 or a uint64, as clients send them (the sampler takes it modulo 2**64). The bound
+    # is inclusive: 2**64 - 1 is exact in every JSON parser's 64-bit integers, 2**64 is not.
+    seed: StrictInt | None = Field(default=None, ge=-(2**63), le=2**64 - 1)
     stop: str | list[str] | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
@@ -99,6 +128,17 @@ class SamplingFields(BaseModel):
 
 
 class ChatCompletionRequest(SamplingFields):
+    # _needs_logprobs, as the document states it.
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "if": {
+                "properties": {"top_logprobs": {"type": "integer"}},
+                "required": ["top_logprobs"],
+            },
+            "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]},
+        },
+    )
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
     logprobs: StrictBool = False
@@ -113,6 +153,13 @@ class ChatCompletionRequest(SamplingFields):
     # Variables for the chat template (vLLM, llama-server): {"enable_thinking": false}.
     chat_template_kwargs: dict[str, Any] | None = None
 
+    @field_validator("top_logprobs")
+    @classmethod
+    def _needs_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None and info.data.get("logprobs") is not True:
+            raise ValueError("needs logprobs=true")
+        return value
+
     @field_validator("chat_template_kwargs")
     @classmethod
     def _own_template_names(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -123,10 +170,34 @@ class ChatCompletionRequest(SamplingFields):
         return value
 
 
+TokenId = Annotated[StrictInt, Field(ge=0)]
+TokenIds = Annotated[list[TokenId], Field(min_length=1)]
+# Only text (FIM's prefix: the text before the cursor, "" at the start of a file) may be empty.
+Prompt = str | Annotated[list[str], Field(min_length=1, max_length=1)] | TokenIds
+# Without a suffix a text completion continues the prompt, which then needs some text.
+EMPTY_PROMPTS: list[Any] = ["", [""]]
+
+
 class CompletionRequest(SamplingFields):
+    # _prompt_has_text, as the document states it.
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            # (the document names the empty text; [""] is refused the same way)
+            "if": {"properties": {"prompt": {"const": ""}}, "required": ["prompt"]},
+            "then": {"properties": {"suffix": {"type": "string"}}, "required": ["suffix"]},
+        },
+    )
+
     # A string, a list of one string, or token ids (a list of ints / a list of one such list).
-    prompt: str | list[str] | list[StrictInt] | list[list[StrictInt]]
+    prompt: Prompt | Annotated[list[TokenIds], Field(min_length=1, max_length=1)]
     logprobs: StrictInt | None = Field(default=None, ge=0, le=5)
     echo: StrictBool = False
     suffix: str | None = None
     best_of: StrictInt | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _prompt_has_text(self) -> CompletionRequest:
+        if self.suffix is None and self.prompt in EMPTY_PROMPTS:
+            raise ValueError("prompt: the prompt is empty")
+        return self
