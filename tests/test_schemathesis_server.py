@@ -86,6 +86,7 @@ def failures(statistic: Statistic) -> list[str]:
     ]
 
 
+@pytest.mark.slow  # about 100 s on two shared cores, the model's load included
 def test_no_server_error_and_the_document_holds(app: object) -> None:
     statistic = run(app, STRICT_CHECKS, max_examples=5)
     assert statistic.total_cases > 200  # every operation was exercised
@@ -97,18 +98,3 @@ def test_every_check_at_the_issues_budget(app: object) -> None:
     statistic = run(app, ["all"], max_examples=30)
     assert statistic.total_cases > 1000
     assert failures(statistic) == []
-
-
-def test_the_runner_reports_failures() -> None:
-    """The run above can fail: a route that answers an undocumented status is reported."""
-    from fastapi import FastAPI
-    from fastapi.responses import JSONResponse
-
-    broken = FastAPI()
-
-    @broken.get("/thing")
-    async def thing() -> JSONResponse:
-        return JSONResponse({"error": "nope"}, status_code=418)
-
-    found = failures(run(broken, ["status_code_conformance"], max_examples=2))
-    assert found and "Undocumented status code" in found[0]
