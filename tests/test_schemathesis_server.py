@@ -7,7 +7,7 @@ runs the same checks longer against a live `localinfer serve`.
 
 Two tests: the checks this issue made hold everywhere (no 5xx, every status and content type
 documented, error bodies as documented, 405s with the right Allow header, schema-violating
-bodies refused) at a small budget in the default run; and the whole set, positive-data
+bodies refused) at a small budget; and the whole set, positive-data
 acceptance included, at the issue's budget (marked slow). A valid body can still be refused for
 what no schema can say (a model without fill-in-the-middle tokens, dimensions this model does
 not offer, a tool_choice naming a tool the request lacks), so the slow one lists what it finds.
