@@ -199,7 +199,7 @@ class LlamaCppRunner:
         for start, end in decode_spans(want, self._n_batch, self._max_rows):
             self._decode(tokens[start:end], pos[start:end], seq[start:end], want[start:end])
             # All output rows of this call in one copy; each item gets a view of its rows
-            # (an item's outputs are consecutive, and items come in batch order).
+            # (an item's outputs are consecutive, and items come in slot order).
             block = self._copy_logits(np.flatnonzero(want[start:end]))  # [n_outputs, vocab]
             self._max_outputs = max(self._max_outputs, len(block))
             row = 0
@@ -305,6 +305,13 @@ class LlamaCppRunner:
     @property
     def threads(self) -> int:
         return self._threads
+
+    @property
+    def graphs_reused(self) -> int:
+        """Decode calls that ran the previous call's graph again instead of building one (llama.cpp
+        counts them since the context was made; batch.py's flatten_batch keeps them coming)."""
+        self._require_open()
+        return int(self._llama.llama_perf_context(self._ctx).n_reused)
 
     @property
     def cells_per_slot(self) -> int:
