@@ -4,6 +4,8 @@ assertions are on step counts, never on time."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from pydantic import ValidationError
@@ -146,13 +148,17 @@ def test_full_queue_rejects_and_others_are_unaffected() -> None:
     # One slot + two queue places: three requests fit before any step.
     engine = manual_engine(HashRunner(slots=1), max_queue=2)
     handles = [engine.submit(Request([i + 1], greedy(4))) for i in range(3)]
-    with pytest.raises(QueueFullError, match="busy"):
+    # Before any step the first request is still in `waiting`, bound for the free slot: it
+    # takes no queue place, so the message counts two waiting, not three.
+    before_step = "0 of 1 slots taken and 2 requests waiting for one (queue limit 2)"
+    with pytest.raises(QueueFullError, match=re.escape(f"engine is busy: {before_step}")):
         engine.submit(Request([9], greedy(4)))
-    with pytest.raises(QueueFullError):  # all or none
+    with pytest.raises(QueueFullError, match="2 requests asked at once"):  # all or none
         engine.submit_all([Request([9], greedy(4)), Request([8], greedy(4))])
     assert engine.metrics().queue_depth == 3
     engine.step()  # first admitted into the slot: still three in the engine, still full
-    with pytest.raises(QueueFullError):
+    after_step = "1 of 1 slots taken and 2 requests waiting for one (queue limit 2)"
+    with pytest.raises(QueueFullError, match=re.escape(after_step)):
         engine.submit(Request([9], greedy(4)))
     while engine.metrics().slots_busy:  # the first finishes: one place frees up
         engine.step()

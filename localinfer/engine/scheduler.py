@@ -118,12 +118,19 @@ class Scheduler:
         with self._lock:
             free = len(self.slots) - len(self.slots.busy())
             if self._queued() + len(seqs) > free + self.max_queue:
-                raise QueueFullError(
-                    f"engine is busy: all {len(self.slots)} slots taken and "
-                    f"{len(self.waiting)} requests already waiting "
-                    f"(queue limit {self.max_queue}); retry later"
-                )
+                raise QueueFullError(self._full_message(free, len(seqs)))
             self.waiting.extend(seqs)
+
+    def _full_message(self, free: int, asked: int) -> str:
+        """Slots taken, and queue places taken by requests beyond those the free slots will
+        take (the engine thread may not have placed them yet)."""
+        taken = len(self.slots) - free
+        in_queue = max(0, self._queued() - free)
+        also = f"; {asked} requests asked at once" if asked > 1 else ""
+        return (
+            f"engine is busy: {taken} of {len(self.slots)} slots taken and {in_queue} requests "
+            f"waiting for one (queue limit {self.max_queue}){also}; retry later"
+        )
 
     def add_embedding(self, job: EmbeddingJob) -> None:
         """Queue an embedding job (QueueFullError when the queue is full). The job running
