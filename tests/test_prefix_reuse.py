@@ -71,6 +71,26 @@ def test_a_wholly_cached_prompt_still_feeds_its_last_token() -> None:
     assert shorter.metrics is not None and shorter.metrics.cached_tokens == 9
 
 
+def test_a_short_prompt_sent_again_goes_back_to_its_slot() -> None:
+    # Below MIN_TRANSFER tokens a match does not outrank an empty slot, unless it is the whole
+    # prompt (a retry, a regenerated answer): then only the last token is fed.
+    runner = HashRunner(slots=3)
+    engine = manual(runner)
+    p = seq(8, 7)
+    first = engine.generate(Request(p, greedy(4)))
+    again = engine.submit(Request(p, greedy(4)))
+    report = engine.step()
+    assert report.reused == {again.request_id: len(p) - 1}
+    assert engine._scheduler.slots.slots[0].seq is not None  # its old slot, not an empty one
+    run_to_end(engine)
+    assert again.result().token_ids == first.token_ids
+    # A short prompt sharing only its beginning with that slot still takes an empty one.
+    other = engine.submit(Request(p[:5] + seq(3, 8), greedy(2)))
+    assert other.request_id not in engine.step().reused
+    assert engine._scheduler.slots.slots[0].seq is None
+    run_to_end(engine)
+
+
 def test_ties_and_misses_go_to_the_least_recently_used_slot() -> None:
     runner = HashRunner(slots=3)
     engine = manual(runner)

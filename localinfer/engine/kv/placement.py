@@ -12,7 +12,8 @@ With prefix reuse, a request may start from:
 The largest reuse wins; ties go to the cheaper source, in that order. A copy or restore is only
 worth it from :data:`MIN_TRANSFER` tokens: every chat template opens with the same few tokens,
 so a smaller match would trigger a transfer on nearly every admission for less work than one
-prefill chunk costs, and displace cached cells for it.
+prefill chunk costs, and displace cached cells for it. A short prompt sent again whole (a retry,
+a regenerated answer) still goes back to the slot that holds it.
 
 Which idle slot to take: the one with the most reuse; among those, one whose cells are not lost
 (an empty slot, or one whose whole cache is the prompt's beginning), then one reusing its own
@@ -138,8 +139,12 @@ class SlotPlacer:
             option = self._best_for(slot, held, tier, prompt)
             kept = option.reuse if option.source == "slot" else 0
             keeps_all = len(slot.cached) <= kept
-            # A few own tokens are not worth another conversation's cells (module doc).
-            score = option.reuse if keeps_all or option.reuse >= self.min_transfer else 0
+            # A few own tokens are not worth another conversation's cells (module doc), unless
+            # they are the whole prompt: a request sent again (a retry, a regenerated answer)
+            # starts at its last token instead of prefilling.
+            whole = 0 < limit <= option.reuse
+            worth = keeps_all or whole or option.reuse >= self.min_transfer
+            score = option.reuse if worth else 0
             rank = (score, keeps_all, option.source == "slot", -slot.released_at_step, -slot.index)
             if best is None or rank > best[0]:
                 best = (rank, option)
