@@ -164,8 +164,8 @@ class Session:
     ) -> EmbeddingResult:
         """Unit vectors of ``inputs``, in order, through the engine's queue: a text is tokenized
         as raw text (with BOS when the model wants one), a list of ids is used as given. Pooled
-        as the model declares (``embedding_spec``); ``dimensions`` shortens them where the model
-        is Matryoshka (InvalidParameterError naming ``dimensions`` elsewhere)."""
+        as the model declares (``embedding_spec``); ``dimensions`` shortens them to their first
+        components, renormalised (UnsupportedModelError above the model's width)."""
         from localinfer.engine import EmbeddingRequest
         from localinfer.loading.embedding_spec import shortened
 

@@ -60,9 +60,9 @@ def test_similarity_table_from_stdin(
 def test_errors_are_one_line(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    code, _, err = run(capsys, "x", "--dimensions", "64")
+    code, _, err = run(capsys, "x", "--dimensions", "577")
     assert code == 1
-    assert err.strip().startswith("localinfer: error: --dimensions: this model does not declare")
+    assert err.strip().startswith("localinfer: error: --dimensions: 577 is more than the 576")
     monkeypatch.setattr("sys.stdin", Terminal())
     code, _, err = run(capsys)
     assert code == 1 and "TEXT: give texts to embed" in err

@@ -1,6 +1,6 @@
 """What a model declares about its embeddings (localinfer/loading/embedding_spec.py) and
 Session.embed: pooling read from a GGUF header or a sentence-transformers directory, the default
-for models that declare none, Matryoshka lengths, and the session helper on the embedded model."""
+for models that declare none, shortened vectors, and the session helper on the embedded model."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from localinfer.errors import InvalidParameterError, UnsupportedModelError
-from localinfer.loading.embedding_spec import EmbeddingSpec, embedding_spec, shortened
+from localinfer.loading.embedding_spec import embedding_spec, shortened
 from localinfer.loading.loader import load_model
 from localinfer.loading.model import LoadedModel
 from localinfer.session import Session, open_session
@@ -40,7 +40,6 @@ def test_gguf_pooling_type_is_read(tmp_path: Path, value: int, pooling: str) -> 
         "llama.pooling_type",
         64,
     )
-    assert spec.matryoshka is None  # GGUF has no Matryoshka key
 
 
 def test_gguf_without_pooling_or_none_is_mean_by_default(tmp_path: Path) -> None:
@@ -93,23 +92,18 @@ def test_sentence_transformers_max_pooling_is_refused(tmp_path: Path) -> None:
         embedding_spec(dir_model(path))
 
 
-def test_matryoshka_lengths(tmp_path: Path) -> None:
-    listed = embedding_spec(
-        dir_model(hf_dir(tmp_path / "a", None, {"matryoshka_dimensions": [32, 16]}))
-    )
-    assert listed.matryoshka == (16, 32) and listed.pooling == "mean"
-    assert listed.check_dimensions(16) == 16 and listed.check_dimensions(64) is None
-    with pytest.raises(InvalidParameterError, match=r"^dimensions: 20 is not one of .*\(16, 32\)"):
-        listed.check_dimensions(20)
-    with pytest.raises(InvalidParameterError, match=r"^dimensions: 65 is more than"):
-        listed.check_dimensions(65)
-    with pytest.raises(InvalidParameterError, match=r"^dimensions: must be at least 1"):
-        listed.check_dimensions(0)
-    anything = embedding_spec(dir_model(hf_dir(tmp_path / "b", None, {"is_matryoshka": True})))
-    assert anything.matryoshka == () and anything.check_dimensions(7) == 7
-    plain = embedding_spec(dir_model(hf_dir(tmp_path / "c", None)))
-    with pytest.raises(InvalidParameterError, match=r"^--dim: .*leave --dim out"):
-        plain.check_dimensions(8, field="--dim")
+def test_any_length_up_to_the_width(tmp_path: Path) -> None:
+    """As OpenAI's text-embedding-3 models: any length from 1 to the width, whatever the model
+    declares; above the width is what the model cannot give, below 1 a bad value."""
+    for name, config in (("listed", {"matryoshka_dimensions": [32, 16]}), ("plain", {})):
+        spec = embedding_spec(dir_model(hf_dir(tmp_path / name, None, config)))
+        assert spec.dimensions == 64 and spec.pooling == "mean"
+        assert [spec.check_dimensions(n) for n in (1, 20, 63)] == [1, 20, 63]
+        assert spec.check_dimensions(64) is None and spec.check_dimensions(None) is None
+        with pytest.raises(UnsupportedModelError, match=r"^--dim: 65 is more than the 64 dim"):
+            spec.check_dimensions(65, field="--dim")
+        with pytest.raises(InvalidParameterError, match=r"^dimensions: must be at least 1"):
+            spec.check_dimensions(0)
 
 
 def test_shortened_vectors_are_renormalised_prefixes() -> None:
@@ -137,7 +131,7 @@ def session():
 
 def test_session_embeds_texts_and_ids_through_the_engine(session: Session) -> None:
     spec = session.embedding_spec
-    assert (spec.pooling, spec.dimensions, spec.matryoshka) == ("mean", 576, None)
+    assert (spec.pooling, spec.dimensions) == ("mean", 576)
     texts = ["The cat sat on the mat.", "A dog lay on the rug.", "Stock markets fell today."]
     ids = [session.raw_prompt_ids(t) for t in texts]
     result = session.embed([texts[0], ids[1], texts[2]])
@@ -149,13 +143,13 @@ def test_session_embeds_texts_and_ids_through_the_engine(session: Session) -> No
     assert cosine[0, 1] > cosine[0, 2]  # the two animal sentences are nearer each other
 
 
-def test_session_dimensions(session: Session, monkeypatch: pytest.MonkeyPatch) -> None:
-    with pytest.raises(InvalidParameterError, match=r"^dimensions: this model does not declare"):
-        session.embed(["x"], dimensions=64)
+def test_session_dimensions(session: Session) -> None:
+    with pytest.raises(UnsupportedModelError, match=r"^dimensions: 577 is more than the 576"):
+        session.embed(["x"], dimensions=577)
     assert session.embed(["x"], dimensions=576).vectors.shape == (1, 576)  # its full length
-    monkeypatch.setattr(session, "_embedding_spec", EmbeddingSpec("mean", 576, "test", ()))
     full = session.embed(["hello there"]).vectors
     cut = session.embed(["hello there"], dimensions=64).vectors
+    assert cut.shape == (1, 64)
     np.testing.assert_allclose(cut, shortened(full, 64), atol=1e-6)
 
 

@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--dimensions",
         type=int,
-        help="shorten the vectors (only models that declare Matryoshka embeddings)",
+        help="keep the first N components of each vector, renormalised (N up to the model's width)",
     )
     add_model_options(p)
 

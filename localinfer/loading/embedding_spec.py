@@ -1,4 +1,4 @@
-"""What a model declares about its embeddings: how to pool, and which shorter lengths are valid.
+"""What a model declares about its embeddings: how to pool them, and how long they are.
 
 Pooling, read where a model states it:
 
@@ -9,9 +9,15 @@ Pooling, read where a model states it:
 
 A model that declares none (a chat model such as the embedded SmolLM2) is mean-pooled: over a
 causal LM's final states the mean carries the whole text, where the last token's state is shaped
-for predicting the next token. Matryoshka (shorter vectors by truncation, then renormalised) is
-allowed only where ``config.json`` declares it, as vLLM and SGLang read it: ``is_matryoshka``
-(any length) or ``matryoshka_dimensions`` (those lengths). GGUF has no such key.
+for predicting the next token.
+
+Shorter vectors are served for any model, as OpenAI's text-embedding-3 models serve them: the
+first N components, renormalised to unit length (every vector here is normalised). Models
+trained for it (Matryoshka: ``is_matryoshka`` or ``matryoshka_dimensions`` in a sentence-
+transformers ``config.json``) lose little by the cut; for others it is the client's trade of
+quality for size, as with OpenAI's. A length above the model's width is not a shortening: no
+vector of that length exists, so it is refused as what this model cannot give
+(UnsupportedModelError; the server answers 404, another model may be wider).
 """
 
 from __future__ import annotations
@@ -46,33 +52,25 @@ class EmbeddingSpec:
     pooling: Pooling
     dimensions: int  # a full vector's length (the hidden size)
     pooling_source: str  # where the pooling was read, or why it is the default
-    # Valid shorter lengths: None = not Matryoshka; () = any length up to ``dimensions``.
-    matryoshka: tuple[int, ...] | None = None
 
     def check_dimensions(self, asked: int | None, field: str = "dimensions") -> int | None:
-        """The length to cut vectors to (None: keep them whole); InvalidParameterError naming
-        ``field`` when the model does not allow ``asked``."""
+        """The length to cut vectors to (None: keep them whole): any from 1 to the model's
+        width. InvalidParameterError naming ``field`` below 1; UnsupportedModelError above the
+        width (see the module docstring)."""
         if asked is None or asked == self.dimensions:
             return None
         if asked < 1:
             raise InvalidParameterError(f"{field}: must be at least 1, got {asked}")
         if asked > self.dimensions:
-            raise InvalidParameterError(
-                f"{field}: {asked} is more than the model's {self.dimensions} dimensions"
+            raise UnsupportedModelError(
+                f"{field}: {asked} is more than the {self.dimensions} dimensions of this "
+                "model's vectors"
             )
-        if self.matryoshka is None:
-            raise InvalidParameterError(
-                f"{field}: this model does not declare Matryoshka embeddings, so its vectors "
-                f"cannot be shortened; leave {field} out (full length {self.dimensions})"
-            )
-        if self.matryoshka and asked not in self.matryoshka:
-            allowed = ", ".join(str(d) for d in self.matryoshka)
-            raise InvalidParameterError(f"{field}: {asked} is not one of the model's ({allowed})")
         return asked
 
 
 def shortened(vectors: np.ndarray, dimensions: int | None) -> np.ndarray:
-    """Matryoshka truncation: the first ``dimensions`` components, renormalised to unit length."""
+    """The first ``dimensions`` components of each vector, renormalised to unit length."""
     if dimensions is None or dimensions == vectors.shape[1]:
         return vectors
     cut = vectors[:, :dimensions]
@@ -81,16 +79,14 @@ def shortened(vectors: np.ndarray, dimensions: int | None) -> np.ndarray:
 
 
 def embedding_spec(model: LoadedModel) -> EmbeddingSpec:
-    """The model's declared pooling and Matryoshka lengths (see the module docstring);
+    """The model's declared pooling and its vectors' length (see the module docstring);
     UnsupportedModelError for a pooling localinfer does not compute."""
     hidden = model.config.hidden_size
     declared = _gguf_pooling(model) if model.format == "gguf" else _st_pooling(Path(model.path))
-    matryoshka = _matryoshka(Path(model.path)) if model.format != "gguf" else None
     if declared is None:
-        reason = "the default: the model declares none"
-        return EmbeddingSpec(DEFAULT_POOLING, hidden, reason, matryoshka)
+        return EmbeddingSpec(DEFAULT_POOLING, hidden, "the default: the model declares none")
     pooling, source = declared
-    return EmbeddingSpec(pooling, hidden, source, matryoshka)
+    return EmbeddingSpec(pooling, hidden, source)
 
 
 def _gguf_pooling(model: LoadedModel) -> tuple[Pooling, str] | None:
@@ -132,16 +128,6 @@ def _st_pooling(path: Path) -> tuple[Pooling, str] | None:
                 "(it pools by mean, last or cls token)"
             )
     return None
-
-
-def _matryoshka(path: Path) -> tuple[int, ...] | None:
-    config = _json(path / "config.json")
-    if not isinstance(config, dict):
-        return None
-    dims = config.get("matryoshka_dimensions")
-    if isinstance(dims, list) and dims:
-        return tuple(sorted({int(d) for d in dims}))
-    return () if config.get("is_matryoshka") else None
 
 
 def _json(path: Path) -> Any:
