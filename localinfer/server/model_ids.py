@@ -51,11 +51,13 @@ def _plausible(name: str) -> str:
     return name
 
 
-# A model id as a request body may give it (null or "": the default model). The pattern is
-# documented as the one the validator applies (pydantic's own pattern error names no character).
+# A model id as a request body may give it (null or "": the default model). The length and
+# pattern are documented as the ones the validator applies: pydantic's own pattern error names
+# no character, and its max_length refuses a lone surrogate (JSON's "\udc00") as no string at
+# all, where the id is simply not served (a 404 that echoes it escaped).
 ModelId = Annotated[
     str,
-    Field(max_length=MAX_ID_CHARS, json_schema_extra={"pattern": MODEL_ID_PATTERN}),
+    Field(json_schema_extra={"maxLength": MAX_ID_CHARS, "pattern": MODEL_ID_PATTERN}),
     AfterValidator(_plausible),
 ]
 
