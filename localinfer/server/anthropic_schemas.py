@@ -17,10 +17,10 @@ from pydantic import (
     Field,
     StrictBool,
     StrictFloat,
-    StrictInt,
     model_validator,
 )
 
+from localinfer.server.json_numbers import JsonInt
 from localinfer.server.model_ids import ModelId
 
 # Anthropic's own bound: temperature runs from 0 to 1 (OpenAI's to 2).
@@ -132,10 +132,10 @@ class CountTokensRequest(BaseModel):
 
 
 class MessagesRequest(CountTokensRequest):
-    max_tokens: StrictInt = Field(ge=1)  # required, as in Anthropic's API
+    max_tokens: Annotated[int, JsonInt(ge=1)]  # required, as in Anthropic's API
     stop_sequences: list[str] | None = Field(default=None, max_length=16)
     temperature: AnthropicTemperature | None = None  # None: Anthropic's default, 1.0
     top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: StrictInt | None = Field(default=None, ge=0)
+    top_k: Annotated[int, JsonInt(ge=0)] | None = None
     stream: StrictBool = False
     metadata: dict[str, Any] | None = None  # accepted and ignored (a user id for abuse checks)

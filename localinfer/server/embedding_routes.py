@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import numpy as np
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, WithJsonSchema
+from pydantic import BaseModel, ConfigDict, WithJsonSchema
 from starlette.concurrency import run_in_threadpool
 
 from localinfer.engine import EmbeddingRequest
@@ -29,6 +29,7 @@ from localinfer.errors import InvalidParameterError
 from localinfer.loading.embedding_spec import embedding_spec, shortened
 from localinfer.server.answer_route import ANSWER_ERRORS
 from localinfer.server.errors import APIError, from_localinfer_error
+from localinfer.server.json_numbers import Integer, JsonInt
 from localinfer.server.model_ids import ModelId
 from localinfer.server.openapi_doc import error_responses
 from localinfer.server.state import ServedSession, ServerState
@@ -56,11 +57,11 @@ class EmbeddingsBody(BaseModel):
     # Validated by input_ids, whose 400s name the input at fault ("input[1]: empty"); the
     # document states the same rules: every input has at least one token, at most MAX_INPUTS.
     input: Annotated[
-        str | list[str] | list[StrictInt] | list[list[StrictInt]], WithJsonSchema(INPUT_SCHEMA)
+        str | list[str] | list[Integer] | list[list[Integer]], WithJsonSchema(INPUT_SCHEMA)
     ]
     model: ModelId | None = None
     encoding_format: Literal["float", "base64"] = "float"
-    dimensions: StrictInt | None = Field(default=None, ge=1)
+    dimensions: Annotated[int, JsonInt(ge=1)] | None = None
 
 
 def add_embedding_routes(app: FastAPI, state: ServerState) -> None:

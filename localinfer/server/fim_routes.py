@@ -11,11 +11,13 @@ routes.
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from fastapi import FastAPI
-from pydantic import Field, StrictInt
 
 from localinfer.server.answer_route import add_answer_route
 from localinfer.server.generation import GenerationInput
+from localinfer.server.json_numbers import JsonInt
 from localinfer.server.openai_routes import completion
 from localinfer.server.schemas import CompletionRequest, SamplingFields
 from localinfer.server.state import ServedSession, ServerState
@@ -27,8 +29,8 @@ class FimCompletionRequest(SamplingFields):
 
     prompt: str  # the text before the cursor
     suffix: str = ""  # the text after it; empty: complete at the end
-    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)  # Continue sends it
-    random_seed: StrictInt | None = Field(default=None, ge=0, le=2**64 - 1)  # Mistral's seed
+    max_completion_tokens: Annotated[int, JsonInt(ge=1)] | None = None  # Continue sends it
+    random_seed: Annotated[int, JsonInt(ge=0, le=2**64 - 1)] | None = None  # Mistral's seed
 
     def as_completion(self) -> CompletionRequest:
         fields = self.model_dump(include=set(SamplingFields.model_fields))

@@ -20,13 +20,13 @@ from pydantic import (
     Field,
     StrictBool,
     StrictFloat,
-    StrictInt,
     Tag,
     ValidationInfo,
     WithJsonSchema,
     field_validator,
 )
 
+from localinfer.server.json_numbers import JsonInt
 from localinfer.server.model_ids import ModelId
 from localinfer.server.schemas import Temperature
 
@@ -142,7 +142,7 @@ class ResponsesRequest(BaseModel):
     model: ModelId | None = None
     input: str | list[InputItem]
     instructions: str | None = None
-    max_output_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_output_tokens: Annotated[int, JsonInt(ge=1)] | None = None
     temperature: Temperature | None = None
     top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
     stream: StrictBool = False
@@ -153,7 +153,7 @@ class ResponsesRequest(BaseModel):
     parallel_tool_calls: StrictBool = True
     text: TextConfig | None = None
     # Not supported: accepted only as 0 (what clients that do not want them send).
-    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=0)
+    top_logprobs: Annotated[int, JsonInt(ge=0, le=0)] | None = None
     # Stateful features: this server keeps no responses, so only their "off" values are taken
     # (the document says so; _refuse_state says why to a client that sends another).
     store: OffOnly | None = None

@@ -16,12 +16,12 @@ from pydantic import (
     Field,
     StrictBool,
     StrictFloat,
-    StrictInt,
     ValidationInfo,
     field_validator,
     model_validator,
 )
 
+from localinfer.server.json_numbers import JsonInt
 from localinfer.server.model_ids import ModelId
 
 # OpenAI's own bounds; the engine's SamplingParams checks its own again.
@@ -98,19 +98,19 @@ class SamplingFields(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     model: ModelId | None = None
-    max_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_tokens: Annotated[int, JsonInt(ge=1)] | None = None
     temperature: Temperature | None = None
     top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
-    top_k: StrictInt | None = Field(default=None, ge=0)  # llama.cpp / vLLM extension
+    top_k: Annotated[int, JsonInt(ge=0)] | None = None  # llama.cpp / vLLM extension
     min_p: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)  # llama.cpp / vLLM extension
     repetition_penalty: StrictFloat | None = Field(default=None, gt=0.0, le=10.0)
     # An int64 or a uint64, as clients send them (the sampler takes it modulo 2**64). The bound
     # is inclusive: 2**64 - 1 is exact in every JSON parser's 64-bit integers, 2**64 is not.
-    seed: StrictInt | None = Field(default=None, ge=-(2**63), le=2**64 - 1)
+    seed: Annotated[int, JsonInt(ge=-(2**63), le=2**64 - 1)] | None = None
     stop: str | list[str] | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    n: StrictInt | None = Field(default=None, ge=1)
+    n: Annotated[int, JsonInt(ge=1)] | None = None
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False  # vLLM extension, handy for benchmarks
@@ -140,16 +140,16 @@ class ChatCompletionRequest(SamplingFields):
         },
     )
     messages: list[ChatMessage] = Field(min_length=1)
-    max_completion_tokens: StrictInt | None = Field(default=None, ge=1)
+    max_completion_tokens: Annotated[int, JsonInt(ge=1)] | None = None
     logprobs: StrictBool = False
-    top_logprobs: StrictInt | None = Field(default=None, ge=0, le=20)
+    top_logprobs: Annotated[int, JsonInt(ge=0, le=20)] | None = None
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
     parallel_tool_calls: StrictBool = True
     # Thinking models (tools/thinking.py): "none" turns thinking off; the others set a budget
     # of reasoning tokens (REASONING_BUDGETS). thinking_budget (localinfer's) sets one exactly.
     reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
-    thinking_budget: StrictInt | None = Field(default=None, ge=0, le=1_000_000)
+    thinking_budget: Annotated[int, JsonInt(ge=0, le=1_000_000)] | None = None
     # Variables for the chat template (vLLM, llama-server): {"enable_thinking": false}.
     chat_template_kwargs: dict[str, Any] | None = None
 
@@ -170,7 +170,7 @@ class ChatCompletionRequest(SamplingFields):
         return value
 
 
-TokenId = Annotated[StrictInt, Field(ge=0)]
+TokenId = Annotated[int, JsonInt(ge=0)]
 TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 # Only text (FIM's prefix: the text before the cursor, "" at the start of a file) may be empty.
 Prompt = str | Annotated[list[str], Field(min_length=1, max_length=1)] | TokenIds
@@ -191,10 +191,10 @@ class CompletionRequest(SamplingFields):
 
     # A string, a list of one string, or token ids (a list of ints / a list of one such list).
     prompt: Prompt | Annotated[list[TokenIds], Field(min_length=1, max_length=1)]
-    logprobs: StrictInt | None = Field(default=None, ge=0, le=5)
+    logprobs: Annotated[int, JsonInt(ge=0, le=5)] | None = None
     echo: StrictBool = False
     suffix: str | None = None
-    best_of: StrictInt | None = Field(default=None, ge=1)
+    best_of: Annotated[int, JsonInt(ge=1)] | None = None
 
     @model_validator(mode="after")
     def _prompt_has_text(self) -> CompletionRequest:
