@@ -1,8 +1,8 @@
 # ruff: noqa: F811 - pytest fixtures imported from tests.test_server_support
 """/v1/embeddings with the official openai client against a real server on the embedded model:
-every input form, float and base64 (the SDK's default, decoded by the SDK), usage, the errors
-(dimensions the model does not allow, empty, too many, too long), the schema, and a stream that
-keeps its tokens while embeddings are served."""
+every input form, float and base64 (the SDK's default, decoded by the SDK), usage, shortened
+vectors, the errors (more dimensions than the model's, empty, too many, too long), the schema,
+and a stream that keeps its tokens while embeddings are served."""
 
 from __future__ import annotations
 
@@ -65,14 +65,37 @@ def test_float_and_base64_agree(client: openai.OpenAI, model_name: str) -> None:
     np.testing.assert_allclose(np.linalg.norm(floats, axis=1), 1.0, rtol=1e-5)
 
 
-def test_dimensions_refused_for_the_embedded_model(client: openai.OpenAI, model_name: str) -> None:
-    with pytest.raises(openai.BadRequestError) as caught:
-        client.embeddings.create(model=model_name, input="x", dimensions=256)
-    assert caught.value.body["param"] == "dimensions"
-    assert caught.value.body["message"].startswith("dimensions: this model does not declare")
-    # Its own full length shortens nothing and is served.
-    full = client.embeddings.create(model=model_name, input="x", dimensions=576)
-    assert len(full.data[0].embedding) == 576
+def test_dimensions_shorten_as_openai_does(client: openai.OpenAI, model_name: str) -> None:
+    """Any length up to the width: the first components, renormalised to unit length, as
+    OpenAI's text-embedding-3 models give them (the embedded model declares no Matryoshka)."""
+    full = vectors_of(client.embeddings.create(model=model_name, input=TEXTS))
+    for n in (1, 64, 575):
+        cut = vectors_of(client.embeddings.create(model=model_name, input=TEXTS, dimensions=n))
+        assert cut.shape == (3, n)
+        np.testing.assert_allclose(np.linalg.norm(cut, axis=1), 1.0, rtol=1e-5)
+        head = full[:, :n] / np.linalg.norm(full[:, :n], axis=1, keepdims=True)
+        np.testing.assert_allclose(cut, head, atol=1e-5)
+    # Its own full length shortens nothing; a JSON Schema integer may be written 64.0.
+    same = client.embeddings.create(model=model_name, input=TEXTS, dimensions=576)
+    np.testing.assert_array_equal(vectors_of(same), full)
+    reply = httpx.post(
+        str(client.base_url) + "embeddings",
+        json={"model": model_name, "input": TEXTS[0], "dimensions": 64.0},
+    )
+    assert reply.status_code == 200 and len(reply.json()["data"][0]["embedding"]) == 64
+
+
+def test_more_dimensions_than_the_model_has_is_a_404(
+    client: openai.OpenAI, model_name: str
+) -> None:
+    """No vector of that length exists for this model (another may be wider): the model
+    cannot give it, as a model without FIM tokens cannot fill in the middle."""
+    with pytest.raises(openai.NotFoundError) as caught:
+        client.embeddings.create(model=model_name, input="x", dimensions=577)
+    body = caught.value.body
+    assert (body["param"], body["code"]) == ("dimensions", "unsupported_model")
+    assert body["message"].startswith(f"model '{model_name}' cannot give vectors that long")
+    assert "577 is more than the 576 dimensions" in body["message"]
 
 
 @pytest.mark.parametrize(

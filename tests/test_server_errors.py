@@ -117,7 +117,8 @@ BAD_COMPLETION: list[tuple[str, Any]] = [
     ("token id beyond vocab", {"prompt": [10**9]}),
     ("logprobs too many", {"prompt": "a", "logprobs": 6}),
     ("best_of two", {"prompt": "a", "best_of": 2}),
-    ("suffix", {"prompt": "a", "suffix": "b"}),
+    ("token ids with a suffix", {"prompt": [1, 2], "suffix": "b"}),
+    ("n a float", {"prompt": "a", "n": 2.0}),
     ("echo with logprobs", {"prompt": "a", "echo": True, "logprobs": 1}),
     ("max_tokens negative", {"prompt": "a", "max_tokens": -1}),
 ]

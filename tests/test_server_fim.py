@@ -9,7 +9,7 @@ tiny random model whose vocabulary has Qwen's FIM tokens.
 
 each equal to the engine's own greedy answer on the same ``fim_prompt_ids``. Two growing requests
 share the prompt's beginning in the prefix cache, and a model without FIM tokens (the embedded
-SmolLM2) is a 400 naming a catalog model that has them.
+SmolLM2) is a 404 naming a catalog model that has them.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import pytest
 from localinfer.engine import Request, SamplingParams
 from localinfer.fim import FIM_EXAMPLE_MODEL, fim_prompt_ids, fim_stop_ids
 from localinfer.server import ServerThread
+from localinfer.server.capability import CODE
 from localinfer.session import Session, open_session
 from tests.test_fim import PREFIX, SUFFIX, write_fim_model
 from tests.test_server_support import (  # noqa: F401 - fixtures: the embedded model's server
@@ -170,16 +171,18 @@ def test_fim_errors_name_their_field(fim_session: Session, fim_server: ServerThr
     assert reply.status_code == 400 and reply.json()["error"]["param"] == "prompt"
 
 
-def test_a_model_without_fim_tokens_is_a_400_naming_one_with_them(server: ServerThread) -> None:
+def test_a_model_without_fim_tokens_is_a_404_naming_one_with_them(server: ServerThread) -> None:
+    """As OpenAI answers a model that does not serve an endpoint: 404, naming the model, what
+    it lacks and a model that has it (the body is fine: a FIM model would answer it)."""
     client = client_for(server)
-    with pytest.raises(openai.BadRequestError) as caught:
+    with pytest.raises(openai.NotFoundError) as caught:
         client.completions.create(model="smollm2-135m", prompt="def f(", suffix=")", max_tokens=4)
     error = caught.value.body
-    assert isinstance(error, dict) and error["param"] == "suffix"
-    assert error["message"].startswith("suffix: model 'smollm2-135m' cannot fill in the middle")
+    assert isinstance(error, dict) and (error["param"], error["code"]) == ("model", CODE)
+    assert error["message"].startswith("model 'smollm2-135m' cannot fill in the middle: its vocab")
     assert FIM_EXAMPLE_MODEL in error["message"]
     reply = httpx.post(server.url + "/v1/fim/completions", json={"prompt": "def f(", "suffix": ""})
-    assert reply.status_code == 400 and reply.json()["error"]["param"] == "suffix"
+    assert reply.status_code == 404 and reply.json()["error"]["param"] == "model"
     assert FIM_EXAMPLE_MODEL in reply.json()["error"]["message"]
 
 

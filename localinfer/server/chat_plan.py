@@ -26,6 +26,7 @@ from localinfer.server.answer_shape import (
     ShapeFactory,
     ToolAnswer,
 )
+from localinfer.server.capability import capability_refused
 from localinfer.server.errors import APIError
 from localinfer.server.schemas import ChatCompletionRequest
 from localinfer.server.structured_output import response_format_spec
@@ -82,10 +83,11 @@ def requested_thinking(body: ChatCompletionRequest) -> Thinking:
 
 
 def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
-    """Everything the engine and the response need; 400s name the field at fault."""
+    """Everything the engine and the response need; 400s name the field at fault, a 404 the
+    model that takes no chat turns (``capability``)."""
     tools = parse_tools(body.tools)
     choice = parse_tool_choice(body.tool_choice, tools)
-    template = source.model.chat_template  # None: the session refuses chat turns (a 400)
+    template = source.model.chat_template  # None: the session refuses chat turns (a 404)
     family = detect_family(template.source if template is not None else None)
     messages = template_messages([m.as_openai() for m in body.messages], family)
     inputs = prompt_inputs(family, messages, tools, choice)
@@ -93,7 +95,11 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
     if inputs.tools:
         template_vars["tools"] = inputs.tools
     try:
-        prompt = thinking_prompt(source, inputs.messages, requested_thinking(body), **template_vars)
+        # A base model, or one with no template and no turn tokens, takes no chat turns.
+        with capability_refused(source.model.name, "chat"):
+            prompt = thinking_prompt(
+                source, inputs.messages, requested_thinking(body), **template_vars
+            )
     except ChatTemplateError as exc:
         # The model's template refused this conversation (its raise_exception): the
         # client's messages are at fault, so the error names them.

@@ -8,8 +8,9 @@
 Texts are tokenized as raw text (BOS where the model wants one; no chat template); token ids are
 used as given. The job runs through the engine's queue (localinfer/engine/embedding.py), pooled
 as the model declares (localinfer/loading/embedding_spec.py). ``base64`` is the vector's
-little-endian float32 bytes, as OpenAI sends them (its SDK decodes them itself). An input
-longer than the context is refused, never truncated.
+little-endian float32 bytes, as OpenAI sends them (its SDK decodes them itself). ``dimensions``
+keeps each vector's first N components, renormalised (``embedding_spec``). An input longer than
+the context is refused, never truncated.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from localinfer.engine import EmbeddingRequest
 from localinfer.errors import InvalidParameterError
 from localinfer.loading.embedding_spec import embedding_spec, shortened
 from localinfer.server.answer_route import ANSWER_ERRORS
+from localinfer.server.capability import capability_refused
 from localinfer.server.errors import APIError, from_localinfer_error
 from localinfer.server.json_numbers import Integer, JsonInt
 from localinfer.server.model_ids import ModelId
@@ -61,6 +63,12 @@ class EmbeddingsBody(BaseModel):
     ]
     model: ModelId | None = None
     encoding_format: Literal["float", "base64"] = "float"
+    # Any length from 1 to the model's width: the first components, renormalised. No maximum
+    # in the document: the width is the model's (576 for the embedded one, thousands for
+    # larger models, and a pool loads models on request), so no one bound is true of the
+    # server. More than the model's width is what this model cannot give, not a malformed
+    # value: a 404 naming the model (``capability``), as for a model without FIM tokens; a
+    # wider model would answer it.
     dimensions: Annotated[int, JsonInt(ge=1)] | None = None
 
 
@@ -72,12 +80,18 @@ def add_embedding_routes(app: FastAPI, state: ServerState) -> None:
     )
     async def embeddings(body: EmbeddingsBody, request: Request) -> JSONResponse:
         current = await state.session_for(request, body.model)
-        spec = embedding_spec(current.model)
-        cut = spec.check_dimensions(body.dimensions)
+        name = state.name_of(current)
+        # A pooling localinfer does not compute (a reranker's), a runner without embeddings
+        # (engine.embed) and vectors longer than the model's: 404s naming the model.
+        with capability_refused(name, "give embeddings"):
+            spec = embedding_spec(current.model)
+        with capability_refused(name, "give vectors that long", param="dimensions"):
+            cut = spec.check_dimensions(body.dimensions)
         ids = await run_in_threadpool(input_ids, current, body.input)
         check_lengths(ids, current.engine.max_ctx)
         try:
-            handle = current.engine.embed(EmbeddingRequest(ids, spec.pooling))
+            with capability_refused(name, "give embeddings"):
+                handle = current.engine.embed(EmbeddingRequest(ids, spec.pooling))
         except InvalidParameterError as exc:  # "input[2]: token id ...": OpenAI's param is input
             raise from_localinfer_error(exc, param="input") from None
         try:
@@ -86,7 +100,7 @@ def add_embedding_routes(app: FastAPI, state: ServerState) -> None:
             handle.abort()
             raise
         vectors = shortened(result.vectors, cut)
-        name, tokens = state.name_of(current), result.prompt_tokens
+        tokens = result.prompt_tokens
         return JSONResponse(embeddings_response(vectors, body.encoding_format, name, tokens))
 
 

@@ -21,10 +21,12 @@ from localinfer.server.error_bodies import AnthropicErrorBody, OpenAIErrorBody
 from localinfer.server.errors import speaks_anthropic
 
 DESCRIPTIONS = {
-    400: "The request is malformed or asks for what this model or server cannot do",
+    400: "The request is malformed, or asks for what this server does not do",
     401: "The API key is missing or wrong",
     403: "The Host or Origin is not one this server answers",
-    404: "No model of that id is served here",
+    # A model that cannot do what the route asks: capability.py.
+    404: "No model of that id is served here, or that model cannot do what is asked (a chat of "
+    "a base model, fill-in-the-middle without FIM tokens, embeddings it cannot give)",
     408: "The request body did not arrive in time",
     409: "The model is in use and was not unloaded",
     413: "The request body is over the size limit",

@@ -1,7 +1,8 @@
 """OpenAI request bodies -> engine Requests: prompt token ids and SamplingParams.
 
 Everything a client can get wrong is caught here or by the engine's own checks, before any
-compute, and becomes an APIError (400) that names the parameter.
+compute, and becomes an APIError (400) that names the parameter; a model that cannot serve the
+request (no FIM tokens for a ``suffix``) is a 404 (``capability``).
 """
 
 from __future__ import annotations
@@ -14,8 +15,9 @@ from pydantic import ValidationError
 
 from localinfer.engine.types import SamplingParams
 from localinfer.errors import ContextOverflowError
-from localinfer.fim import fim_format
+from localinfer.fim import FIM_EXAMPLE_MODEL, FIM_FAMILIES, find_fim_format
 from localinfer.loading.unicode_text import scrub_surrogates
+from localinfer.server.capability import model_cannot
 from localinfer.server.errors import APIError
 from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 
@@ -81,7 +83,8 @@ def completion_prompt(
 ) -> CompletionPrompt:
     """The prompt's token ids, and its text. With ``suffix`` (an empty one too) it is a
     fill-in-the-middle prompt in the format of the model's FIM tokens (``localinfer.fim``;
-    a 400 naming ``model`` when it has none), the prompt being the text before the cursor."""
+    a 404 naming ``model`` when it has none: ``no_fim``), the prompt being the text before the
+    cursor."""
     prompt = body.prompt
     if isinstance(prompt, list):
         if not prompt:
@@ -98,12 +101,26 @@ def completion_prompt(
         prompt = first
     if body.suffix is not None:
         tokenizer = source.model.tokenizer
-        fim = fim_format(tokenizer, field="suffix", model=model)
+        fim = find_fim_format(tokenizer)
+        if fim is None:
+            raise no_fim(model or source.model.name)
         ids = fim.prompt_ids(tokenizer, prompt, body.suffix)
         return CompletionPrompt(ids, scrub_surrogates(prompt), fim.stop_ids)
     if not prompt:
         raise bad_param("prompt", "the prompt is empty")
     return CompletionPrompt(source.raw_prompt_ids(prompt), scrub_surrogates(prompt))
+
+
+def no_fim(model: str) -> APIError:
+    """The 404 for a fill-in-the-middle request to ``model``, whose vocabulary has no FIM tokens:
+    what a model needs, and one that has it."""
+    markers = ", ".join(family.prefix[0] for family in FIM_FAMILIES)
+    return model_cannot(
+        model,
+        "fill in the middle",
+        f"its vocabulary has no FIM tokens (none of {markers}); use a code model trained for "
+        f"it, e.g. {FIM_EXAMPLE_MODEL} (localinfer pull {FIM_EXAMPLE_MODEL})",
+    )
 
 
 def _token_prompt(ids: list[int], body: CompletionRequest) -> CompletionPrompt:
