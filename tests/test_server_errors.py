@@ -118,6 +118,8 @@ BAD_COMPLETION: list[tuple[str, Any]] = [
     ("logprobs too many", {"prompt": "a", "logprobs": 6}),
     ("best_of two", {"prompt": "a", "best_of": 2}),
     ("token ids with a suffix", {"prompt": [1, 2], "suffix": "b"}),
+    # echo decodes the prompt before the engine checks it: a huge id was a 500 (tokenizer overflow)
+    ("echo of a token id beyond vocab", {"prompt": [10**12], "echo": True}),
     ("n a float", {"prompt": "a", "n": 2.0}),
     ("echo with logprobs", {"prompt": "a", "echo": True, "logprobs": 1}),
     ("max_tokens negative", {"prompt": "a", "max_tokens": -1}),

@@ -16,7 +16,12 @@ from localinfer.server.openai_render import Kind, OpenAIRenderer, ResponseBuilde
 from localinfer.server.schemas import ChatCompletionRequest, CompletionRequest, SamplingFields
 from localinfer.server.state import ServedSession, ServerState
 from localinfer.server.structured_output import response_format_spec
-from localinfer.server.translate import check_chat, check_completion, completion_prompt
+from localinfer.server.translate import (
+    check_chat,
+    check_completion,
+    check_token_ids,
+    completion_prompt,
+)
 
 # OpenAI's legacy /v1/completions default; chat answers may run to the end of the context.
 COMPLETIONS_DEFAULT_MAX_TOKENS = 16
@@ -65,6 +70,7 @@ def completion(
     text completions, or chat completions for FIM APIs that answer that way (Mistral's)."""
     logprobs = check_completion(body)
     prompt = completion_prompt(session, body, model)
+    check_token_ids(prompt.ids, session.engine.vocab_size)
     text = prompt.text
     if body.echo and not text:  # a token-id prompt: echo its text
         text = session.model.tokenizer.decode(prompt.ids)

@@ -111,6 +111,16 @@ def completion_prompt(
     return CompletionPrompt(source.raw_prompt_ids(prompt), scrub_surrogates(prompt))
 
 
+def check_token_ids(ids: list[int], vocab_size: int) -> None:
+    """A 400 naming ``prompt`` for a token id outside the model's vocabulary. The engine refuses
+    it too, but echo decodes the prompt before the engine sees it (a huge id overflowed the
+    tokenizer: a 500)."""
+    bad = next((t for t in ids if t >= vocab_size), None)
+    if bad is not None:
+        message = f"prompt: token id {bad} is outside the vocabulary (0..{vocab_size - 1})"
+        raise bad_param("prompt", message)
+
+
 def no_fim(model: str) -> APIError:
     """The 404 for a fill-in-the-middle request to ``model``, whose vocabulary has no FIM tokens:
     what a model needs, and one that has it."""
