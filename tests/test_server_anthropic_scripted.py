@@ -20,6 +20,7 @@ from localinfer.server.anthropic_render import AnthropicRenderer
 from localinfer.server.anthropic_schemas import MessagesRequest
 from localinfer.server.anthropic_translate import chat_request
 from localinfer.server.errors import APIError
+from localinfer.server.tool_schemas import tool_dicts
 from tests.test_server_anthropic import ASK, TIME, WEATHER, events
 from tests.test_server_scripted import CALL, ScriptedSession
 from tests.test_server_support import client_for
@@ -240,7 +241,7 @@ def test_translation_defaults_and_blocks() -> None:
         "messages[2].content[0]",
         "messages[2].content[1]",
     ]
-    assert request.tools == [
+    assert tool_dicts(request.tools) == [
         {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
     ]
     body.tool_choice = None

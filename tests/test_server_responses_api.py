@@ -312,7 +312,6 @@ ROUND = [
         ({"background": True}, "background"),
         ({"tools": [{"type": "web_search"}]}, "tools[0].type"),
         ({"tools": [FLAT_TOOLS[0], {"type": "code_interpreter"}]}, "tools[1].type"),
-        ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name"),
         ({"tool_choice": {"type": "function", "name": "nope"}, "tools": FLAT_TOOLS}, "tool_choice"),
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
@@ -326,7 +325,6 @@ ROUND = [
             "input[2].call_id",
         ),
         ({"text": {"format": {"type": "json_schema", "name": "x"}}}, SCHEMA),
-        ({"text": {"format": {"type": "yaml"}}}, "text.format.type"),
         ({"text": {"format": {"type": "json_schema", "schema": {"type": 3}}}}, SCHEMA),
         ({"input": []}, "input"),
     ],
@@ -340,6 +338,26 @@ def test_unsupported_or_malformed_requests_are_400s_naming_the_field(
     error = caught.value.body
     assert caught.value.status_code == 400
     assert error["param"] == param and error["message"].startswith(param + ": "), error
+
+
+@pytest.mark.parametrize(
+    ("extra", "param", "where"),
+    [
+        ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools", "tools.0.name"),
+        ({"text": {"format": {"type": "yaml"}}}, "text", "text.format.type"),
+        ({"tool_choice": "sometimes"}, "tool_choice", "tool_choice"),
+        ({"tool_choice": "required"}, "tool_choice", "tool_choice"),  # no tools
+    ],
+)
+def test_what_the_document_refuses_is_refused_by_the_body(
+    client: openai.OpenAI, model_name: str, extra: dict, param: str, where: str
+) -> None:
+    """Refused by the body's model, as /openapi.json states: a 400 naming the field."""
+    request = {"model": model_name, "input": WEATHER_ASK, "max_output_tokens": 4, **extra}
+    with pytest.raises(openai.BadRequestError) as caught:
+        client.responses.create(**request)
+    error = caught.value.body
+    assert error["param"] == param and error["message"].startswith(where + ": "), error
 
 
 def test_store_false_and_an_unknown_model(client: openai.OpenAI, model_name: str) -> None:

@@ -190,7 +190,7 @@ def test_malformed_tool_history_is_a_400_naming_the_field(
     ("extra", "param"),
     [
         ({"tool_choice": {"type": "function", "function": {"name": "nope"}}}, "tool_choice"),
-        ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools[0]"),
+        ({"tools": [{"type": "function", "function": {"name": "bad name!"}}]}, "tools"),
         ({"tool_choice": "required", "response_format": {"type": "json_object"}}, "tool_choice"),
     ],
 )

@@ -4,7 +4,9 @@ Validated with pydantic at the HTTP edge, like the OpenAI bodies in ``schemas``:
 are ignored (Claude Code sends ``metadata``, ``thinking``, ``cache_control`` on blocks), every
 field this server acts on is type-checked. Content blocks are told apart by ``type``; image,
 document and thinking blocks are accepted here so that translation can refuse (or drop) them
-with a message that names the block, rather than a bare "tag not expected".
+with a message that names the block, rather than a bare "tag not expected". What is parsed only
+to be refused (image and document blocks, server tools) is left out of /openapi.json
+(``SkipJsonSchema``): the document lists what the server takes.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from pydantic import (
     StrictFloat,
     model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from localinfer.server.json_numbers import JsonInt
 from localinfer.server.model_ids import ModelId
+from localinfer.server.tool_schemas import FUNCTION_NAME, Parameters
 
 # Anthropic's own bound: temperature runs from 0 to 1 (OpenAI's to 2).
 AnthropicTemperature = Annotated[StrictFloat, Field(ge=0.0, le=1.0)]
@@ -53,7 +57,7 @@ class ToolUseBlock(_Block):
 
     type: Literal["tool_use"]
     id: str = Field(min_length=1)
-    name: str
+    name: str = Field(min_length=1)
     input: dict[str, Any]
 
 
@@ -62,35 +66,54 @@ class ToolResultBlock(_Block):
 
     type: Literal["tool_result"]
     tool_use_id: str = Field(min_length=1)
-    content: str | list[Annotated[TextBlock | MediaBlock, Field(discriminator="type")]] | None = (
-        None
-    )
+    content: (
+        str | list[Annotated[TextBlock | SkipJsonSchema[MediaBlock], Field(discriminator="type")]]
+    ) | None = None
     is_error: StrictBool = False
 
 
-ContentBlock = Annotated[
-    TextBlock | MediaBlock | ThinkingBlock | ToolUseBlock | ToolResultBlock,
+# The blocks each role's turns hold, as in Anthropic's API: a user turn answers tool calls
+# (tool_result), an assistant turn makes them (tool_use) and carries its reasoning (thinking).
+# Stating it per role puts the rule in the document; the translation relies on it.
+UserBlock = Annotated[
+    TextBlock | SkipJsonSchema[MediaBlock] | ToolResultBlock, Field(discriminator="type")
+]
+AssistantBlock = Annotated[
+    TextBlock | SkipJsonSchema[MediaBlock] | ThinkingBlock | ToolUseBlock,
     Field(discriminator="type"),
 ]
 
 
-class AnthropicMessage(BaseModel):
+class UserMessage(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    role: Literal["user", "assistant"]
-    content: str | list[ContentBlock]
+    role: Literal["user"]
+    content: str | list[UserBlock]
+
+
+class AssistantMessage(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    role: Literal["assistant"]
+    content: str | list[AssistantBlock]
+
+
+AnthropicMessage = Annotated[UserMessage | AssistantMessage, Field(discriminator="role")]
 
 
 class AnthropicTool(BaseModel):
     """A client tool (``input_schema`` is its input's JSON schema). Anthropic's server tools
-    (``type`` such as "web_search_20250305") are refused by translation."""
+    (``type`` such as "web_search_20250305", no ``input_schema``) are refused by translation."""
 
-    model_config = ConfigDict(extra="ignore")
+    # The document: a client tool, with its input's schema.
+    model_config = ConfigDict(
+        extra="ignore", json_schema_extra={"required": ["name", "input_schema"]}
+    )
 
-    name: str
+    name: str = Field(pattern=FUNCTION_NAME)
     description: str | None = None
-    input_schema: dict[str, Any] | None = None
-    type: str | None = None
+    input_schema: Parameters | SkipJsonSchema[None] = None
+    type: Literal["custom"] | SkipJsonSchema[str] | None = None
 
 
 class AnthropicToolChoice(BaseModel):
@@ -109,7 +132,7 @@ class AnthropicToolChoice(BaseModel):
     )
 
     type: Literal["auto", "any", "tool", "none"]
-    name: str | None = None
+    name: str | None = Field(default=None, pattern=FUNCTION_NAME)
     disable_parallel_tool_use: StrictBool = False
 
     @model_validator(mode="after")
@@ -119,16 +142,35 @@ class AnthropicToolChoice(BaseModel):
         return self
 
 
+# A tool choice of "any" or "tool" needs tools (_choice_has_tools); the document says so.
+CHOICE_NEEDS_TOOLS = {
+    "if": {
+        "properties": {
+            "tool_choice": {"properties": {"type": {"enum": ["any", "tool"]}}, "required": ["type"]}
+        },
+        "required": ["tool_choice"],
+    },
+    "then": {"properties": {"tools": {"type": "array", "minItems": 1}}, "required": ["tools"]},
+}
+
+
 class CountTokensRequest(BaseModel):
     """What a prompt is made of; /v1/messages/count_tokens takes just this."""
 
-    model_config = ConfigDict(extra="ignore")
+    model_config = ConfigDict(extra="ignore", json_schema_extra=CHOICE_NEEDS_TOOLS)
 
     model: ModelId | None = None
     system: str | list[TextBlock] | None = None
     messages: list[AnthropicMessage] = Field(min_length=1)
     tools: list[AnthropicTool] | None = None
     tool_choice: AnthropicToolChoice | None = None
+
+    @model_validator(mode="after")
+    def _choice_has_tools(self) -> CountTokensRequest:
+        choice = self.tool_choice
+        if choice is not None and choice.type in ("any", "tool") and not self.tools:
+            raise ValueError(f"tool_choice: type {choice.type!r} needs at least one tool in tools")
+        return self
 
 
 class MessagesRequest(CountTokensRequest):

@@ -25,9 +25,9 @@ from pydantic import ValidationError
 
 from localinfer.errors import InvalidParameterError
 from localinfer.server.anthropic_schemas import (
-    AnthropicMessage,
     AnthropicTool,
     AnthropicToolChoice,
+    AssistantMessage,
     CountTokensRequest,
     MediaBlock,
     MessagesRequest,
@@ -35,6 +35,7 @@ from localinfer.server.anthropic_schemas import (
     ThinkingBlock,
     ToolResultBlock,
     ToolUseBlock,
+    UserMessage,
 )
 from localinfer.server.errors import FIELD_PREFIX, APIError
 from localinfer.server.schemas import ChatCompletionRequest
@@ -71,7 +72,7 @@ class _History:
         self.messages.append(message)
         self.origins.append(origin)
 
-    def user(self, i: int, message: AnthropicMessage) -> None:
+    def user(self, i: int, message: UserMessage) -> None:
         where = f"messages[{i}]"
         if isinstance(message.content, str):
             self.add({"role": "user", "content": message.content}, where)
@@ -85,9 +86,7 @@ class _History:
                 self.add(self._tool_result(at, block), at)
             elif isinstance(block, MediaBlock):
                 raise _refuse_media(at, block)
-            elif isinstance(block, ToolUseBlock):
-                raise _bad(f"{at}.type", "tool_use blocks belong in assistant messages")
-            # thinking blocks in a user turn: nothing to render
+            # (tool_use and thinking blocks are an assistant's: the body's model refused them)
         if texts or not message.content:
             self.add({"role": "user", "content": "".join(texts)}, where)
 
@@ -110,7 +109,7 @@ class _History:
             text = ERROR_RESULT_PREFIX + text
         return {"role": "tool", "tool_call_id": block.tool_use_id, "content": text}
 
-    def assistant(self, i: int, message: AnthropicMessage) -> None:
+    def assistant(self, i: int, message: AssistantMessage) -> None:
         where = f"messages[{i}]"
         blocks = message.content
         if isinstance(blocks, str):
@@ -131,8 +130,6 @@ class _History:
                 calls.append({"id": block.id, "type": "function", "function": function})
             elif isinstance(block, MediaBlock):
                 raise _refuse_media(at, block)
-            elif isinstance(block, ToolResultBlock):
-                raise _bad(f"{at}.type", "tool_result blocks belong in user messages")
             else:
                 assert isinstance(block, ThinkingBlock)  # earlier reasoning: left out
         turn: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
@@ -190,7 +187,7 @@ def chat_request(body: CountTokensRequest) -> TranslatedChat:
     if system:
         history.add({"role": "system", "content": system}, "system")
     for i, message in enumerate(body.messages):
-        if message.role == "user":
+        if isinstance(message, UserMessage):
             history.user(i, message)
         else:
             history.assistant(i, message)

@@ -30,6 +30,7 @@ from localinfer.server.capability import capability_refused
 from localinfer.server.errors import APIError
 from localinfer.server.schemas import ChatCompletionRequest
 from localinfer.server.structured_output import response_format_spec
+from localinfer.server.tool_schemas import choice_value, tool_dicts
 from localinfer.tools import (
     detect_family,
     forced_call_spec,
@@ -85,8 +86,8 @@ def requested_thinking(body: ChatCompletionRequest) -> Thinking:
 def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
     """Everything the engine and the response need; 400s name the field at fault, a 404 the
     model that takes no chat turns (``capability``)."""
-    tools = parse_tools(body.tools)
-    choice = parse_tool_choice(body.tool_choice, tools)
+    tools = parse_tools(tool_dicts(body.tools))
+    choice = parse_tool_choice(choice_value(body.tool_choice), tools)
     template = source.model.chat_template  # None: the session refuses chat turns (a 404)
     family = detect_family(template.source if template is not None else None)
     messages = template_messages([m.as_openai() for m in body.messages], family)

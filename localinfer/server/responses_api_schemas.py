@@ -6,7 +6,9 @@ state this server does not keep (``store: true``, ``previous_response_id``, ``co
 ``background``) are typed so that ``responses_api_translate`` can refuse them by name.
 
 Input items are a union picked by ``type`` (a message may leave ``type`` out); an item of any
-other type parses as ``OtherItem`` and is refused with a message that says what it is.
+other type parses as ``OtherItem`` and is refused with a message that says what it is. Such
+forms (other items, content parts and tools) are parsed so that the refusal can name them, and
+left out of /openapi.json (``SkipJsonSchema``): the document lists what the server takes.
 """
 
 from __future__ import annotations
@@ -24,11 +26,21 @@ from pydantic import (
     ValidationInfo,
     WithJsonSchema,
     field_validator,
+    model_validator,
 )
+from pydantic.json_schema import SkipJsonSchema
 
 from localinfer.server.json_numbers import JsonInt
 from localinfer.server.model_ids import ModelId
 from localinfer.server.schemas import Temperature
+from localinfer.server.structured_output import SCHEMA_NAME
+from localinfer.server.tool_schemas import (
+    MAX_TOOLS,
+    NEEDS_TOOLS,
+    FlatTool,
+    ResponsesToolChoice,
+    choice_needs_tools,
+)
 
 NO_STORAGE = "this server keeps no responses"
 # A flag this server takes only as false (true is refused by _refuse_state, with the reason).
@@ -46,18 +58,20 @@ REFUSED = {
     "prompt": "stored prompt templates are not supported; send instructions",
 }
 
-# The item types this server turns into a chat history; anything else is an OtherItem.
-HISTORY_ITEM_TYPES = ("message", "function_call", "function_call_output")
+# The item types this server reads (a reasoning item is dropped); anything else is an OtherItem.
+HISTORY_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
+TEXT_PARTS = ("input_text", "output_text")
 
 
 class ContentPart(BaseModel):
     """One part of a message's content. Only text parts (``input_text``, ``output_text``) are
-    supported; the type is checked by the translation so that its error says so."""
+    supported; other types are checked by the translation so that its error says so."""
 
-    model_config = ConfigDict(extra="ignore")
+    # The document: a text part, with its text.
+    model_config = ConfigDict(extra="ignore", json_schema_extra={"required": ["type", "text"]})
 
-    type: str
-    text: str | None = None
+    type: Literal["input_text", "output_text"] | SkipJsonSchema[str]
+    text: str | SkipJsonSchema[None] = None
 
 
 class MessageItem(BaseModel):
@@ -76,8 +90,8 @@ class FunctionCallItem(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["function_call"]
-    call_id: str
-    name: str
+    call_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
     arguments: str
 
 
@@ -87,8 +101,16 @@ class FunctionCallOutputItem(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["function_call_output"]
-    call_id: str
+    call_id: str = Field(min_length=1)
     output: str | list[ContentPart]
+
+
+class ReasoningItem(BaseModel):
+    """A model's reasoning from an earlier turn (often another model's, encrypted): dropped."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["reasoning"]
 
 
 class OtherItem(BaseModel):
@@ -108,8 +130,54 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[OtherItem, Tag("other")],
+    | Annotated[ReasoningItem, Tag("reasoning")]
+    | SkipJsonSchema[Annotated[OtherItem, Tag("other")]],
     Discriminator(_item_tag),
+]
+# An input list needs a message to answer: one not the system's (chat_history refuses others).
+ANSWERABLE = {
+    "anyOf": [
+        {
+            "properties": {"type": {"const": "message"}, "role": {"enum": ["user", "assistant"]}},
+            "required": ["role"],
+        },
+        {
+            "properties": {"type": {"enum": ["function_call", "function_call_output"]}},
+            "required": ["type"],
+        },
+    ]
+}
+
+
+def _answerable(item: BaseModel) -> bool:
+    """Whether ``item`` is one ANSWERABLE admits."""
+    if isinstance(item, MessageItem):
+        return item.role in ("user", "assistant")
+    return isinstance(item, FunctionCallItem | FunctionCallOutputItem)
+
+
+class BuiltInTool(BaseModel):
+    """A tool of any other type (web search, file search...): refused by name in translation."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+
+
+# Tags spelled as pydantic spells its own ("list[...]"), which error messages leave out of the
+# field's path (errors._clean_loc): "tools.0.name", not "tools.0.function.name".
+FUNCTION_TAG, BUILT_IN_TAG = "tool[function]", "tool[built-in]"
+
+
+def _tool_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return FUNCTION_TAG if kind == "function" else BUILT_IN_TAG
+
+
+ResponsesTool = Annotated[
+    Annotated[FlatTool, Tag(FUNCTION_TAG)]
+    | SkipJsonSchema[Annotated[BuiltInTool, Tag(BUILT_IN_TAG)]],
+    Discriminator(_tool_tag),
 ]
 
 
@@ -117,10 +185,18 @@ class TextFormat(BaseModel):
     """``text.format``: ``text``, ``json_object``, or ``json_schema`` with its name, schema and
     strict flag at this level (not nested as in chat completions' ``response_format``)."""
 
-    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+    # A json_schema format needs its schema (chat_response_format refuses one without it).
+    model_config = ConfigDict(
+        extra="ignore",
+        populate_by_name=True,
+        json_schema_extra={
+            "if": {"properties": {"type": {"const": "json_schema"}}, "required": ["type"]},
+            "then": {"required": ["schema"]},
+        },
+    )
 
-    type: str
-    name: str | None = None
+    type: Literal["text", "json_object", "json_schema"]
+    name: str | None = Field(default=None, pattern=SCHEMA_NAME)
     description: str | None = None
     # "schema" would shadow BaseModel.schema; the JSON key stays "schema".
     schema_: dict[str, Any] | None = Field(default=None, alias="schema")
@@ -137,10 +213,11 @@ class TextConfig(BaseModel):
 class ResponsesRequest(BaseModel):
     """``POST /v1/responses``."""
 
-    model_config = ConfigDict(extra="ignore")
+    # What parse_tool_choice refuses without tools, as the document states it.
+    model_config = ConfigDict(extra="ignore", json_schema_extra=NEEDS_TOOLS)
 
     model: ModelId | None = None
-    input: str | list[InputItem]
+    input: str | list[InputItem] = Field(json_schema_extra={"minItems": 1, "contains": ANSWERABLE})
     instructions: str | None = None
     max_output_tokens: Annotated[int, JsonInt(ge=1)] | None = None
     temperature: Temperature | None = None
@@ -148,8 +225,8 @@ class ResponsesRequest(BaseModel):
     stream: StrictBool = False
     # Function tools in the Responses' flat shape ({type, name, description, parameters,
     # strict}); built-in tools are refused by name in the translation.
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: Annotated[list[ResponsesTool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: ResponsesToolChoice | None = None
     parallel_tool_calls: StrictBool = True
     text: TextConfig | None = None
     # Not supported: accepted only as 0 (what clients that do not want them send).
@@ -161,6 +238,21 @@ class ResponsesRequest(BaseModel):
     conversation: None = None
     background: OffOnly | None = None
     prompt: None = None  # a stored prompt template, by id
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ResponsesRequest:
+        # What the document states (NEEDS_TOOLS, ANSWERABLE, TextFormat's schema), as the
+        # translation would refuse it, named by field.
+        choice_needs_tools(self.tool_choice, self.tools)
+        items = self.input if isinstance(self.input, list) else []
+        # (an item of another type is left to the translation, whose refusal names it)
+        known = not any(isinstance(item, OtherItem) for item in items)
+        if isinstance(self.input, list) and known and not any(map(_answerable, items)):
+            raise ValueError("input: the input holds no message to answer")
+        fmt = self.text.format if self.text is not None else None
+        if fmt is not None and fmt.type == "json_schema" and fmt.schema_ is None:
+            raise ValueError("text.format.schema: a json_schema format needs its schema")
+        return self
 
     @field_validator(*REFUSED, mode="before")
     @classmethod

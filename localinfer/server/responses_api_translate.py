@@ -21,22 +21,26 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from pydantic import ValidationError
+
 from localinfer.errors import LocalinferError
 from localinfer.server.chat_plan import ChatPlan, ChatSource, plan_chat
 from localinfer.server.errors import APIError, from_localinfer_error
 from localinfer.server.responses_api_schemas import (
     NO_STORAGE,
+    TEXT_PARTS,
+    BuiltInTool,
     ContentPart,
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
     OtherItem,
+    ReasoningItem,
     ResponsesRequest,
     TextConfig,
 )
 from localinfer.server.schemas import ChatCompletionRequest
-
-TEXT_PARTS = ("input_text", "output_text")
+from localinfer.server.tool_schemas import FlatTool, choice_value
 
 
 def bad(param: str, message: str) -> APIError:
@@ -112,19 +116,27 @@ class TranslatedRequest:
 def translate_request(body: ResponsesRequest) -> TranslatedRequest:
     """The chat request ``body`` amounts to; 400s name the Responses field at fault."""
     messages, sources = chat_history(body)
-    chat = ChatCompletionRequest(
-        model=body.model,
-        messages=messages,
-        max_tokens=body.max_output_tokens,
-        temperature=body.temperature,
-        top_p=body.top_p,
-        stream=body.stream,
-        tools=chat_tools(body.tools),
-        tool_choice=body.tool_choice,
-        parallel_tool_calls=body.parallel_tool_calls,
-        response_format=chat_response_format(body.text),
-    )
-    return TranslatedRequest(chat, FieldNames(sources))
+    fields = {
+        "model": body.model,
+        "messages": messages,
+        "max_tokens": body.max_output_tokens,
+        "temperature": body.temperature,
+        "top_p": body.top_p,
+        "stream": body.stream,
+        "tools": chat_tools(body.tools),
+        "tool_choice": choice_value(body.tool_choice),
+        "parallel_tool_calls": body.parallel_tool_calls,
+        "response_format": chat_response_format(body.text),
+    }
+    names = FieldNames(sources)
+    try:
+        chat = ChatCompletionRequest.model_validate(fields)
+    except ValidationError as exc:  # a rule of the chat body this one's model lacks: still a 400
+        err = exc.errors()[0]
+        loc = err.get("loc", ())
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in loc)[1:] or "input"
+        raise names.renamed(bad(field, err.get("msg", "invalid value"))) from None
+    return TranslatedRequest(chat, names)
 
 
 def plan_responses(source: ChatSource, translated: TranslatedRequest) -> ChatPlan:
@@ -160,7 +172,9 @@ class _History:
         self.sources.append(source)
 
     def item(
-        self, i: int, item: MessageItem | FunctionCallItem | FunctionCallOutputItem | OtherItem
+        self,
+        i: int,
+        item: MessageItem | FunctionCallItem | FunctionCallOutputItem | ReasoningItem | OtherItem,
     ) -> None:
         where = f"input[{i}]"
         if isinstance(item, MessageItem):
@@ -172,8 +186,10 @@ class _History:
             text = _text(f"{where}.output", item.output)
             message = {"role": "tool", "tool_call_id": item.call_id, "content": text}
             self.add(message, MessageSource(where, content_key="output"))
-        else:
+        elif isinstance(item, OtherItem):
             _other(where, item)
+        # A reasoning item (another model's reasoning, often encrypted): this model cannot read
+        # it, and chat templates drop earlier reasoning from the history anyway.
 
     def _call(self, where: str, item: FunctionCallItem) -> None:
         """A call joins the assistant turn it follows (text, then calls), or opens one."""
@@ -189,10 +205,6 @@ class _History:
 
 
 def _other(where: str, item: OtherItem) -> None:
-    if item.type == "reasoning":
-        # Another model's reasoning (often encrypted): this model cannot read it, and chat
-        # templates drop earlier reasoning from the history anyway.
-        return
     if item.type == "item_reference":
         raise bad(where, f"an item_reference needs stored items: {NO_STORAGE}; send the item")
     raise bad(
@@ -218,36 +230,36 @@ def _text(where: str, content: str | list[ContentPart]) -> str:
     return "".join(pieces)
 
 
-def chat_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+def chat_tools(tools: list[FlatTool | BuiltInTool] | None) -> list[dict[str, Any]] | None:
     """Flat Responses function tools in chat's nested shape; built-in tools are refused."""
     if tools is None:
         return None
     out = []
     for i, tool in enumerate(tools):
-        kind = tool.get("type")
-        if kind != "function":
+        if isinstance(tool, BuiltInTool):
             raise bad(
                 f"tools[{i}].type",
-                f"{str(kind)[:80]!r} is not supported: this server runs no built-in tools "
+                f"{tool.type[:80]!r} is not supported: this server runs no built-in tools "
                 "(web search, file search, code interpreter, computer use...); only "
                 "function tools (type 'function')",
             )
-        keys = ("name", "description", "parameters", "strict")
-        out.append({"type": "function", "function": {k: tool[k] for k in keys if k in tool}})
+        function = tool.model_dump(exclude_none=True, exclude={"type"})
+        out.append({"type": "function", "function": function})
     return out
 
 
-def echoed_tools(tools: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+def echoed_tools(tools: list[FlatTool | BuiltInTool] | None) -> list[dict[str, Any]]:
     """The request's function tools as a Response object repeats them."""
     return [
         {
             "type": "function",
-            "name": tool.get("name"),
-            "description": tool.get("description"),
-            "parameters": tool.get("parameters"),
-            "strict": tool.get("strict"),
+            "name": tool.name,
+            "description": tool.description,
+            "parameters": tool.parameters,
+            "strict": tool.strict,
         }
         for tool in tools or ()
+        if isinstance(tool, FlatTool)
     ]
 
 
@@ -258,9 +270,6 @@ def chat_response_format(text: TextConfig | None) -> dict[str, Any] | None:
         return None
     if fmt.type == "json_object":
         return {"type": "json_object"}
-    if fmt.type != "json_schema":
-        kinds = "'text', 'json_object', 'json_schema'"
-        raise bad("text.format.type", f"{fmt.type[:80]!r} is not one of {kinds}")
     if fmt.schema_ is None:
         raise bad("text.format.schema", "a json_schema format needs its schema")
     wrapper = {"name": fmt.name, "schema": fmt.schema_, "strict": fmt.strict}

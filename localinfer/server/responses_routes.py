@@ -8,7 +8,10 @@ is stored: ``store`` must be false (an absent ``store`` counts as false).
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
+from pydantic import BaseModel
 
 from localinfer.server.answer_route import add_answer_route, chat_input, engine_params
 from localinfer.server.generation import GenerationInput
@@ -44,6 +47,14 @@ def response(session: ServedSession, model: str, body: ResponsesRequest) -> Gene
     return chat_input(plan, params, body.stream, renderer)
 
 
+def echoed_choice(body: ResponsesRequest) -> str | dict[str, Any]:
+    """The request's ``tool_choice`` as a Response object repeats it (OpenAI's default: auto)."""
+    choice = body.tool_choice
+    if isinstance(choice, BaseModel):
+        return choice.model_dump()
+    return choice or "auto"
+
+
 def response_head(body: ResponsesRequest, model: str) -> ResponseHead:
     """The request's settings as every Response object of its answer repeats them."""
     return ResponseHead(
@@ -53,7 +64,7 @@ def response_head(body: ResponsesRequest, model: str) -> ResponseHead:
         temperature=DEFAULT_TEMPERATURE if body.temperature is None else body.temperature,
         top_p=DEFAULT_TOP_P if body.top_p is None else body.top_p,
         parallel_tool_calls=body.parallel_tool_calls,
-        tool_choice=body.tool_choice or "auto",
+        tool_choice=echoed_choice(body),
         tools=echoed_tools(body.tools),
         text=echoed_text(body.text),
     )

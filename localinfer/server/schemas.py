@@ -21,69 +21,22 @@ from pydantic import (
     model_validator,
 )
 
+from localinfer.server.chat_messages import ChatMessage
 from localinfer.server.json_numbers import JsonInt
 from localinfer.server.model_ids import ModelId
+from localinfer.server.structured_output import ResponseFormat
+from localinfer.server.tool_schemas import (
+    NEEDS_TOOLS,
+    ChatToolChoice,
+    ChatTools,
+    choice_needs_tools,
+)
 
 # OpenAI's own bounds; the engine's SamplingParams checks its own again.
 # Strict: JSON numbers only, never "0.7" or true (the document says number; so does the check).
 Temperature = Annotated[StrictFloat, Field(ge=0.0, le=2.0)]
 Penalty = Annotated[StrictFloat, Field(ge=-2.0, le=2.0)]
-
-
-class TextPart(BaseModel):
-    """One element of an array ``content``; only text parts are supported."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    type: Literal["text"]
-    text: str
-
-
-class _Message(BaseModel):
-    """What every message of a chat history has. Tool calls and results are checked (and turned
-    into what the chat template expects) by ``localinfer.tools.template_messages``, which names
-    the field a malformed history gets wrong."""
-
-    model_config = ConfigDict(extra="ignore")
-
-    content: str | list[TextPart] | None = None
-    name: str | None = None
-    tool_calls: list[dict[str, Any]] | None = None  # assistant turns that called tools
-    tool_call_id: str | None = None  # tool results: the call they answer
-
-    def text(self) -> str:
-        if self.content is None:
-            return ""
-        if isinstance(self.content, str):
-            return self.content
-        return "".join(part.text for part in self.content)
-
-    def as_openai(self) -> dict[str, Any]:
-        """The message as an OpenAI client sent it (text parts joined, absent fields left out)."""
-        message: dict[str, Any] = {"role": self.role}  # type: ignore[attr-defined]
-        if self.content is not None:
-            message["content"] = self.text()
-        for key in ("name", "tool_calls", "tool_call_id"):
-            value = getattr(self, key)
-            if value is not None:
-                message[key] = value
-        return message
-
-
-class InputMessage(_Message):
-    """A system, developer, user or tool message: it has content (an assistant's may be only
-    tool calls). "developer" is OpenAI's newer name for the system role (o1 and later)."""
-
-    role: Literal["system", "developer", "user", "tool"]
-    content: str | list[TextPart]
-
-
-class AssistantMessage(_Message):
-    role: Literal["assistant"]
-
-
-# One message of a chat history, told apart by its role (so the document says which need content).
-ChatMessage = Annotated[InputMessage | AssistantMessage, Field(discriminator="role")]
+MAX_STOPS = 16
 
 
 class StreamOptions(BaseModel):
@@ -107,28 +60,36 @@ class SamplingFields(BaseModel):
     # An int64 or a uint64, as clients send them (the sampler takes it modulo 2**64). The bound
     # is inclusive: 2**64 - 1 is exact in every JSON parser's 64-bit integers, 2**64 is not.
     seed: Annotated[int, JsonInt(ge=-(2**63), le=2**64 - 1)] | None = None
-    stop: str | list[str] | None = None
+    # OpenAI allows up to 4; a few more do no harm, but an unbounded list is a DoS vector.
+    stop: str | Annotated[list[str], Field(max_length=MAX_STOPS)] | None = None
     presence_penalty: Penalty | None = None
     frequency_penalty: Penalty | None = None
-    n: Annotated[int, JsonInt(ge=1)] | None = None
+    n: Annotated[int, JsonInt(ge=1, le=1)] | None = Field(
+        default=None, description="Only 1: this server returns one choice"
+    )
     stream: StrictBool = False
     stream_options: StreamOptions | None = None
     ignore_eos: StrictBool = False  # vLLM extension, handy for benchmarks
-    logit_bias: dict[str, float] | None = None  # accepted only empty (see translate.py)
+    # Refused rather than ignored: a client relying on a ban would silently get other text.
+    logit_bias: Annotated[dict[str, float], Field(max_length=0)] | None = Field(
+        default=None, description="Only empty: this server applies no logit bias"
+    )
     # text | json_object | json_schema (structured_output.py reads it)
-    response_format: dict[str, Any] | None = None
+    response_format: ResponseFormat | None = None
 
-    @field_validator("stop")
-    @classmethod
-    def _stop_list(cls, value: str | list[str] | None) -> str | list[str] | None:
-        # OpenAI allows up to 4; a few more do no harm, but an unbounded list is a DoS vector.
-        if isinstance(value, list) and len(value) > 16:
-            raise ValueError("at most 16 stop sequences")
-        return value
+    @model_validator(mode="after")
+    def _format_has_its_schema(self) -> SamplingFields:
+        # Here, not in ResponseFormat, so that the error names the field itself.
+        fmt = self.response_format
+        if fmt is not None and fmt.type == "json_schema" and fmt.json_schema is None:
+            raise ValueError(
+                "response_format.json_schema: an object with 'name' and 'schema' is needed"
+            )
+        return self
 
 
 class ChatCompletionRequest(SamplingFields):
-    # _needs_logprobs, as the document states it.
+    # _needs_logprobs, and what parse_tool_choice refuses without tools, as the document states.
     model_config = ConfigDict(
         extra="ignore",
         json_schema_extra={
@@ -137,14 +98,15 @@ class ChatCompletionRequest(SamplingFields):
                 "required": ["top_logprobs"],
             },
             "then": {"properties": {"logprobs": {"const": True}}, "required": ["logprobs"]},
+            "allOf": [NEEDS_TOOLS],
         },
     )
     messages: list[ChatMessage] = Field(min_length=1)
     max_completion_tokens: Annotated[int, JsonInt(ge=1)] | None = None
     logprobs: StrictBool = False
     top_logprobs: Annotated[int, JsonInt(ge=0, le=20)] | None = None
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: str | dict[str, Any] | None = None
+    tools: ChatTools | None = None
+    tool_choice: ChatToolChoice | None = None
     parallel_tool_calls: StrictBool = True
     # Thinking models (tools/thinking.py): "none" turns thinking off; the others set a budget
     # of reasoning tokens (REASONING_BUDGETS). thinking_budget (localinfer's) sets one exactly.
@@ -152,6 +114,11 @@ class ChatCompletionRequest(SamplingFields):
     thinking_budget: Annotated[int, JsonInt(ge=0, le=1_000_000)] | None = None
     # Variables for the chat template (vLLM, llama-server): {"enable_thinking": false}.
     chat_template_kwargs: dict[str, Any] | None = None
+
+    @model_validator(mode="after")
+    def _choice_has_tools(self) -> ChatCompletionRequest:
+        choice_needs_tools(self.tool_choice, self.tools)
+        return self
 
     @field_validator("top_logprobs")
     @classmethod
@@ -176,16 +143,37 @@ TokenIds = Annotated[list[TokenId], Field(min_length=1)]
 Prompt = str | Annotated[list[str], Field(min_length=1, max_length=1)] | TokenIds
 # Without a suffix a text completion continues the prompt, which then needs some text.
 EMPTY_PROMPTS: list[Any] = ["", [""]]
+# EMPTY_PROMPTS as the document states it (schemathesis' generator cannot use an enum of them).
+EMPTY_TEXT = {
+    "anyOf": [
+        {"type": "string", "maxLength": 0},
+        {"type": "array", "items": {"type": "string", "maxLength": 0}},
+    ]
+}
+# The prompt as text: a string or a list of one.
+TEXT_PROMPT = {"anyOf": [{"type": "string"}, {"type": "array", "items": {"type": "string"}}]}
 
 
 class CompletionRequest(SamplingFields):
-    # _prompt_has_text, as the document states it.
+    # _prompt_has_text and _consistent, as the document states them.
     model_config = ConfigDict(
         extra="ignore",
         json_schema_extra={
-            # (the document names the empty text; [""] is refused the same way)
-            "if": {"properties": {"prompt": {"const": ""}}, "required": ["prompt"]},
+            "if": {"properties": {"prompt": EMPTY_TEXT}, "required": ["prompt"]},
             "then": {"properties": {"suffix": {"type": "string"}}, "required": ["suffix"]},
+            "allOf": [
+                {  # fill-in-the-middle needs the text before the cursor, not token ids
+                    "if": {"properties": {"suffix": {"type": "string"}}, "required": ["suffix"]},
+                    "then": {"properties": {"prompt": TEXT_PROMPT}},
+                },
+                {  # echo and logprobs, not both
+                    "if": {
+                        "properties": {"echo": {"const": True}, "logprobs": {"type": "integer"}},
+                        "required": ["echo", "logprobs"],
+                    },
+                    "then": False,
+                },
+            ],
         },
     )
 
@@ -194,10 +182,26 @@ class CompletionRequest(SamplingFields):
     logprobs: Annotated[int, JsonInt(ge=0, le=5)] | None = None
     echo: StrictBool = False
     suffix: str | None = None
-    best_of: Annotated[int, JsonInt(ge=1)] | None = None
+    best_of: Annotated[int, JsonInt(ge=1, le=1)] | None = Field(
+        default=None, description="Only 1: this server generates one completion"
+    )
 
     @model_validator(mode="after")
     def _prompt_has_text(self) -> CompletionRequest:
         if self.suffix is None and self.prompt in EMPTY_PROMPTS:
             raise ValueError("prompt: the prompt is empty")
         return self
+
+    @model_validator(mode="after")
+    def _consistent(self) -> CompletionRequest:
+        if self.suffix is not None and not _is_text(self.prompt):
+            raise ValueError(
+                "prompt: fill-in-the-middle (suffix) needs the prompt as text, not token ids"
+            )
+        if self.echo and self.logprobs is not None:
+            raise ValueError("echo: echo with logprobs is not supported")
+        return self
+
+
+def _is_text(prompt: object) -> bool:
+    return isinstance(prompt, str) or (isinstance(prompt, list) and isinstance(prompt[0], str))

@@ -1,51 +1,57 @@
 """``response_format`` -> the constraint an answer must match (OpenAI's structured outputs).
 
-``text`` asks for nothing; ``json_object`` for any JSON object; ``json_schema`` for an answer
-that validates against ``json_schema.schema``. OpenAI's ``strict`` flag is accepted either way:
-the engine's constraint always enforces the whole schema, so the answer parses and validates
-whether or not the client asked for strictness. Each mistake is a 400 naming its field.
+``text`` (or no type) asks for nothing; ``json_object`` for any JSON object; ``json_schema`` for
+an answer that validates against ``json_schema.schema``. OpenAI's ``strict`` flag is accepted
+either way: the engine's constraint always enforces the whole schema, so the answer parses and
+validates whether or not the client asked for strictness. The body's model refuses a malformed
+format, naming its field; a schema the constraint engine cannot build is a 400 naming it too.
 """
 
 from __future__ import annotations
 
-import re
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StrictBool
 
 from localinfer.constraints import ConstraintSpec
-from localinfer.server.errors import APIError
 
 # OpenAI's rule for json_schema.name.
-SCHEMA_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+SCHEMA_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
+# A json_schema format needs its schema; the document says so (schemas.SamplingFields checks).
+NEEDS_SCHEMA: dict[str, Any] = {
+    "if": {"properties": {"type": {"const": "json_schema"}}, "required": ["type"]},
+    "then": {"required": ["json_schema"]},
+}
 
 
-def _bad(param: str, message: str) -> APIError:
-    return APIError(400, f"{param}: {message}", code="invalid_parameter", param=param)
+class JsonSchemaFormat(BaseModel):
+    """``response_format.json_schema``: the schema the answer must match, and its name."""
+
+    model_config = ConfigDict(extra="ignore", populate_by_name=True)
+
+    name: str | None = Field(default=None, pattern=SCHEMA_NAME)
+    description: str | None = None
+    # "schema" would shadow BaseModel.schema; the JSON key stays "schema". Left out: any object.
+    schema_: dict[str, Any] = Field(default_factory=lambda: {"type": "object"}, alias="schema")
+    strict: StrictBool | None = None
 
 
-def response_format_spec(response_format: dict[str, Any] | None) -> ConstraintSpec | None:
+class ResponseFormat(BaseModel):
+    """Chat and text completions' ``response_format``."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=NEEDS_SCHEMA)
+
+    type: Literal["text", "json_object", "json_schema"] | None = None
+    json_schema: JsonSchemaFormat | None = None
+
+
+def response_format_spec(response_format: ResponseFormat | None) -> ConstraintSpec | None:
     """The constraint ``response_format`` asks for, None for plain text."""
-    if response_format is None:
+    if response_format is None or response_format.type in (None, "text"):
         return None
-    kind = response_format.get("type")
-    if kind in (None, "text"):
-        return None
-    if kind == "json_object":
+    if response_format.type == "json_object":
         return ConstraintSpec("json_object", field="response_format")
-    if kind != "json_schema":
-        raise _bad(
-            "response_format.type",
-            f"{kind!r} is not one of 'text', 'json_object', 'json_schema'",
-        )
-    wrapper = response_format.get("json_schema")
-    if not isinstance(wrapper, dict):
-        raise _bad("response_format.json_schema", "an object with 'name' and 'schema' is needed")
-    name = wrapper.get("name")
-    if name is not None and not (isinstance(name, str) and SCHEMA_NAME.match(name)):
-        raise _bad("response_format.json_schema.name", "must match ^[a-zA-Z0-9_-]{1,64}$")
-    strict = wrapper.get("strict")
-    if strict is not None and not isinstance(strict, bool):
-        raise _bad("response_format.json_schema.strict", "must be true or false")
-    schema = wrapper.get("schema", {"type": "object"})
-    if not isinstance(schema, dict):
-        raise _bad("response_format.json_schema.schema", "a JSON schema must be an object")
-    return ConstraintSpec("json_schema", source=schema, field="response_format.json_schema.schema")
+    wrapper = response_format.json_schema
+    assert wrapper is not None  # SamplingFields refused a json_schema format without it
+    source = wrapper.schema_
+    return ConstraintSpec("json_schema", source=source, field="response_format.json_schema.schema")

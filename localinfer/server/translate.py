@@ -51,30 +51,17 @@ def bad_param(param: str, message: str, code: str = "invalid_parameter") -> APIE
     return APIError(400, message, code=code, param=param)
 
 
-def _check_common(body: SamplingFields) -> None:
-    if body.n not in (None, 1):
-        raise bad_param("n", f"n={body.n} is not supported: this server returns one choice (n=1)")
-    if body.logit_bias:
-        # Refused rather than ignored: a client relying on a ban would silently get other text.
-        raise bad_param("logit_bias", "logit_bias is not supported by this server")
-
-
 def check_chat(body: ChatCompletionRequest) -> int | None:
-    """Reject what chat completions cannot do; returns the top-N logprobs wanted (None: off)."""
-    _check_common(body)
-    # top_logprobs without logprobs, and a message without content but an assistant's, are
-    # refused by the body's own model (schemas).
+    """The top-N logprobs a chat completion wants (None: off). What it cannot do (n > 1, a
+    logit_bias, top_logprobs without logprobs...) the body's own model refused (schemas)."""
     if not body.logprobs:
         return None
     return body.top_logprobs or 0
 
 
 def check_completion(body: CompletionRequest) -> int | None:
-    _check_common(body)
-    if body.best_of not in (None, 1):
-        raise bad_param("best_of", "best_of > 1 is not supported")
-    if body.echo and body.logprobs is not None:
-        raise bad_param("echo", "echo with logprobs is not supported")
+    """The top-N logprobs a text completion wants (None: off); its body's model refused n or
+    best_of > 1, a logit_bias, echo with logprobs, and a suffix with token ids."""
     return body.logprobs
 
 
@@ -90,14 +77,14 @@ def completion_prompt(
         if not prompt:
             raise bad_param("prompt", "the prompt is empty")
         if all(isinstance(t, int) for t in prompt):
-            return _token_prompt([int(t) for t in prompt], body)  # type: ignore[arg-type]
+            return CompletionPrompt([int(t) for t in prompt], "")  # type: ignore[arg-type]
         if len(prompt) != 1:
             raise bad_param(
                 "prompt", "send one prompt per request (a list of prompts is not supported)"
             )
         first = prompt[0]
         if isinstance(first, list):
-            return _token_prompt([int(t) for t in first], body)
+            return CompletionPrompt([int(t) for t in first], "")
         prompt = first
     if body.suffix is not None:
         tokenizer = source.model.tokenizer
@@ -131,14 +118,6 @@ def no_fim(model: str) -> APIError:
         f"its vocabulary has no FIM tokens (none of {markers}); use a code model trained for "
         f"it, e.g. {FIM_EXAMPLE_MODEL} (localinfer pull {FIM_EXAMPLE_MODEL})",
     )
-
-
-def _token_prompt(ids: list[int], body: CompletionRequest) -> CompletionPrompt:
-    if body.suffix is not None:
-        raise bad_param(
-            "prompt", "fill-in-the-middle (suffix) needs the prompt as text, not token ids"
-        )
-    return CompletionPrompt(ids, "")
 
 
 def sampling_params(

@@ -1,0 +1,88 @@
+"""The messages of a chat completion request, told apart by role so that /openapi.json says what
+each role's message holds: content for system, developer, user and tool messages, the id of the
+call a tool message answers, and an assistant's calls in OpenAI's shape.
+
+``localinfer.tools.template_messages`` then checks the history as a whole (a tool message must
+answer an earlier call; a call's arguments must be a JSON object) and turns it into what the chat
+template expects, naming the field a malformed history gets wrong.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextPart(_Part):
+    """One element of an array ``content``; only text parts are supported."""
+
+    type: Literal["text"]
+    text: str
+
+
+class CalledFunction(_Part):
+    name: str = Field(min_length=1)
+    # The arguments as a JSON object's text ("" for none, as some clients send it) or as the
+    # object: template_messages reads both.
+    arguments: str | dict[str, Any]
+
+
+class ToolCall(_Part):
+    """A call an assistant turn made, as OpenAI's answers carry it."""
+
+    id: str = Field(min_length=1)
+    type: Literal["function"] = "function"
+    function: CalledFunction
+
+
+class _Message(_Part):
+    """What every message of a chat history has."""
+
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if self.content is None:
+            return ""
+        if isinstance(self.content, str):
+            return self.content
+        return "".join(part.text for part in self.content)
+
+    def as_openai(self) -> dict[str, Any]:
+        """The message as an OpenAI client sent it (text parts joined, absent fields left out)."""
+        message: dict[str, Any] = self.model_dump(exclude_none=True, exclude={"content"})
+        if self.content is not None:
+            message["content"] = self.text()
+        return message
+
+
+class InputMessage(_Message):
+    """A system, developer or user message: it has content. "developer" is OpenAI's newer name
+    for the system role (o1 and later)."""
+
+    role: Literal["system", "developer", "user"]
+    content: str | list[TextPart]
+
+
+class ToolMessage(_Message):
+    """A tool's result: its content, and the id of the call it answers."""
+
+    role: Literal["tool"]
+    content: str | list[TextPart]
+    tool_call_id: str = Field(min_length=1)
+
+
+class AssistantMessage(_Message):
+    """An assistant's turn: its text, its calls of tools, or both."""
+
+    role: Literal["assistant"]
+    tool_calls: list[ToolCall] | None = None
+
+
+# One message of a chat history, told apart by its role (so the document says what each holds).
+ChatMessage = Annotated[InputMessage | ToolMessage | AssistantMessage, Field(discriminator="role")]
