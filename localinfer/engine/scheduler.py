@@ -109,28 +109,21 @@ class Scheduler:
     # -- any thread ------------------------------------------------------------------------
 
     def add_all(self, seqs: list[Sequence]) -> None:
-        """Queue requests all or none (QueueFullError when they do not all fit).
-
-        Free slots count first: with N slots and ``max_queue`` Q, N + Q requests fit at once,
-        even before the engine thread has placed any of them. A request is in ``waiting`` or in
-        a slot, never in between (``_admit`` moves it under the lock), so the count is exact
-        whatever the engine thread is doing."""
+        """Queue requests all or none (QueueFullError when they do not all fit). Free slots
+        count first: with N slots and ``max_queue`` Q, N + Q requests fit at once, even before
+        the engine thread places any. A request is in ``waiting`` or in a slot, never between
+        (``_admit`` moves it under the lock), so the count is exact whatever that thread does."""
         with self._lock:
             free = len(self.slots) - len(self.slots.busy())
             if self._queued() + len(seqs) > free + self.max_queue:
                 raise QueueFullError(self._full_message(free, len(seqs)))
             self.waiting.extend(seqs)
 
-    def _full_message(self, free: int, asked: int) -> str:
-        """Slots taken, and queue places taken by requests beyond those the free slots will
-        take (the engine thread may not have placed them yet)."""
-        taken = len(self.slots) - free
-        in_queue = max(0, self._queued() - free)
+    def _full_message(self, free: int, asked: int) -> str:  # waiting: beyond the free slots
         also = f"; {asked} requests asked at once" if asked > 1 else ""
-        return (
-            f"engine is busy: {taken} of {len(self.slots)} slots taken and {in_queue} requests "
-            f"waiting for one (queue limit {self.max_queue}){also}; retry later"
-        )
+        return (f"engine is busy: {len(self.slots) - free} of {len(self.slots)} slots taken and "
+                f"{max(0, self._queued() - free)} requests waiting for one (queue limit "
+                f"{self.max_queue}){also}; retry later")  # fmt: skip
 
     def add_embedding(self, job: EmbeddingJob) -> None:
         """Queue an embedding job (QueueFullError when the queue is full). The job running
