@@ -131,7 +131,7 @@ def test_the_model_validators_match_the_document(doc: dict[str, Any]) -> None:
     client = TestClient(empty_app(), base_url="http://localhost")
     msg = [{"role": "user", "content": "x"}]
     cases = [
-        ("/v1/chat/completions", {"messages": [{"role": "tool"}]}, "messages"),
+        ("/v1/chat/completions", {"messages": [{"role": "tool"}]}, "messages[0].content"),
         ("/v1/chat/completions", {"messages": msg, "top_logprobs": 2}, "top_logprobs"),
         ("/v1/chat/completions", {"messages": msg, "temperature": "0.5"}, "temperature"),
         ("/v1/completions", {"prompt": ""}, "prompt"),

@@ -324,7 +324,7 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
     ("change", "field"),
     [
         ({"max_tokens": None}, "max_tokens"),
-        ({"messages": [{"role": "system", "content": "hi"}]}, "messages.0: Input tag 'system'"),
+        ({"messages": [{"role": "system", "content": "hi"}]}, "messages[0]: Input tag 'system'"),
         ({"temperature": 1.5}, "temperature"),
         (
             {
@@ -342,7 +342,7 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
             {"messages": [{"role": "user", "content": [{"type": "image"}]}]},
             "messages[0].content[0]",
         ),
-        ({"tools": [{"name": "bad name!", "input_schema": {}}]}, "tools.0.name: String should"),
+        ({"tools": [{"name": "bad name!", "input_schema": {}}]}, "tools[0].name: String should"),
         ({"tools": [{"name": "web_search", "type": "web_search_20250305"}]}, "tools[0].type"),
         ({"tools": [WEATHER], "tool_choice": {"type": "tool", "name": "nope"}}, "tool_choice"),
     ],

@@ -343,8 +343,8 @@ def test_unsupported_or_malformed_requests_are_400s_naming_the_field(
 @pytest.mark.parametrize(
     ("extra", "param", "where"),
     [
-        ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools", "tools.0.name"),
-        ({"text": {"format": {"type": "yaml"}}}, "text", "text.format.type"),
+        ({"tools": [{"type": "function", "name": "bad name!"}]}, "tools[0].name", "tools[0].name"),
+        ({"text": {"format": {"type": "yaml"}}}, "text.format.type", "text.format.type"),
         ({"tool_choice": "sometimes"}, "tool_choice", "tool_choice"),
         ({"tool_choice": "required"}, "tool_choice", "tool_choice"),  # no tools
     ],

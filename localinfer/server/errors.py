@@ -171,6 +171,25 @@ def _clean_loc(loc: tuple[Any, ...]) -> list[str]:
     return out
 
 
+# The role a message model is picked by, which pydantic puts after the message's index.
+_ROLE_TAGS = {"system", "developer", "user", "assistant", "tool"}
+
+
+def _path(loc: list[str]) -> str:
+    """``messages[1].tool_calls[0].id``: the field as a client wrote it."""
+    out = ""
+    after_index = False
+    for part in loc:
+        if part.isdigit():
+            out += f"[{part}]"
+            after_index = True
+            continue
+        if not (after_index and part in _ROLE_TAGS):
+            out += f".{part}" if out else part
+        after_index = False
+    return out
+
+
 _HTTP_CODES = {400: "invalid_request", 404: "not_found", 405: "method_not_allowed"}
 
 _TAGS = {"str", "int", "float", "bool", "list", "dict", "none", "lax-or-strict"}
@@ -192,8 +211,9 @@ def _validation_message(exc: RequestValidationError) -> tuple[str, str | None]:
         # about the whole body names its field itself ("prompt: the prompt is empty").
         message = str(err.get("msg", "invalid value")).removeprefix("Value error, ")
         named = None if loc else FIELD_PREFIX.match(message)
-        param = param or (loc[0] if loc else named.group(1) if named else None)
-        line = message if named else f"{'.'.join(loc) or 'body'}: {message}"
+        path = _path(loc)
+        param = param or (path if loc else named.group(1) if named else None)
+        line = message if named else f"{path or 'body'}: {message}"
         if line not in seen:
             seen.append(line)
     more = f" (and {len(seen) - 2} more)" if len(seen) > 2 else ""
