@@ -25,6 +25,7 @@ TOOL = {"type": "function", "function": {**F, "parameters": {"type": "object"}}}
 FLAT_TOOL = {"type": "function", "name": "f", "parameters": {"type": "object"}}
 TOOL_USE = {"type": "tool_use", "id": "t1", "name": "f", "input": {}}
 TOOL_RESULT = {"type": "tool_result", "tool_use_id": "t1", "content": "ok"}
+BOOLEAN_PROPERTY = {"type": "object", "properties": {"x": True}}
 ANTHROPIC_TOOL = {"name": "f", "input_schema": {"type": "object"}}
 
 # (path, the body's fields besides the model, whether the document calls it valid)
@@ -54,6 +55,16 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("/v1/chat/completions", {"messages": [{"role": "tool", "content": "x"}]}, False),
     ("/v1/chat/completions", {"messages": MSG, "response_format": {"type": "yaml"}}, False),
     ("/v1/chat/completions", {"messages": MSG, "response_format": {"type": "json_schema"}}, False),
+    (
+        "/v1/chat/completions",
+        {"messages": MSG, "response_format": {"type": "json_schema", "json_schema": None}},
+        False,
+    ),
+    (  # a subschema may be a boolean, as JSON Schema has it
+        "/v1/chat/completions",
+        {"messages": MSG, "tools": [{"function": {**F, "parameters": BOOLEAN_PROPERTY}}]},
+        True,
+    ),
     ("/v1/completions", {"prompt": "x", "logprobs": 2.0, "best_of": 1.0}, True),
     ("/v1/completions", {"prompt": [1.0, 2.0]}, True),
     ("/v1/completions", {"prompt": "x", "best_of": 2}, False),
@@ -120,6 +131,11 @@ CASES: list[tuple[str, dict[str, Any], bool]] = [
     ("/v1/responses", {"input": [{"type": "reasoning", "role": "user"}]}, False),
     ("/v1/responses", {"input": "x", "text": {"format": {"type": "yaml"}}}, False),
     ("/v1/responses", {"input": "x", "text": {"format": {"type": "json_schema"}}}, False),
+    (
+        "/v1/responses",
+        {"input": "x", "text": {"format": {"type": "json_schema", "schema": None}}},
+        False,
+    ),
 ]
 
 

@@ -191,7 +191,7 @@ class TextFormat(BaseModel):
         populate_by_name=True,
         json_schema_extra={
             "if": {"properties": {"type": {"const": "json_schema"}}, "required": ["type"]},
-            "then": {"required": ["schema"]},
+            "then": {"properties": {"schema": {"type": "object"}}, "required": ["schema"]},
         },
     )
 

@@ -20,7 +20,7 @@ SCHEMA_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 # A json_schema format needs its schema; the document says so (schemas.SamplingFields checks).
 NEEDS_SCHEMA: dict[str, Any] = {
     "if": {"properties": {"type": {"const": "json_schema"}}, "required": ["type"]},
-    "then": {"required": ["json_schema"]},
+    "then": {"properties": {"json_schema": {"type": "object"}}, "required": ["json_schema"]},
 }
 
 

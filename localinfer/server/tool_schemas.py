@@ -16,14 +16,20 @@ from pydantic import BaseModel, ConfigDict, Field, StrictBool, WithJsonSchema
 FUNCTION_NAME = r"^[a-zA-Z0-9_-]{1,64}$"
 MAX_TOOLS = 128  # localinfer.tools.specs.MAX_TOOLS
 
-# A function's arguments, as a JSON schema: an object's (``parse_tools`` refuses another type).
+# A function's arguments, as a JSON schema: an object's (``parse_tools`` refuses another type),
+# with the keywords the constraint engine checks in it (json_schema_problem) stated as it checks
+# them: a subschema is an object or a boolean, a type one of JSON's.
+JSON_TYPES = ["object", "array", "string", "number", "integer", "boolean", "null"]
+_TYPE = {"anyOf": [{"enum": JSON_TYPES}, {"type": "array", "items": {"enum": JSON_TYPES}}]}
+_SUBSCHEMA = {"type": ["object", "boolean"], "properties": {"type": _TYPE}}
 PARAMETERS_SCHEMA: dict[str, Any] = {
     "type": "object",
     "description": "The JSON schema of the function's arguments: an object's",
     "properties": {
         "type": {"const": "object"},
-        "properties": {"type": "object", "additionalProperties": {"type": "object"}},
+        "properties": {"type": "object", "additionalProperties": _SUBSCHEMA},
         "required": {"type": "array", "items": {"type": "string"}},
+        "additionalProperties": _SUBSCHEMA,
     },
 }
 Parameters = Annotated[dict[str, Any], WithJsonSchema(PARAMETERS_SCHEMA)]
