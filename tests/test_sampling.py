@@ -112,3 +112,12 @@ def test_nan_and_infinity_are_refused_as_not_finite(field: str) -> None:
     for value in (float("nan"), float("inf")):
         with pytest.raises(ValueError, match="finite number"):
             SamplingParams(**{field: value})
+
+
+def test_repetition_penalty_below_its_floor_is_refused() -> None:
+    """5e-324 passed 'greater than 0' and rounded to a float32 zero: seen logits became inf."""
+    with pytest.raises(ValueError, match="greater than or equal to 0.01"):
+        SamplingParams(repetition_penalty=5e-324)
+    s = sampler(prompt=(0, 1), vocab=4, repetition_penalty=0.01)
+    x = s.penalised(np.array([100.0, -100.0, 1.0, 0.0], np.float32))
+    assert np.isfinite(x).all()

@@ -28,7 +28,9 @@ class SamplingParams(BaseModel):
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     ignore_eos: bool = False
-    repetition_penalty: float = Field(default=1.0, gt=0.0, le=10.0)
+    # Seen logits are divided by it in float32: below 0.01 a 100-logit overflows or the divisor
+    # rounds to zero, so the floor is where the arithmetic stays finite, not a taste.
+    repetition_penalty: float = Field(default=1.0, ge=0.01, le=10.0)
     presence_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     frequency_penalty: float = Field(default=0.0, ge=-2.0, le=2.0)
     logprobs: int | None = Field(default=None, ge=0, le=20)  # top-N alternatives per token

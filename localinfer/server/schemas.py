@@ -56,7 +56,7 @@ class SamplingFields(BaseModel):
     top_p: StrictFloat | None = Field(default=None, gt=0.0, le=1.0)
     top_k: Annotated[int, JsonInt(ge=0)] | None = None  # llama.cpp / vLLM extension
     min_p: StrictFloat | None = Field(default=None, ge=0.0, le=1.0)  # llama.cpp / vLLM extension
-    repetition_penalty: StrictFloat | None = Field(default=None, gt=0.0, le=10.0)
+    repetition_penalty: StrictFloat | None = Field(default=None, ge=0.01, le=10.0)
     # An int64 or a uint64, as clients send them (the sampler takes it modulo 2**64). The bound
     # is inclusive: 2**64 - 1 is exact in every JSON parser's 64-bit integers, 2**64 is not.
     seed: Annotated[int, JsonInt(ge=-(2**63), le=2**64 - 1)] | None = None
