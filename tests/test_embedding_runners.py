@@ -268,7 +268,13 @@ def test_runners_agree_on_the_embedded_model(embedded_ids) -> None:
     with contextlib.suppress(pytest.skip.Exception):
         runners["mlx"] = mlx_runner(model, max_ctx=256, slots=1)
     for pooling in POOLINGS:
-        vectors = {name: r.embed(ids, pooling) for name, r in runners.items()}
+        # mlx[cpu] on Linux has no BLAS (a second a text here): MLX's poolings are checked
+        # against numpy on tiny models above, so on this model it runs one.
+        vectors = {
+            name: r.embed(ids, pooling)
+            for name, r in runners.items()
+            if name != "mlx" or pooling == "mean"
+        }
         for name, got in vectors.items():
             cosines = np.sum(got * vectors["torch"], axis=1)
             assert cosines.min() >= 0.999, (name, pooling, cosines)
