@@ -126,11 +126,15 @@ class Engine:
         self._closed = False
         self._thread: threading.Thread | None = None
         self._direct = threading.RLock()  # _on_engine_thread's calls run outside the loop
+        self._named = threading.Event()
         if background:
             self._thread = threading.Thread(
                 target=self._loop, name="localinfer-engine", daemon=True
             )
             self._thread.start()
+            # A thread starts under its creator's kernel name (the loader's, say) until it renames
+            # itself; waiting for that means no one ever sees the engine under another name.
+            self._named.wait()
 
     # -- public API ------------------------------------------------------------------------
 
@@ -365,6 +369,7 @@ class Engine:
 
     def _loop(self) -> None:
         name_this_thread(ENGINE_THREAD_NAME)
+        self._named.set()
         while True:
             with self._wake:
                 while not self._closed and not self._scheduler.has_work() and not self._calls:
