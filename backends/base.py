@@ -21,6 +21,9 @@ from typing import Literal, Protocol, runtime_checkable
 
 import numpy as np
 
+# Re-exported: the engine reaches the backends through this module alone.
+from localinfer.backends.runner_sampling import RunnerSampling
+from localinfer.backends.runner_sampling import SamplesInRunner as SamplesInRunner
 from localinfer.facts.pooling import Pooling
 
 LogitsWanted = Literal["last", "all"]
@@ -31,18 +34,23 @@ EMBED_PASS_MAX_INPUTS = 64
 
 @dataclass(slots=True, frozen=True)
 class SlotWork:
-    """Tokens to append to one slot's cache in this forward pass."""
+    """Tokens to append to one slot's cache in this forward pass. With ``sample`` set (only with
+    ``logits="last"``, and only for a runner that :class:`SamplesInRunner`), the runner returns
+    the drawn token id as an int64 array ``[1]`` for this item instead of its logits."""
 
     slot: int
     tokens: tuple[int, ...]
     start_pos: int
     logits: LogitsWanted = "last"
+    sample: RunnerSampling | None = None
 
     def __post_init__(self) -> None:
         if not self.tokens:
             raise ValueError("SlotWork needs at least one token")
         if self.start_pos < 0:
             raise ValueError(f"start_pos must be >= 0, got {self.start_pos}")
+        if self.sample is not None and self.logits != "last":
+            raise ValueError("a runner samples only a slot's last row (logits='last')")
 
 
 @dataclass(slots=True, frozen=True)

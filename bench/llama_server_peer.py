@@ -47,6 +47,7 @@ from bench.servers_loadgen import bench_both
 from localinfer.bench.loadgen import parse_levels
 from localinfer.bench.records import LevelResult
 from localinfer.bench.stats import percentile
+from localinfer.session import SAMPLING_ENV
 
 PEER = "llama-server"
 GEMMA = "gemma3-270m"  # --model's name for Gemma 3 270M Q4_K_M (262k vocabulary)
@@ -73,7 +74,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--threads", type=int, default=physical_cores(), help="default: the runner's")
     p.add_argument("--slots", type=int, default=8)
     p.add_argument("--ctx", type=int, default=1024, help="context per slot")
-    p.add_argument("--backends", default="llamacpp,torch", help="localinfer serve's, in order")
+    p.add_argument(
+        "--backends",
+        default="llamacpp,torch",
+        help="localinfer serve's, in order; BACKEND:host draws every token on the host",
+    )
     p.add_argument("--runs", type=int, default=1, help="each level this many times, interleaved")
     p.add_argument(
         "--avx2",
@@ -201,11 +206,16 @@ def start_servers(args: argparse.Namespace, setup: Setup, servers: list[Server])
                                       extra=args.peer_arg, env=env))  # fmt: skip
     failed: dict[str, str] = {}
     ours = localinfer_env(args.avx2)
-    for backend in (b.strip() for b in args.backends.split(",") if b.strip()):
-        name = f"localinfer ({backend})"
+    for spec in (b.strip() for b in args.backends.split(",") if b.strip()):
+        # BACKEND:host: every token drawn by the host sampler (the runner's draws' reference)
+        backend, _, variant = spec.partition(":")
+        env = ours
+        if variant == "host":
+            env = {**(ours or os.environ), SAMPLING_ENV: "host"}
+        name = f"localinfer ({backend}{', host sampling' if variant == 'host' else ''})"
         try:
             server = start_localinfer(setup.model, slots=args.slots, ctx=args.ctx,
-                                      threads=args.threads, backend=backend, env=ours)  # fmt: skip
+                                      threads=args.threads, backend=backend, env=env)  # fmt: skip
         except StartFailed as exc:
             failed[name] = str(exc).strip().splitlines()[-1]
             continue

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,10 @@ from localinfer.runner_setup import (
     open_model,
 )
 from localinfer.speculation import NGRAM, check_draft_model, default_spec_config, draft_source
+
+# "host": every token drawn by the engine's host sampler, none inside the runner (a benchmark's
+# reference, or a way round a runner's sampler); the default lets the runner draw what it can.
+SAMPLING_ENV = "LOCALINFER_SAMPLING"
 
 if TYPE_CHECKING:
     from localinfer.budget.memory import DeviceMemory
@@ -254,18 +259,9 @@ def open_session(
         raise InvalidParameterError("--cache-reuse needs prefix reuse, which is off")
     # --quant none picks a catalog model's original weights (open_model), run as they are.
     runner_quant = quant if quant and quant.lower() != "none" else None
-    settings = RunnerSettings(
-        backend,
-        ctx,
-        slots,
-        dtype,
-        runner_quant,
-        threads,
-        force=force,
-        kv_ram=budgeted_kv_ram(kv, prefix_reuse),  # checks the tier flags before weights load
-        kv_dtype=kv_dtype,
-        memory=budget_memory,
-    )
+    settings = RunnerSettings(backend, ctx, slots, dtype, runner_quant, threads, force=force,
+                              kv_ram=budgeted_kv_ram(kv, prefix_reuse),  # checks the tier flags
+                              kv_dtype=kv_dtype, memory=budget_memory)  # fmt: skip
     opened = open_model(model_spec, quant)
     target = build_runner(opened.model, settings)
     speculator = None
@@ -281,6 +277,7 @@ def open_session(
             cache_reuse=cache_reuse,
             speculator=speculator,
             kv_stores=tiers.stores,
+            sample_in_runner=os.environ.get(SAMPLING_ENV, "runner") != "host",
         )
     except Exception:
         target.runner.close()

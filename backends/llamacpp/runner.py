@@ -50,6 +50,7 @@ from localinfer.backends.llamacpp.offload import gpu_layer_count
 from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.llamacpp.quantize import quant_matches, requantize_advice
+from localinfer.backends.llamacpp.sampling import SlotSamplers
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
     BackendUnavailableError,
@@ -62,7 +63,10 @@ from localinfer.loading.model import LoadedModel
 
 class LlamaCppRunner:
     """Runs a GGUF model through llama.cpp with ``config.slots`` independent sequences; KV
-    transfers between slots and to host memory, and splices, are ``kv_cache``'s (kv_cache.py)."""
+    transfers between slots and to host memory, and splices, are ``kv_cache``'s (kv_cache.py).
+    Items with ``SlotWork.sample`` draw their token in llama.cpp's sampler chain (sampling.py)."""
+
+    samples_in_runner = True
 
     def __init__(
         self,
@@ -111,6 +115,7 @@ class LlamaCppRunner:
         self._memory = self._llama.llama_get_memory(self._ctx)
         self._lengths = SlotLengths(config.slots)
         self._buffer = BatchBuffer(self._llama, self._n_batch)
+        self._samplers = SlotSamplers(self._llama)
         handles = LlamaHandles(self._llama, self._model_ptr, self._ctx, self._memory)
         self.kv_cache = LlamaCppKVCache(
             handles, self._lengths, config.max_ctx, self.kv_type, path, self.forward
@@ -198,16 +203,27 @@ class LlamaCppRunner:
         pieces: list[list[np.ndarray]] = [[] for _ in batch]
         for start, end in decode_spans(want, self._n_batch, self._max_rows):
             self._decode(tokens[start:end], pos[start:end], seq[start:end], want[start:end])
-            # All output rows of this call in one copy; each item gets a view of its rows
-            # (an item's outputs are consecutive, and items come in slot order).
-            block = self._copy_logits(np.flatnonzero(want[start:end]))  # [n_outputs, vocab]
-            self._max_outputs = max(self._max_outputs, len(block))
-            row = 0
+            self._max_outputs = max(self._max_outputs, int(want[start:end].sum()))
+            # Sampled items draw in place; the other items' rows come out in one copy, each
+            # item a view of its rows (an item's outputs are consecutive, items in slot order).
+            copied: list[tuple[int, int]] = []  # (item, rows) in the order of their rows
+            rows: list[int] = []
             for out in flat.outputs:
-                n = min(out.row + out.n, end) - max(out.row, start)
-                if n > 0:
-                    pieces[out.item].append(block[row : row + n])
-                    row += n
+                lo, hi = max(out.row, start), min(out.row + out.n, end)
+                if hi <= lo:
+                    continue
+                work = batch[out.item]
+                if work.sample is not None:
+                    token = self._samplers.sample(self._ctx, work.slot, work.sample, lo - start)
+                    pieces[out.item].append(np.array([token], dtype=np.int64))
+                else:
+                    copied.append((out.item, hi - lo))
+                    rows.extend(range(lo - start, hi - start))
+            block = self._copy_logits(np.asarray(rows, dtype=np.int64))  # [len(rows), vocab]
+            row = 0
+            for item, n in copied:
+                pieces[item].append(block[row : row + n])
+                row += n
             # Commit lengths chunk by chunk so a failure in a later chunk leaves them truthful.
             for s in np.unique(seq[start:end]):
                 self._lengths[int(s)] = int(pos[start:end][seq[start:end] == s].max()) + 1
@@ -249,6 +265,7 @@ class LlamaCppRunner:
         self._lengths.checked(slot)
         self._llama.llama_memory_seq_rm(self._memory, slot, -1, -1)
         self._lengths[slot] = 0
+        self._samplers.release(slot)
 
     def memory(self) -> MemoryReport:
         """llama.cpp's own figures.
@@ -325,6 +342,9 @@ class LlamaCppRunner:
         if getattr(self, "_embedding", None) is not None:
             self._embedding.free()
             self._embedding = None
+        samplers = getattr(self, "_samplers", None)
+        if samplers is not None:
+            samplers.close()
         kv_cache = getattr(self, "kv_cache", None)  # absent when the context failed to build
         if kv_cache is not None:
             kv_cache.close()

@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
-from localinfer.backends.base import SlotWork
+from localinfer.backends.base import RunnerSampling, SlotWork
+from localinfer.engine.runner_sampling import RunnerSamplingPolicy
 from localinfer.engine.sequence import Sequence
 from localinfer.engine.slots import SlotTable
 from localinfer.engine.speculative import Proposal
@@ -33,8 +34,15 @@ def plan_batch(
     slots: SlotTable,
     prefill_chunk: int,
     proposals: dict[int, Proposal],
+    sampling: RunnerSamplingPolicy | None = None,
 ) -> list[PlannedWork]:
-    """The step's work, decodes first; ``proposals`` maps a decoding slot to its proposal."""
+    """The step's work, decodes first; ``proposals`` maps a decoding slot to its proposal.
+    With ``sampling``, an item whose token is due and needs nothing from the host carries its
+    RunnerSampling (the runner then returns the token, not the logits)."""
+
+    def sample(seq: Sequence) -> RunnerSampling | None:
+        return None if sampling is None else sampling.for_sequence(seq)
+
     decodes: list[PlannedWork] = []
     prefills: list[PlannedWork] = []
     budget = prefill_chunk
@@ -47,7 +55,7 @@ def plan_batch(
             assert pending == 1, f"{seq.request_id}: {pending} tokens pending while decoding"
             proposal = proposals.get(slot.index)
             if proposal is None:
-                work = SlotWork(slot.index, (seq.tokens[start],), start)
+                work = SlotWork(slot.index, (seq.tokens[start],), start, sample=sample(seq))
             else:
                 work = SlotWork(
                     slot.index, (seq.tokens[start], *proposal.tokens), start, logits="all"
@@ -56,7 +64,8 @@ def plan_batch(
         elif budget > 0:
             n = min(pending, budget)
             budget -= n
-            work = SlotWork(slot.index, tuple(seq.tokens[start : start + n]), start)
+            due = sample(seq) if n == pending else None  # the last chunk gives the first token
+            work = SlotWork(slot.index, tuple(seq.tokens[start : start + n]), start, sample=due)
             prefills.append(PlannedWork(seq, work, is_decode=False))
     return decodes + prefills
 

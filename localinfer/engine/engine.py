@@ -35,6 +35,7 @@ from localinfer.engine.handle import GenerationResult, RequestHandle
 from localinfer.engine.kv.store import KVStore
 from localinfer.engine.metrics import Clock, MetricsRecorder, RequestTiming
 from localinfer.engine.request_checks import check_request
+from localinfer.engine.runner_sampling import RunnerSamplingPolicy
 from localinfer.engine.sampler import TokenSampler
 from localinfer.engine.scheduler import Scheduler, StepReport
 from localinfer.engine.sequence import EventSink, Sequence
@@ -71,6 +72,8 @@ class Engine:
     N+ tokens found later in the prompt, moving their KV instead of prefilling them: an
     approximation (a moved chunk's KV was computed without the new text before it;
     kv/chunk_reuse.py);
+    ``sample_in_runner`` lets a runner that can draw the tokens of requests that need nothing
+    from the host (engine/runner_sampling.py); off, every token is drawn on the host;
     ``speculator`` turns on speculative decoding (n-gram or draft-model proposals, per slot);
     ``kv_stores`` are KV tiers below the slots (a RAM tier, a disk tier: issue #24; they need
     ``prefix_reuse`` and a runner whose ``kv_cache`` has ``KVTransfer``): a slot's cells a new
@@ -94,6 +97,7 @@ class Engine:
         eos_ids: Iterable[int] | None = None,
         metrics_window: int = 256,
         clock: Clock | None = None,
+        sample_in_runner: bool = True,
     ) -> None:
         if cache_reuse < 0:
             raise ValueError(f"cache_reuse must be >= 0, got {cache_reuse}")
@@ -120,6 +124,12 @@ class Engine:
             speculator=speculator,
             kv_stores=kv_stores,
             on_finish=self._forget,
+            # Not when the runner's vocabulary has ids the tokenizer lacks (only the host cuts it).
+            sampling=RunnerSamplingPolicy(
+                runner,
+                enabled=sample_in_runner and self.vocab_size == runner.info.vocab_size,
+                speculating=speculator is not None,
+            ),
         )
         self._wake = threading.Condition()
         self._calls = EngineCalls()  # persist_prefix, flush_kv: run between two steps

@@ -103,6 +103,19 @@ class TokenSampler:
         masked = self._masked or self._deferred
         return None if masked is None else masked.constraint
 
+    @property
+    def penalises(self) -> bool:
+        """Whether a penalty changes the logits (it needs the tokens seen so far)."""
+        return self._uses_repetition or self._uses_counts
+
+    def accept(self, token_id: int) -> SampledToken:
+        """A token drawn elsewhere (inside the runner) taken as this request's next: observed,
+        and a constraint, if any, advanced."""
+        if self._masked is not None:
+            self._masked.constraint.advance(token_id)
+        self.observe(token_id)
+        return SampledToken(token_id=token_id)
+
     def observe(self, token_id: int) -> None:
         """Record a generated token (called for every emitted token, sampled or not)."""
         if self._uses_repetition and token_id not in self._seen:

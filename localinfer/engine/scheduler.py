@@ -7,19 +7,18 @@ Each step:
    step is refilled now. With ``prefix_reuse`` a finished slot keeps its KV, and a request starts
    from the longest prefix of its prompt held by its slot, another slot (copied; or it waits
    while a busy slot prefills it) or a KV tier (restored), and prefills the rest (kv.placement).
-   The last prompt token is always fed again, because its logits give the first new token.
+   The last prompt token is always fed again: its logits give the first new token.
    With ``cache_reuse`` N, cached chunks of N+ tokens found later in the prompt are moved into
    place rather than prefilled (``kv.chunk_reuse``: an approximation, off by default);
 3. one ragged batch is planned: every decoding slot feeds its one sampled token, and prefilling
    slots share a per-step prompt-token budget (``prefill_chunk``) in admission order, so a long
-   prompt is prefilled over several steps *in the same forward* as the running streams' decodes
-   and never freezes them (``batch_plan``);
-4. one ``Runner.forward`` (slot by slot when it fails, so only the failing request errs:
-   ``forward_fallback``); a slot whose whole pending input was fed samples its next token;
+   prompt is prefilled over several steps in the same forward as the decodes (``batch_plan``);
+4. one ``Runner.forward`` (slot by slot when it fails: ``forward_fallback``); a slot whose
+   pending input was all fed takes its next token, drawn by the runner or on the host
+   (``runner_sampling``);
 5. finished requests (stop, length, error) emit their last event and free their slot;
-6. when an embedding job waits, some of its tokens run in the runner's scratch KV, never a
-   slot's: what the step's prefill budget left, or beside decoding streams a small slice within
-   a share of the engine's time (``embedding.EmbeddingPacer``), so streams keep their pace.
+6. a waiting embedding job runs some tokens in the runner's scratch KV: what the prefill budget
+   left, or beside decoding streams a paced slice (``embedding.EmbeddingPacer``).
 
 With a :class:`~localinfer.engine.speculative.Speculator`, a decoding slot may feed its last
 token plus k proposed tokens (``logits="all"``) in the same ragged forward; verification keeps a
@@ -48,6 +47,7 @@ from localinfer.engine.kv.placement import SlotPlacer
 from localinfer.engine.kv.ram_tier import RamKVStore
 from localinfer.engine.kv.store import KVStore
 from localinfer.engine.metrics import MetricsRecorder, Occupancy
+from localinfer.engine.runner_sampling import RunnerSamplingPolicy, drawn_token
 from localinfer.engine.sampler import SampledToken
 from localinfer.engine.sequence import Sequence
 from localinfer.engine.slots import Slot, SlotTable, empty_slot
@@ -78,6 +78,7 @@ class Scheduler:
         on_finish: Callable[[Sequence], None] | None = None,
         speculator: Speculator | None = None,
         kv_stores: Seq[KVStore] = (),
+        sampling: RunnerSamplingPolicy | None = None,
     ) -> None:
         if max_queue < 0:
             raise ValueError(f"max_queue must be >= 0, got {max_queue}")
@@ -90,15 +91,14 @@ class Scheduler:
         self.prefill_chunk = prefill_chunk
         self.prefix_reuse = prefix_reuse
         self.cache_reuse = cache_reuse  # min chunk length (kv.chunk_reuse); 0: prefix reuse only
-        # Where a new request's cells come from: its slot, another slot, a KV tier (kv.placement)
         self.placer = SlotPlacer(runner, self.slots, kv_stores, prefix_reuse=prefix_reuse,
                                  cache_reuse=cache_reuse, prefill_chunk=prefill_chunk)  # fmt: skip
-        # What the RAM tier holds stays visible even after transfers turned off (a failed one).
+        # The RAM tier's holdings stay visible after transfers turned off (a failed one).
         self._ram_stores = [s for s in kv_stores if isinstance(s, RamKVStore)]
         self._token_text = token_text
         self._metrics = metrics
         self._on_finish = on_finish
-        self.speculator = speculator
+        self.speculator, self.sampling = speculator, sampling  # sampling: engine/runner_sampling
         self._lock = threading.Lock()  # guards `waiting` and the metrics counters
         self.waiting: deque[Sequence] = deque()
         self.running: list[Sequence] = []  # admission order: prefill budget goes first-come
@@ -247,7 +247,7 @@ class Scheduler:
         if self.speculator is not None and decoding:
             candidates = speculation_candidates(decoding, self.max_ctx)
             proposals = self.speculator.propose(candidates, busy=len(decoding))
-        planned = plan_batch(self.running, self.slots, self.prefill_chunk, proposals)
+        planned = plan_batch(self.running, self.slots, self.prefill_chunk, proposals, self.sampling)
         for item in planned:
             rid = item.seq.request_id
             if not item.is_decode:
@@ -272,7 +272,7 @@ class Scheduler:
             return  # prompt not fully prefilled yet: these logits mean nothing
         try:
             if item.proposal is None:
-                reason = self._emit_token(seq, seq.sampler.sample(out[-1]))
+                reason = self._emit_token(seq, drawn_token(seq, item.work.sample, out))
                 if item.is_decode:
                     self._count_decode(proposed=0, accepted=0, emitted=1)
             else:

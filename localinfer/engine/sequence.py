@@ -6,6 +6,7 @@ import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from localinfer.backends.base import RunnerSampling
 from localinfer.engine.detokenizer import Detokenizer
 from localinfer.engine.metrics import RequestTiming
 from localinfer.engine.reasoning import ReasoningSplitter
@@ -54,6 +55,9 @@ class Sequence:
         self.stop_ids = stop_ids  # eos (unless ignore_eos) + the request's stop_token_ids
         self.slot: int | None = None
         self.cached_prompt_tokens = 0  # prompt tokens reused from the slot's cache
+        # Drawn inside the runner (engine/runner_sampling.py), decided at the first token.
+        self.runner_sampling: RunnerSampling | None = None
+        self.sampling_decided = False
         self.abort_requested = False  # set from any thread; the engine thread acts on it
         self.finish_reason: FinishReason | None = None
         self.error: str | None = None

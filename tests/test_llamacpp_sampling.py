@@ -1,0 +1,166 @@
+"""Tokens drawn inside llama.cpp (backends/llamacpp/sampling.py) against the engine's host sampler:
+the same distribution for every mix of temperature, top-k, min-p and top-p, the same greedy tokens,
+and, through the engine, the same answers with the runner sampling and without it."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+from localinfer.backends.base import SlotWork  # noqa: E402
+from localinfer.backends.llamacpp.runner import LlamaCppRunner  # noqa: E402
+from localinfer.backends.runner_sampling import RunnerSampling  # noqa: E402
+from localinfer.engine import Engine  # noqa: E402
+from localinfer.engine.sampler import sampling_probs  # noqa: E402
+from localinfer.engine.types import Request, SamplingParams  # noqa: E402
+from localinfer.loading.embedded import embedded_model_path  # noqa: E402
+from localinfer.session import open_model  # noqa: E402
+from tests.llamacpp_helpers import cfg, prompt, tiny_setup  # noqa: E402
+from tests.model_files import file_model  # noqa: E402
+
+pytestmark = pytest.mark.llamacpp
+
+DRAWS = 6000
+# The tiny model's logits spread over ~8 units (one token holds 0.8 at temperature 1): these
+# temperatures spread the mass over tens of tokens, so every cut has tokens to cut.
+MIXES = [
+    dict(temperature=4.0),
+    dict(temperature=3.0, top_k=12),
+    dict(temperature=4.0, top_p=0.8),
+    dict(temperature=3.5, min_p=0.2),
+    dict(temperature=5.0, top_k=40, min_p=0.05, top_p=0.9),
+]
+
+
+@pytest.fixture(scope="module")
+def tiny_runner(tmp_path_factory: pytest.TempPathFactory):
+    _, _, model = tiny_setup(tmp_path_factory.mktemp("sampling"), "llama", seed=3)
+    runner = LlamaCppRunner(model, cfg(slots=2, max_ctx=64))
+    yield runner
+    runner.close()
+
+
+def _draws(runner: LlamaCppRunner, spec: RunnerSampling, context: tuple[int, ...]) -> np.ndarray:
+    """DRAWS tokens for the same position: feed the last token with ``spec``, then truncate it
+    away again, so every draw reads the same logits and only the slot's generator moves on."""
+    runner.release(0)
+    runner.forward([SlotWork(0, context[:-1], 0)])
+    start = len(context) - 1
+    out = np.empty(DRAWS, dtype=np.int64)
+    for i in range(DRAWS):
+        got = runner.forward([SlotWork(0, context[-1:], start, sample=spec)])[0]
+        assert got.shape == (1,) and got.dtype == np.int64
+        out[i] = got[0]
+        runner.truncate(0, start)
+    return out
+
+
+def _logits(runner: LlamaCppRunner, context: tuple[int, ...]) -> np.ndarray:
+    runner.release(0)
+    return runner.forward([SlotWork(0, context, 0)])[0][-1]
+
+
+@pytest.mark.parametrize("mix", MIXES, ids=lambda m: ",".join(f"{k}={v}" for k, v in m.items()))
+def test_runner_draws_follow_the_host_distribution(tiny_runner, mix: dict) -> None:
+    context = prompt(9, seed=5, vocab=256, low=0)
+    probs = sampling_probs(SamplingParams(**mix), _logits(tiny_runner, context))
+    spec = RunnerSampling(stream=1, seed=1234, **mix)
+    counts = np.bincount(_draws(tiny_runner, spec, context), minlength=probs.shape[0])
+    # Never a token the host's distribution excludes (top-k, min-p and top-p cut the same set).
+    assert counts[probs == 0].sum() == 0
+    # Pearson's chi-square over the tokens expected 5+ times, the rest pooled: a wrong order of
+    # the cuts or temperature applied after them moves it far past this (p < 1e-6 for 20 cells).
+    expected = probs * DRAWS
+    big = expected >= 5
+    observed = np.append(counts[big], counts[~big].sum())
+    wanted = np.append(expected[big], expected[~big].sum())
+    keep = wanted > 0
+    chi2 = float((((observed - wanted) ** 2)[keep] / wanted[keep]).sum())
+    cells = int(keep.sum())
+    assert cells >= 3, cells
+    assert chi2 < cells + 6 * np.sqrt(2 * cells), (chi2, cells)
+    # Total variation, for the reader: a few hundredths at this many draws.
+    assert 0.5 * np.abs(counts / DRAWS - probs).sum() < 0.1
+
+
+def test_a_seed_repeats_and_a_new_stream_restarts_the_generator(tiny_runner) -> None:
+    context = prompt(9, seed=6, vocab=256, low=0)
+    first = _draws_n(tiny_runner, RunnerSampling(stream=1, seed=7, temperature=4.0), context, 50)
+    again = _draws_n(tiny_runner, RunnerSampling(stream=2, seed=7, temperature=4.0), context, 50)
+    other = _draws_n(tiny_runner, RunnerSampling(stream=3, seed=8, temperature=4.0), context, 50)
+    assert first == again
+    assert first != other
+
+
+def _draws_n(runner, spec, context, n):  # noqa: ANN001, ANN202
+    runner.release(0)
+    runner.forward([SlotWork(0, context[:-1], 0)])
+    out = []
+    for _ in range(n):
+        out.append(
+            int(runner.forward([SlotWork(0, context[-1:], len(context) - 1, sample=spec)])[0][0])
+        )
+        runner.truncate(0, len(context) - 1)
+    return out
+
+
+def test_greedy_in_the_runner_is_the_argmax_in_a_mixed_batch(tiny_runner) -> None:
+    """Slot 0 samples in the runner, slot 1 returns logits, in one decode: the drawn token is
+    the argmax of the logits the same position gives without sampling."""
+    a, b = prompt(7, seed=8, vocab=256, low=0), prompt(5, seed=9, vocab=256, low=0)
+    want = _logits(tiny_runner, a).argmax()
+    tiny_runner.release(0)
+    tiny_runner.release(1)
+    greedy = RunnerSampling(stream=4, seed=0)
+    out = tiny_runner.forward([SlotWork(1, b, 0), SlotWork(0, a, 0, sample=greedy)])
+    assert out[0].shape == (1, 256) and out[1].tolist() == [want]
+
+
+def _answers(sample_in_runner: bool, params: SamplingParams) -> tuple[list[list[int]], int]:
+    model = open_model(str(embedded_model_path())).model
+    runner = LlamaCppRunner(file_model(embedded_model_path(), "Q4_1"), cfg(slots=3, max_ctx=256))
+    sampled = 0
+    forward = runner.forward
+
+    def counting(batch):  # noqa: ANN001, ANN202
+        nonlocal sampled
+        sampled += sum(w.sample is not None for w in batch)
+        return forward(batch)
+
+    runner.forward = counting  # type: ignore[method-assign]
+    engine = Engine(runner, model.tokenizer, sample_in_runner=sample_in_runner)
+    try:
+        texts = ["The capital of France is", "def fibonacci(n):", "Once upon a time"]
+        handles = [engine.submit(Request(model.tokenizer.encode(t), params=params)) for t in texts]
+        return [h.result().token_ids for h in handles], sampled
+    finally:
+        engine.close()
+        runner.close()
+
+
+def test_greedy_answers_are_the_same_drawn_in_the_runner_or_on_the_host() -> None:
+    params = SamplingParams(max_tokens=24, temperature=0.0)
+    host, none = _answers(False, params)
+    runner, sampled = _answers(True, params)
+    assert none == 0 and sampled >= 3 * 24 - 3  # every token but none drawn on the host
+    assert runner == host
+
+
+def test_requests_that_need_the_host_keep_it() -> None:
+    """Penalties and log-probabilities read the logits: such requests never sample in the runner."""
+    for params in (
+        SamplingParams(max_tokens=4, repetition_penalty=1.3),
+        SamplingParams(max_tokens=4, logprobs=2),
+        SamplingParams(max_tokens=4, temperature=1e-5, seed=1),
+    ):
+        _, sampled = _answers(True, params)
+        assert sampled == 0, params
+
+
+def test_a_seeded_request_repeats_in_the_runner() -> None:
+    params = SamplingParams(max_tokens=16, temperature=0.9, top_p=0.95, seed=42)
+    first, sampled = _answers(True, params)
+    again, _ = _answers(True, params)
+    assert sampled > 0 and first == again
