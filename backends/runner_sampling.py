@@ -34,3 +34,6 @@ class SamplesInRunner(Protocol):
     place). ``release`` of a slot ends its generator."""
 
     samples_in_runner: bool
+    # Whether seeded (temperature > 0) draws are worth sending: False where the runner's draw
+    # costs more than the host's; the runner still takes them when asked.
+    seeded_in_runner: bool

@@ -118,9 +118,12 @@ def test_greedy_in_the_runner_is_the_argmax_in_a_mixed_batch(tiny_runner) -> Non
     assert out[0].shape == (1, 256) and out[1].tolist() == [want]
 
 
-def _answers(sample_in_runner: bool, params: SamplingParams) -> tuple[list[list[int]], int]:
+def _answers(
+    sample_in_runner: bool, params: SamplingParams, seeded_in_runner: bool = False
+) -> tuple[list[list[int]], int]:
     model = open_model(str(embedded_model_path())).model
     runner = LlamaCppRunner(file_model(embedded_model_path(), "Q4_1"), cfg(slots=3, max_ctx=256))
+    runner.seeded_in_runner = seeded_in_runner  # type: ignore[misc]
     sampled = 0
     forward = runner.forward
 
@@ -155,12 +158,24 @@ def test_requests_that_need_the_host_keep_it() -> None:
         SamplingParams(max_tokens=4, logprobs=2),
         SamplingParams(max_tokens=4, temperature=1e-5, seed=1),
     ):
-        _, sampled = _answers(True, params)
+        _, sampled = _answers(True, params, seeded_in_runner=True)
         assert sampled == 0, params
 
 
-def test_a_seeded_request_repeats_in_the_runner() -> None:
+def test_seeded_requests_stay_on_the_host_unless_the_runner_draws_them_cheaper() -> None:
+    """llama.cpp's CPU chain costs more than the host's sampler, so by default a seeded request
+    stays home; a runner that says otherwise draws it, and the same seed gives the same answer."""
     params = SamplingParams(max_tokens=16, temperature=0.9, top_p=0.95, seed=42)
-    first, sampled = _answers(True, params)
-    again, _ = _answers(True, params)
+    _, sampled = _answers(True, params)
+    assert sampled == 0
+    first, sampled = _answers(True, params, seeded_in_runner=True)
+    again, _ = _answers(True, params, seeded_in_runner=True)
     assert sampled > 0 and first == again
+
+
+def test_the_benchmark_compares_both_draws_on_the_embedded_model() -> None:
+    from bench.runner_sampling import MIXES, measure
+
+    lines = measure(str(embedded_model_path()), repeats=2)
+    assert "49152 vocabulary" in lines[0]
+    assert len(lines) == 1 + len(MIXES) and all("runner/host" in line for line in lines[1:])

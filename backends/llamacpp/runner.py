@@ -67,6 +67,7 @@ class LlamaCppRunner:
     Items with ``SlotWork.sample`` draw their token in llama.cpp's sampler chain (sampling.py)."""
 
     samples_in_runner = True
+    seeded_in_runner = False  # its sampler chain is slower than the host's: sampling.py
 
     def __init__(
         self,
@@ -113,9 +114,9 @@ class LlamaCppRunner:
         vocab_ptr = self._llama.llama_model_get_vocab(self._model_ptr)
         self._vocab = int(self._llama.llama_vocab_n_tokens(vocab_ptr))
         self._memory = self._llama.llama_get_memory(self._ctx)
+        self._samplers = SlotSamplers(self._llama, self._vocab)
         self._lengths = SlotLengths(config.slots)
         self._buffer = BatchBuffer(self._llama, self._n_batch)
-        self._samplers = SlotSamplers(self._llama)
         handles = LlamaHandles(self._llama, self._model_ptr, self._ctx, self._memory)
         self.kv_cache = LlamaCppKVCache(
             handles, self._lengths, config.max_ctx, self.kv_type, path, self.forward

@@ -2,10 +2,11 @@
 
 A request needs the host's sampler, and so its vocabulary-sized logits row, when it has a
 constraint, log-probabilities, penalties, a thinking budget (whose closing tag is forced at an
-exact token) or speculative proposals to verify. Every other request gives the runner its
-sampling parameters, and the runner returns one token id a step. A seeded request draws from the
-same distribution either way, with the runner's generator: the same tokens when greedy, not
-token for token when seeded.
+exact token) or speculative proposals to verify. Every other greedy request gives the runner its
+sampling parameters, and the runner returns one token id a step: the same tokens as the host's.
+A seeded request goes to the runner only where the runner's draws cost less than the host's
+(``seeded_in_runner``); it then draws from the same distribution with the runner's generator,
+not token for token the host's.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ class RunnerSamplingPolicy:
     """Gives each admitted request its RunnerSampling, or None for the host sampler."""
 
     def __init__(self, runner: object, *, enabled: bool = True, speculating: bool = False) -> None:
-        self.enabled = enabled and isinstance(runner, SamplesInRunner) and runner.samples_in_runner
+        able = isinstance(runner, SamplesInRunner) and runner.samples_in_runner
+        self.enabled = enabled and able
+        self.seeded = self.enabled and bool(getattr(runner, "seeded_in_runner", False))
         self.speculating = speculating  # the engine has a speculator: seeded requests stay home
         self._streams = itertools.count(1)
 
@@ -44,7 +47,9 @@ class RunnerSamplingPolicy:
             return None
         if params.logprobs is not None or seq.thinking_budget is not None:
             return None
-        if not params.greedy and (self.speculating or params.temperature < MIN_RUNNER_TEMPERATURE):
+        if not params.greedy and (
+            not self.seeded or self.speculating or params.temperature < MIN_RUNNER_TEMPERATURE
+        ):
             # A proposal's tokens are verified with the host's generator; a seeded request
             # keeps one generator from its first token to its last.
             return None
