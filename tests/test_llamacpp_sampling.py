@@ -42,14 +42,16 @@ def tiny_runner(tmp_path_factory: pytest.TempPathFactory):
     runner.close()
 
 
-def _draws(runner: LlamaCppRunner, spec: RunnerSampling, context: tuple[int, ...]) -> np.ndarray:
-    """DRAWS tokens for the same position: feed the last token with ``spec``, then truncate it
+def _draws(
+    runner: LlamaCppRunner, spec: RunnerSampling, context: tuple[int, ...], n: int = DRAWS
+) -> np.ndarray:
+    """``n`` tokens for the same position: feed the last token with ``spec``, then truncate it
     away again, so every draw reads the same logits and only the slot's generator moves on."""
     runner.release(0)
     runner.forward([SlotWork(0, context[:-1], 0)])
     start = len(context) - 1
-    out = np.empty(DRAWS, dtype=np.int64)
-    for i in range(DRAWS):
+    out = np.empty(n, dtype=np.int64)
+    for i in range(n):
         got = runner.forward([SlotWork(0, context[-1:], start, sample=spec)])[0]
         assert got.shape == (1,) and got.dtype == np.int64
         out[i] = got[0]
@@ -87,23 +89,17 @@ def test_runner_draws_follow_the_host_distribution(tiny_runner, mix: dict) -> No
 
 def test_a_seed_repeats_and_a_new_stream_restarts_the_generator(tiny_runner) -> None:
     context = prompt(9, seed=6, vocab=256, low=0)
-    first = _draws_n(tiny_runner, RunnerSampling(stream=1, seed=7, temperature=4.0), context, 50)
-    again = _draws_n(tiny_runner, RunnerSampling(stream=2, seed=7, temperature=4.0), context, 50)
-    other = _draws_n(tiny_runner, RunnerSampling(stream=3, seed=8, temperature=4.0), context, 50)
+    first = _draws(
+        tiny_runner, RunnerSampling(stream=1, seed=7, temperature=4.0), context, 50
+    ).tolist()
+    again = _draws(
+        tiny_runner, RunnerSampling(stream=2, seed=7, temperature=4.0), context, 50
+    ).tolist()
+    other = _draws(
+        tiny_runner, RunnerSampling(stream=3, seed=8, temperature=4.0), context, 50
+    ).tolist()
     assert first == again
     assert first != other
-
-
-def _draws_n(runner, spec, context, n):  # noqa: ANN001, ANN202
-    runner.release(0)
-    runner.forward([SlotWork(0, context[:-1], 0)])
-    out = []
-    for _ in range(n):
-        out.append(
-            int(runner.forward([SlotWork(0, context[-1:], len(context) - 1, sample=spec)])[0][0])
-        )
-        runner.truncate(0, len(context) - 1)
-    return out
 
 
 def test_greedy_in_the_runner_is_the_argmax_in_a_mixed_batch(tiny_runner) -> None:

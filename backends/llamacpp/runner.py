@@ -64,7 +64,7 @@ from localinfer.loading.model import LoadedModel
 class LlamaCppRunner:
     """Runs a GGUF model through llama.cpp with ``config.slots`` independent sequences; KV
     transfers between slots and to host memory, and splices, are ``kv_cache``'s (kv_cache.py).
-    Items with ``SlotWork.sample`` draw their token in llama.cpp's sampler chain (sampling.py)."""
+    Items with ``SlotWork.sample`` take their token here, from the logits in place (sampling.py)."""
 
     samples_in_runner = True
     seeded_in_runner = False  # its sampler chain is slower than the host's: sampling.py

@@ -28,7 +28,7 @@ class RunnerSamplingPolicy:
     def __init__(self, runner: object, *, enabled: bool = True, speculating: bool = False) -> None:
         able = isinstance(runner, SamplesInRunner) and runner.samples_in_runner
         self.enabled = enabled and able
-        self.seeded = self.enabled and bool(getattr(runner, "seeded_in_runner", False))
+        self.seeded = self.enabled and runner.seeded_in_runner  # type: ignore[attr-defined]
         self.speculating = speculating  # the engine has a speculator: seeded requests stay home
         self._streams = itertools.count(1)
 
