@@ -170,14 +170,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         description="An embedding job beside a decoding stream: what it costs the stream.",
     )
     p.add_argument("--backends", default="torch,llamacpp", help="comma-separated backends")
-    p.add_argument("--texts", type=int, default=32, help="texts in the job (default 32)")
+    p.add_argument("--texts", type=int, help="texts in the job (default 32; 8 with --quick)")
     p.add_argument("--repeats", type=int, default=3, help="runs per figure (median taken)")
     p.add_argument("--threads", type=int, default=None, help="runner threads (default: cores)")
     p.add_argument("--ctx", type=int, default=2048, help="context per slot (bounds the stream)")
     p.add_argument("--quick", action="store_true", help="8 texts, 1 repeat (a smoke run)")
     args = p.parse_args(argv)
     if args.quick:
-        args.texts, args.repeats = 8, 1
+        args.repeats = 1
+    args.texts = args.texts or (8 if args.quick else 32)
     return args
 
 

@@ -192,9 +192,7 @@ def test_mlx_format_repo_runs_as_stored(tmp_path):
 EMBEDDED_TEXT = (
     "The history of the printing press begins in the fifteenth century, when Johannes Gutenberg "
     "combined movable metal type, oil-based inks and a wooden press adapted from wine making. "
-    "Within fifty years printing shops had spread to more than two hundred cities across Europe, "
-    "the price of books fell sharply, and ideas travelled faster than ever before. Scholars, "
-    "merchants and reformers all learned to use the new machines for their own ends."
+    "Within fifty years printing shops had spread to more than two hundred cities across Europe."
 )
 
 
@@ -211,7 +209,7 @@ def embedded():
 
 def test_embedded_native_q4_1_tracks_torch_fp32(embedded):
     """Native Q4_1 (MLX affine blocks, float16 scales exactly as in the file) vs the torch
-    runner's fp32 dequantization of the same blocks, teacher-forced over ~100 tokens of text.
+    runner's fp32 dequantization of the same blocks, teacher-forced over ~50 tokens of text.
 
     Both hold the same weight values (a Q4_1 block is ``d * q + m`` with float16 d and m, which
     MLX's affine format stores unchanged), so only float32 summation order differs (blocked
@@ -221,11 +219,11 @@ def test_embedded_native_q4_1_tracks_torch_fp32(embedded):
     wrong Q/K row order or a mis-scaled block gives fluent garbage, with correlation far below
     0.99 and top-1 agreement near chance."""
     tokens = embedded.tokenizer.encode(EMBEDDED_TEXT)
-    assert 80 <= len(tokens) <= 120
-    runner = make_runner(embedded, slots=2, max_ctx=128)
+    assert 40 <= len(tokens) <= 64
+    runner = make_runner(embedded, slots=2, max_ctx=64)
     assert runner.info.quant == "Q4_1"
-    ours = feed(runner, 0, tokens, [64, len(tokens) - 64])
-    theirs = feed(torch_runner(embedded, slots=1, max_ctx=128), 0, tokens)
+    ours = feed(runner, 0, tokens, [32, len(tokens) - 32])
+    theirs = feed(torch_runner(embedded, slots=1, max_ctx=64), 0, tokens)
     top1 = (ours.argmax(-1) == theirs.argmax(-1)).mean()
     corr = min(np.corrcoef(a, b)[0, 1] for a, b in zip(ours, theirs, strict=True))
     assert top1 >= 0.97, top1
