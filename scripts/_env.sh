@@ -79,7 +79,7 @@ if [ -f "$STAMP" ]; then read -r stamp_hash stamp_extras < "$STAMP" || true; fi
 # Keep extras installed earlier (same pyproject) so running scripts in turn never flip-flops.
 all_extras="$(printf '%s\n' ${want_extras//,/ } ${stamp_extras//,/ } | sort -u | paste -sd, -)"
 if [ "$all_extras" != "$stamp_extras" ] || ! .venv/bin/python -c "import localinfer" 2>/dev/null; then
-  echo "installing localinfer[$all_extras] into .venv (llama-cpp-python builds once, ~5 min; pip caches it)" >&2
+  echo "installing localinfer[$all_extras] into .venv (llama-cpp-python builds once, ~3 min; pip caches it)" >&2
   .venv/bin/python -m pip install -q --upgrade pip >&2
   install_extras "$all_extras"
   echo "$hash $all_extras" > "$STAMP"
