@@ -8,7 +8,7 @@ generates bodies that break them and, reading the document, calls the 400 a sche
 rejected (positive_data_acceptance). This hook drops exactly those failures, each by the refusal
 the server writes, so that every other rejection still fails the run:
 
-    SCHEMATHESIS_HOOKS=tests/schemathesis_hooks.py scripts/fuzz-server
+    scripts/fuzz-server          (its default SCHEMATHESIS_HOOKS is this file)
 
 tests/test_schemathesis_server.py imports it (registering the hook for its in-process runs).
 """
