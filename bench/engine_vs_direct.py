@@ -156,7 +156,12 @@ def main(argv: list[str] | None = None) -> int:
     runner = session.engine.runner
     timed = TimedRunner(runner)
     engine = Engine(timed, session.model.tokenizer, prefill_chunk=512)
-    prompt = session.chat_prompt_ids([{"role": "user", "content": PROMPT}])
+    # A base model has no chat: it is given the question as plain text.
+    prompt = (
+        session.raw_prompt_ids(PROMPT)
+        if session.base_model
+        else session.chat_prompt_ids([{"role": "user", "content": PROMPT}])
+    )
     info = runner.info
     print(
         f"model {session.model.name} · {session.runner_notice} · dtype {info.dtype} · "

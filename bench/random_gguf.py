@@ -10,11 +10,11 @@ the LM head and for ``attn_v`` / ``ffn_down`` in the first and last eighth of th
 third one between (llama_tensor_get_type's use_more_bits). The tokenizer is the tests' byte-level
 BPE padded with unused tokens to the real vocabulary size.
 
-SMALL_SHAPES (Llama-3.2-1B, Qwen3-1.7B, Gemma-3-1B: tied embeddings, 128k-262k vocabularies,
-Gemma's sliding window) go the way a real download was made: F16 weights (normal, std 0.02)
-quantized by the project's own quantizer, so llama.cpp's recipe picks every type, fallbacks for
-rows that are no multiple of 256 included (Gemma's 1152). :func:`cached_q4_k_m` keeps the result
-in the user's cache (~1 GiB each; never in the repository).
+SMALL_SHAPES (Llama-3.2-1B, Qwen3-1.7B, Gemma-3-1B, and a llama at Gemma 3 270M's size: tied
+embeddings, 128k-262k vocabularies, Gemma's sliding window) go the way a real download was made:
+F16 weights (normal, std 0.02) quantized by the project's own quantizer, so llama.cpp's recipe
+picks every type, fallbacks for rows that are no multiple of 256 included (Gemma's 1152).
+:func:`cached_q4_k_m` keeps the result in the user's cache (~1 GiB each; never in the repository).
 
     python -m bench.random_gguf --shape qwen3-8b --out /tmp/qwen3-8b-random-Q4_K_M.gguf
     python -m bench.random_gguf --shape gemma3-1b --f16 --out /tmp/gemma3-1b-random-F16.gguf
@@ -87,6 +87,10 @@ SMALL_SHAPES = {
                         qk_norm=True, tied=True),
     "gemma3-1b": Shape("gemma3-1b", "gemma3", 26, 1152, 6912, 4, 1, 256, 262144, 32768, 1e6,
                        qk_norm=True, tied=True, sliding_window=512),
+    # Gemma 3 270M's size and 262k vocabulary as a llama, which every runner runs (torch and MLX
+    # do not run gemma3): the engine's per-step cost at that vocabulary on each of them.
+    "llama-262k": Shape("llama-262k", "llama", 18, 640, 2048, 10, 2, 64, 262144, 32768, 1e6,
+                        tied=True),
 }  # fmt: skip
 ALL_SHAPES = {**SHAPES, **SMALL_SHAPES}
 
