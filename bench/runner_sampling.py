@@ -73,10 +73,10 @@ def measure(model_path: str, repeats: int) -> list[str]:
         vocab = runner.info.vocab_size
         rows = [f"{model_path.rsplit('/', 1)[-1]} ({vocab} vocabulary), {SLOTS} rows a step:"]
         for name, mix in MIXES.items():
-            ours, theirs = compare(runner, mix, repeats)
+            host_us, runner_us = compare(runner, mix, repeats)
             rows.append(
-                f"  {name:<18} host {ours / SLOTS:8.1f} us/row   runner {theirs / SLOTS:8.1f} "
-                f"us/row   runner/host {theirs / ours:5.2f}x"
+                f"  {name:<18} host {host_us / SLOTS:8.1f} us/row   "
+                f"runner {runner_us / SLOTS:8.1f} us/row   runner/host {runner_us / host_us:5.2f}x"
             )
         return rows
     finally:

@@ -30,3 +30,12 @@ def copy_output_rows(
                 [copy_output_rows(row_pointer, rows[k : k + 1], width, what) for k in range(n)]
             )
     return np.ctypeslib.as_array(first, shape=(n, width)).copy()  # [n, width]
+
+
+def output_row_view(pointer: Any, width: int, what: str, row: int) -> np.ndarray:
+    """float32 ``[width]``: a view, not a copy, of batch row ``row``'s output in llama.cpp's
+    buffer (valid until the next decode); ``pointer`` is what ``llama_get_{logits,embeddings}_ith``
+    returned for it."""
+    if not pointer:
+        raise RuntimeError(f"llama.cpp has no {what} for batch row {row}")
+    return np.ctypeslib.as_array(pointer, shape=(width,))

@@ -21,8 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from types import ModuleType
 
-import numpy as np
-
+from localinfer.backends.llamacpp.output_rows import output_row_view
 from localinfer.backends.runner_sampling import RunnerSampling
 
 
@@ -45,9 +44,7 @@ class SlotSamplers:
         """The token drawn for ``slot`` from the logits of output row ``row`` of the last decode."""
         if spec.temperature == 0.0:
             pointer = self._llama.llama_get_logits_ith(ctx, row)
-            if not pointer:
-                raise RuntimeError(f"llama.cpp has no logits for batch row {row}")
-            return int(np.ctypeslib.as_array(pointer, shape=(self._vocab,)).argmax())
+            return int(output_row_view(pointer, self._vocab, "logits", row).argmax())
         chain = self._chains.get(slot)
         if chain is None or chain.spec != spec:
             self.release(slot)
