@@ -1,0 +1,141 @@
+"""A tiny random vision-language model made offline: a Gemma 3 text model (tests/model_files.py's
+tiny checkpoint) and its vision projector, a ``clip`` GGUF of projector type ``gemma3`` as
+llama.cpp's multimodal library (tools/mtmd/clip.cpp) loads it.
+
+The projector is a one-layer SigLIP encoder over a 32x32 image in 4x4 patches (an 8x8 grid),
+average-pooled 2x2 (``clip.vision.projector.scale_factor``, which clip.cpp reads for its own tiny
+test model) into 16 image tokens, RMS-normed and projected to the text model's width. Gemma 3's
+projector is the one whose image tokens attend to each other both ways (mtmd decodes them with
+causal attention off), so the runner's non-causal path is what the tests run.
+
+:func:`cached_vlm` writes both files once into a folder keyed by what they hold, beside the
+benchmarks' random models (bench/random_gguf.py's cache), so test runs share them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+from tests.model_files import tiny_checkpoint, write_gguf
+
+IMAGE_SIZE = 32
+PATCH = 4
+MERGE = 2
+VISION_WIDTH = 32
+VISION_FFN = 48
+VISION_HEADS = 2
+IMAGE_TOKENS = (IMAGE_SIZE // PATCH // MERGE) ** 2  # 16
+# SigLIP's normalisation (Gemma 3's preprocessor config).
+MEAN = [0.5, 0.5, 0.5]
+STD = [0.5, 0.5, 0.5]
+MODEL_NAME = "tiny-gemma3-vision-F32.gguf"
+PROJECTOR_NAME = "mmproj-tiny-gemma3-F32.gguf"
+
+
+def _projector_tensors(text_width: int, seed: int) -> dict[str, np.ndarray]:
+    """The projector's tensors under clip.cpp's names, numpy shapes (ggml's dims reversed)."""
+    rng = np.random.default_rng(seed)
+    w, f, patches = VISION_WIDTH, VISION_FFN, (IMAGE_SIZE // PATCH) ** 2
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return rng.normal(0.0, 1.0 / np.sqrt(cols), size=(rows, cols)).astype(np.float32)
+
+    def vec(n: int, around: float = 0.0) -> np.ndarray:
+        return (around + 0.1 * rng.normal(size=n)).astype(np.float32)
+
+    t = {
+        "v.patch_embd.weight": rng.normal(0.0, 0.2, (w, 3, PATCH, PATCH)).astype(np.float32),
+        "v.patch_embd.bias": vec(w),
+        "v.position_embd.weight": (0.1 * rng.normal(size=(patches, w))).astype(np.float32),
+    }
+    p = "v.blk.0."
+    for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
+        t[p + part + ".weight"], t[p + part + ".bias"] = mat(w, w), vec(w)
+    t[p + "ln1.weight"], t[p + "ln1.bias"] = vec(w, 1.0), vec(w)
+    t[p + "ln2.weight"], t[p + "ln2.bias"] = vec(w, 1.0), vec(w)
+    t[p + "ffn_up.weight"], t[p + "ffn_up.bias"] = mat(f, w), vec(f)
+    t[p + "ffn_down.weight"], t[p + "ffn_down.bias"] = mat(w, f), vec(w)
+    t["v.post_ln.weight"], t["v.post_ln.bias"] = vec(w, 1.0), vec(w)
+    t["mm.soft_emb_norm.weight"] = vec(w, 1.0)
+    # ggml's [text, vision]: clip.cpp multiplies by its transpose (vision -> text width); scaled
+    # so an image token is about as large as a text token's embedding.
+    t["mm.input_projection.weight"] = (8.0 * mat(w, text_width)).astype(np.float32)
+    return t
+
+
+def write_projector(path: Path, text_width: int, seed: int = 7) -> Path:
+    """The vision projector of a Gemma 3 model ``text_width`` wide, at ``path``."""
+    w = gguf.GGUFWriter(str(path), arch="clip")
+    w.add_string("general.name", "tiny gemma3 vision projector")
+    w.add_uint32("general.file_type", 0)  # all F32
+    w.add_string("clip.projector_type", "gemma3")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    w.add_uint32("clip.vision.image_size", IMAGE_SIZE)
+    w.add_uint32("clip.vision.patch_size", PATCH)
+    w.add_uint32("clip.vision.embedding_length", VISION_WIDTH)
+    w.add_uint32("clip.vision.feed_forward_length", VISION_FFN)
+    w.add_uint32("clip.vision.block_count", 1)
+    w.add_uint32("clip.vision.projection_dim", text_width)
+    w.add_uint32("clip.vision.attention.head_count", VISION_HEADS)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_uint32("clip.vision.projector.scale_factor", MERGE)
+    w.add_array("clip.vision.image_mean", MEAN)
+    w.add_array("clip.vision.image_std", STD)
+    for name, tensor in _projector_tensors(text_width, seed).items():
+        w.add_tensor(name, tensor)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_vlm(folder: Path) -> tuple[Path, Path]:
+    """The text model and its projector side by side in ``folder`` (the projector found beside
+    the model by its ``mmproj`` name): (model, projector)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    config, weights = tiny_checkpoint("gemma3")
+    model = write_gguf(folder / MODEL_NAME, config, weights)
+    return model, write_projector(folder / PROJECTOR_NAME, config.hidden_size)
+
+
+def _key() -> str:
+    """What the files hold, as a short hash: this module's and the text model writer's source."""
+    import tests.model_files
+    import tests.tiny
+
+    digest = hashlib.sha256()
+    for module in (__file__, tests.model_files.__file__, tests.tiny.__file__):
+        digest.update(Path(module).read_bytes())
+    digest.update(gguf.__version__.encode() if hasattr(gguf, "__version__") else b"")
+    return digest.hexdigest()[:10]
+
+
+def cached_vlm(folder: Path | None = None) -> tuple[Path, Path]:
+    """The tiny model and projector, written once into a folder named by what they hold (default:
+    under bench/random_gguf.py's cache); one writer at a time (a lock beside it)."""
+    from bench.llamacpp_source import dev_cache, locked
+
+    root = folder or dev_cache() / "random-gguf"
+    target = root / f"tiny-vlm-{_key()}"
+    model, projector = target / MODEL_NAME, target / PROJECTOR_NAME
+    if model.is_file() and projector.is_file():
+        return model, projector
+    root.mkdir(parents=True, exist_ok=True)
+    with locked(root / f"{target.name}.lock"):
+        if not (model.is_file() and projector.is_file()):
+            part = root / f"{target.name}.part"
+            write_vlm(part)
+            part.rename(target)
+    return model, projector
+
+
+def random_image(seed: int = 0, size: tuple[int, int] = (40, 24)) -> np.ndarray:
+    """A random RGB image, ``[height, width, 3]`` uint8 (not the projector's size: resized)."""
+    rng = np.random.default_rng(seed)
+    return rng.integers(0, 256, (size[1], size[0], 3), dtype=np.uint8)
