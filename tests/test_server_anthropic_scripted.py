@@ -230,6 +230,7 @@ def test_translation_defaults_and_blocks() -> None:
                     "function": {"name": "f", "arguments": '{"a": 1}'},
                 }
             ],
+            "reasoning_content": "hm",  # the thinking block, for the template to keep or drop
         },
         {"role": "tool", "content": "Error: ", "tool_call_id": "toolu_1"},
         {"role": "tool", "content": "ok", "tool_call_id": "toolu_1"},

@@ -1,11 +1,15 @@
 """One answer written as Anthropic's Messages API writes it: a ``message`` object, or its stream.
 
     event: message_start        {"message": {... "content": [], "usage": {"input_tokens": n}}}
-    event: content_block_start  {"index": 0, "content_block": {"type": "text", "text": ""}}
-    event: content_block_delta  {"index": 0, "delta": {"type": "text_delta", "text": "..."}}
+    event: content_block_start  {"index": 0, "content_block": {"type": "thinking", ...}}
+    event: content_block_delta  {"index": 0, "delta": {"type": "thinking_delta", ...}}
+    event: content_block_delta  {"index": 0, "delta": {"type": "signature_delta", ...}}
     event: content_block_stop   {"index": 0}
-    event: content_block_start  {"index": 1, "content_block": {"type": "tool_use", ...}}
-    event: content_block_delta  {"index": 1, "delta": {"type": "input_json_delta", ...}}
+    event: content_block_start  {"index": 1, "content_block": {"type": "text", "text": ""}}
+    event: content_block_delta  {"index": 1, "delta": {"type": "text_delta", "text": "..."}}
+    event: content_block_stop   {"index": 1}
+    event: content_block_start  {"index": 2, "content_block": {"type": "tool_use", ...}}
+    event: content_block_delta  {"index": 2, "delta": {"type": "input_json_delta", ...}}
     ...
     event: message_delta        {"delta": {"stop_reason": "tool_use"}, "usage": {...}}
     event: message_stop
@@ -14,10 +18,16 @@ Text and tool calls arrive as the answer shape's deltas (``answer_shape``); each
 is a content block. Whitespace that ends the text before a tool call (the newline before
 ``<tool_call>``) is no block of its own: the stream holds a text's trailing whitespace until
 more text follows, and the whole message strips it when calls follow, so both agree.
+
+A thinking model's reasoning is a ``thinking`` block before the text when the request enabled
+thinking (``thinking`` enabled or adaptive), and left out otherwise: Anthropic's clients (Claude
+Code) expect thinking blocks only when they asked for them, and never find the reasoning in the
+text either way. The block's ``signature`` is a digest of its text (``signature``).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections.abc import Sequence
@@ -31,6 +41,11 @@ from localinfer.tools import StreamDelta, ToolCall, ToolCallArguments, ToolCallS
 # The engine's finish reasons (after the answer shape) as Anthropic's stop reasons; "stop" by one
 # of ``stop_sequences`` is "stop_sequence" (stop_reason below).
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+# Whether the answer carries thinking blocks: None (not asked), "text" or "omitted" (the blocks
+# without their text: Anthropic's ``display: omitted``).
+ThinkingShown = Literal["text", "omitted"] | None
+BlockKind = Literal["thinking", "text", "tool_use"]
 
 
 def stop_reason(answer: FinishedAnswer) -> tuple[str, str | None]:
@@ -59,6 +74,18 @@ def tool_use_block(call: ToolCall) -> dict[str, Any]:
     }
 
 
+def signature(thinking: str) -> str:
+    """A thinking block's ``signature``. Anthropic's is an opaque proof that its model wrote the
+    block; this server has nothing to prove and checks none it is sent back, so it writes a
+    digest of the text (clients that keep blocks only with a signature keep these)."""
+    return "localinfer-sha256-" + hashlib.sha256(thinking.encode()).hexdigest()
+
+
+def thinking_block(thinking: str, shown: ThinkingShown) -> dict[str, Any]:
+    text = thinking if shown == "text" else ""
+    return {"type": "thinking", "thinking": text, "signature": signature(thinking)}
+
+
 def event(name: str, data: dict[str, Any]) -> bytes:
     """One SSE message with Anthropic's ``event:`` line (its type, repeated in ``data``)."""
     return f"event: {name}\ndata: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
@@ -67,13 +94,15 @@ def event(name: str, data: dict[str, Any]) -> bytes:
 class AnthropicRenderer:
     """Writes one answer as a ``message`` or as its event stream (an ``AnswerRenderer``)."""
 
-    def __init__(self, model: str, input_tokens: int) -> None:
+    def __init__(self, model: str, input_tokens: int, thinking: ThinkingShown = None) -> None:
         self._id = new_message_id()
         self.model = model
         self.input_tokens = input_tokens
+        self.thinking = thinking
         self._blocks = 0  # content blocks started so far
-        self._open: Literal["text", "tool_use"] | None = None
+        self._open: BlockKind | None = None
         self._held = ""  # trailing whitespace of the text so far
+        self._thought: list[str] = []  # the reasoning so far, for its block's signature
 
     @property
     def id(self) -> str:
@@ -83,7 +112,11 @@ class AnthropicRenderer:
 
     def whole(self, answer: FinishedAnswer) -> dict[str, Any]:
         text = answer.content.rstrip() if answer.calls else answer.content
-        content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+        content: list[dict[str, Any]] = []
+        if self.thinking is not None and answer.reasoning:
+            content.append(thinking_block(answer.reasoning, self.thinking))
+        if text:
+            content.append({"type": "text", "text": text})
         content.extend(tool_use_block(call) for call in answer.calls)
         reason, sequence = stop_reason(answer)
         return {
@@ -116,7 +149,7 @@ class AnthropicRenderer:
     def deltas(
         self, deltas: Sequence[StreamDelta], logprobs: Sequence[TokenLogprob]
     ) -> list[bytes]:
-        return delta_events(deltas, self._text, self._call, self._arguments)
+        return delta_events(deltas, self._text, self._call, self._arguments, self._reasoning)
 
     def closing(self, answer: FinishedAnswer) -> list[bytes]:
         out = self._text_now(self._held) if not answer.calls else []
@@ -131,6 +164,16 @@ class AnthropicRenderer:
 
     def failure(self, error: APIError) -> list[bytes]:
         return [event("error", error.anthropic_body())]
+
+    def _reasoning(self, text: str) -> list[bytes]:
+        if self.thinking is None:
+            return []  # not asked for: left out (never in the text)
+        self._thought.append(text)
+        block = {"type": "thinking", "thinking": "", "signature": ""}
+        out = [] if self._open == "thinking" else self._start("thinking", block)
+        if self.thinking == "omitted":
+            return out
+        return [*out, self._delta({"type": "thinking_delta", "thinking": text})]
 
     def _call(self, start: ToolCallStart) -> list[bytes]:
         self._held = ""
@@ -154,7 +197,7 @@ class AnthropicRenderer:
         out = [] if self._open == "text" else self._start("text", {"type": "text", "text": ""})
         return [*out, self._delta({"type": "text_delta", "text": text})]
 
-    def _start(self, kind: Literal["text", "tool_use"], block: dict[str, Any]) -> list[bytes]:
+    def _start(self, kind: BlockKind, block: dict[str, Any]) -> list[bytes]:
         out = self._stop()
         self._open = kind
         self._blocks += 1
@@ -166,11 +209,16 @@ class AnthropicRenderer:
         return event("content_block_delta", data)
 
     def _stop(self) -> list[bytes]:
+        """The open block's end; a thinking block's signature comes just before it."""
         if self._open is None:
             return []
+        out = []
+        if self._open == "thinking":
+            sign = signature("".join(self._thought))
+            out.append(self._delta({"type": "signature_delta", "signature": sign}))
         self._open = None
         data = {"type": "content_block_stop", "index": self._blocks - 1}
-        return [event("content_block_stop", data)]
+        return [*out, event("content_block_stop", data)]
 
 
 def _output(answer: FinishedAnswer) -> int:

@@ -18,8 +18,12 @@ from localinfer.server.answer_route import (
     chat_input,
     engine_params,
 )
-from localinfer.server.anthropic_render import AnthropicRenderer
-from localinfer.server.anthropic_schemas import CountTokensRequest, MessagesRequest
+from localinfer.server.anthropic_render import AnthropicRenderer, ThinkingShown
+from localinfer.server.anthropic_schemas import (
+    CountTokensRequest,
+    MessagesRequest,
+    ThinkingConfig,
+)
 from localinfer.server.anthropic_translate import anthropic_fields, chat_request
 from localinfer.server.chat_plan import ChatPlan, plan_chat
 from localinfer.server.generation import GenerationInput
@@ -61,5 +65,14 @@ def message(session: ServedSession, model: str, body: MessagesRequest) -> Genera
         params = engine_params(
             chat.request, session, plan.prompt_ids, logprobs=None, max_tokens=body.max_tokens
         )
-    renderer = AnthropicRenderer(model, len(plan.prompt_ids))
+    renderer = AnthropicRenderer(model, len(plan.prompt_ids), thinking_shown(body.thinking))
     return chat_input(plan, params, body.stream, renderer)
+
+
+def thinking_shown(thinking: ThinkingConfig | None) -> ThinkingShown:
+    """Whether the answer carries thinking blocks: only when the request enabled thinking (a
+    request that does not mention it gets the model's default thinking, kept out of the text
+    and not shown; see anthropic_render)."""
+    if thinking is None or thinking.type == "disabled":
+        return None
+    return "omitted" if thinking.display == "omitted" else "text"

@@ -1,12 +1,12 @@
 """Request bodies of Anthropic's Messages API (/v1/messages, /v1/messages/count_tokens).
 
 Validated with pydantic at the HTTP edge, like the OpenAI bodies in ``schemas``: unknown fields
-are ignored (Claude Code sends ``metadata``, ``thinking``, ``cache_control`` on blocks), every
-field this server acts on is type-checked. Content blocks are told apart by ``type``; image,
-document and thinking blocks are accepted here so that translation can refuse (or drop) them
-with a message that names the block, rather than a bare "tag not expected". What is parsed only
-to be refused (image and document blocks, server tools) is left out of /openapi.json
-(``SkipJsonSchema``): the document lists what the server takes.
+are ignored (Claude Code sends ``cache_control`` on blocks), every field this server acts on
+is type-checked. Content blocks are told apart by ``type``; image and document blocks are
+accepted here so that translation can refuse them with a message that names the block, rather
+than a bare "tag not expected". What is parsed only to be refused (image and document blocks,
+server tools) is left out of /openapi.json (``SkipJsonSchema``): the document lists what the
+server takes.
 """
 
 from __future__ import annotations
@@ -47,9 +47,13 @@ class MediaBlock(_Block):
 
 
 class ThinkingBlock(_Block):
-    """A model's own reasoning from an earlier turn: dropped from the prompt."""
+    """A model's own reasoning from an earlier turn: its text goes back to the chat template as
+    the turn's reasoning (the template keeps or drops it). A redacted block has no text; the
+    signature is not checked (see ``anthropic_render.signature``)."""
 
     type: Literal["thinking", "redacted_thinking"]
+    thinking: str = ""
+    signature: str | None = None
 
 
 class ToolUseBlock(_Block):
@@ -142,6 +146,37 @@ class AnthropicToolChoice(BaseModel):
         return self
 
 
+class ThinkingConfig(BaseModel):
+    """``thinking``: ``enabled`` shows the reasoning as thinking blocks, at most
+    ``budget_tokens`` of it; ``adaptive`` shows it with no budget; ``disabled`` turns thinking
+    off. ``display: omitted`` shows the blocks with their text left out."""
+
+    # _enabled_needs_budget, as the document states it.
+    model_config = ConfigDict(
+        extra="ignore",
+        json_schema_extra={
+            "if": {"properties": {"type": {"const": "enabled"}}, "required": ["type"]},
+            "then": {"required": ["budget_tokens"]},
+        },
+    )
+
+    type: Literal["enabled", "adaptive", "disabled"]
+    # Anthropic asks for at least 1,024; a local model may be given less (0: no reasoning).
+    budget_tokens: Annotated[int, JsonInt(ge=0, le=1_000_000)] | None = None
+    display: Literal["summarized", "omitted"] | None = None
+
+    @model_validator(mode="after")
+    def _enabled_needs_budget(self) -> ThinkingConfig:
+        if self.type == "enabled" and self.budget_tokens is None:
+            raise ValueError("type 'enabled' needs budget_tokens")
+        return self
+
+    @property
+    def shown(self) -> bool:
+        """Whether the answer carries thinking blocks."""
+        return self.type != "disabled"
+
+
 # A tool choice of "any" or "tool" needs tools (_choice_has_tools); the document says so.
 CHOICE_NEEDS_TOOLS = {
     "if": {
@@ -164,6 +199,8 @@ class CountTokensRequest(BaseModel):
     messages: list[AnthropicMessage] = Field(min_length=1)
     tools: list[AnthropicTool] | None = None
     tool_choice: AnthropicToolChoice | None = None
+    # A thinking model's reasoning (anthropic_translate); it changes the prompt, so counted too.
+    thinking: ThinkingConfig | None = None
 
     @model_validator(mode="after")
     def _choice_has_tools(self) -> CountTokensRequest:

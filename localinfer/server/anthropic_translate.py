@@ -4,8 +4,12 @@
 * ``system`` (a string or text blocks) -> a system message;
 * a user turn's ``tool_result`` blocks -> ``tool`` messages, its text -> one user message after;
 * an assistant turn's ``tool_use`` blocks -> ``tool_calls`` (``input`` as JSON arguments);
+* an assistant turn's ``thinking`` blocks -> its ``reasoning_content`` (the chat template keeps
+  or drops earlier reasoning: Qwen3 keeps it only after the last user message);
 * ``tools`` -> function tools; ``tool_choice`` any -> required, tool -> a named function,
-  ``disable_parallel_tool_use`` -> ``parallel_tool_calls: false``.
+  ``disable_parallel_tool_use`` -> ``parallel_tool_calls: false``;
+* ``thinking`` disabled -> ``reasoning_effort: none`` (the template's switch, or a budget of 0),
+  enabled -> ``thinking_budget: budget_tokens``; adaptive or absent -> the template's default.
 
 What only Anthropic's shape can get wrong is refused here, naming the Anthropic field
 (``messages[2].content[0].tool_use_id: ...``); errors raised later by planning name the OpenAI
@@ -33,6 +37,7 @@ from localinfer.server.anthropic_schemas import (
     MessagesRequest,
     TextBlock,
     ThinkingBlock,
+    ThinkingConfig,
     ToolResultBlock,
     ToolUseBlock,
     UserMessage,
@@ -116,6 +121,7 @@ class _History:
             self.add({"role": "assistant", "content": blocks}, where)
             return
         texts: list[str] = []
+        thoughts: list[str] = []
         calls: list[dict[str, Any]] = []
         for j, block in enumerate(blocks):
             at = f"{where}.content[{j}]"
@@ -131,8 +137,11 @@ class _History:
             elif isinstance(block, MediaBlock):
                 raise _refuse_media(at, block)
             else:
-                assert isinstance(block, ThinkingBlock)  # earlier reasoning: left out
+                assert isinstance(block, ThinkingBlock)
+                thoughts.append(block.thinking)  # a redacted block's text is ""
         turn: dict[str, Any] = {"role": "assistant", "content": "".join(texts)}
+        if any(thoughts):
+            turn["reasoning_content"] = "\n\n".join(t for t in thoughts if t)
         if calls:
             turn["tool_calls"] = calls
         self.add(turn, where)
@@ -180,6 +189,15 @@ def _tool_choice(
     return {"type": "function", "function": {"name": choice.name}}
 
 
+def _thinking_fields(thinking: ThinkingConfig | None) -> dict[str, Any]:
+    """The chat request's fields for Anthropic's ``thinking`` (see the module doc)."""
+    if thinking is None or thinking.type == "adaptive":
+        return {}
+    if thinking.type == "disabled":
+        return {"reasoning_effort": "none"}
+    return {"thinking_budget": thinking.budget_tokens}
+
+
 def chat_request(body: CountTokensRequest) -> TranslatedChat:
     """``body`` as a chat completion request (a MessagesRequest brings its sampling fields)."""
     history = _History()
@@ -205,6 +223,7 @@ def chat_request(body: CountTokensRequest) -> TranslatedChat:
         "tools": _tools(body.tools),
         "tool_choice": _tool_choice(choice, body.tools),
         "parallel_tool_calls": not (choice is not None and choice.disable_parallel_tool_use),
+        **_thinking_fields(body.thinking),
     }
     if isinstance(body, MessagesRequest):
         temperature = body.temperature
@@ -236,6 +255,8 @@ def anthropic_field(field: str, origins: Sequence[str]) -> str:
     of the Anthropic request it came from (``messages[2].content[1]``)."""
     if field == "stop":
         return "stop_sequences"
+    if field == "thinking_budget":
+        return "thinking.budget_tokens"
     tool = _TOOL_FIELD.match(field)
     if tool:
         return f"tools[{tool.group(1)}].{_TOOL_NAMES[tool.group(2)]}" + field[tool.end() :]

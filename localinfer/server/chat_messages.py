@@ -82,6 +82,9 @@ class AssistantMessage(_Message):
 
     role: Literal["assistant"]
     tool_calls: list[ToolCall] | None = None
+    # A thinking model's reasoning in that turn (the name llama-server and vLLM read back): the
+    # chat template keeps or drops it.
+    reasoning_content: str | None = None
 
 
 # One message of a chat history, told apart by its role (so the document says what each holds).

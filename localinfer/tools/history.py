@@ -113,7 +113,11 @@ def template_messages(messages: list[dict[str, Any]], family: ToolFamily) -> lis
             calls = _calls(where, raw_calls, family) if raw_calls else []
             for call in calls:
                 names[call["id"]] = call["function"]["name"]
-            out.append({"role": "assistant", "content": text or "", "tool_calls": calls})
+            turn = {"role": "assistant", "content": text or "", "tool_calls": calls}
+            reasoning = message.get("reasoning_content")
+            if isinstance(reasoning, str) and reasoning:
+                turn["reasoning_content"] = reasoning  # the template keeps or drops it (Qwen3)
+            out.append(turn)
         elif role == "tool":
             out.append(_tool_result(where, message, text, names, family))
         else:
