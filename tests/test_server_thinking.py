@@ -104,3 +104,22 @@ def test_anthropic_text_blocks_hold_the_answer_alone(served) -> None:
     message = claude.messages.create(model=session.model.name, messages=ASK, max_tokens=200)
     text = "".join(block.text for block in message.content if block.type == "text")
     assert text == ANSWER
+
+
+def test_earlier_reasoning_content_goes_back_to_the_template(served) -> None:
+    session, client, _ = served
+    call = {"id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    turn = {"role": "assistant", "content": "", "tool_calls": [call]}
+    result = {"role": "tool", "tool_call_id": "call_1", "content": "12 C"}
+    tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
+
+    def prompt_length(assistant: dict) -> int:
+        session.script(ANSWER)
+        messages = [*ASK, assistant, result]
+        client.chat.completions.create(
+            model=session.model.name, messages=messages, tools=tools, max_tokens=20
+        )
+        return session.runner.prompt_len[0]
+
+    # Qwen3's template keeps the reasoning of a turn after the last user message (a tool loop).
+    assert prompt_length({**turn, "reasoning_content": "Look it up."}) > prompt_length(turn)

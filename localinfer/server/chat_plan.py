@@ -69,6 +69,8 @@ REASONING_BUDGETS: dict[str, int | None] = {
     "low": 1024,
     "medium": 4096,
     "high": None,
+    "xhigh": None,
+    "max": None,
 }
 
 

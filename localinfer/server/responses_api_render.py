@@ -1,11 +1,13 @@
 """An answer as OpenAI's Responses API writes it: a Response object, or its typed event stream.
 
 Whole: ``{"object": "response", "status": "completed" | "incomplete", "output": [items],
-"usage": ...}`` with a ``message`` item (its ``output_text``) and a ``function_call`` item per
-call. Streamed: each SSE message has an ``event:`` line naming its type and a
-``sequence_number``::
+"usage": ...}`` with a thinking model's ``reasoning`` item, a ``message`` item (its
+``output_text``) and a ``function_call`` item per call (responses_api_items). Streamed: each
+SSE message has an ``event:`` line naming its type and a ``sequence_number``::
 
     response.created, response.in_progress
+    a reasoning item: output_item.added, content_part.added, reasoning_text.delta...,
+        reasoning_text.done, content_part.done, output_item.done
     per message item: output_item.added, content_part.added, output_text.delta...,
         output_text.done, content_part.done, output_item.done
     per call item: output_item.added, function_call_arguments.delta..., .done, output_item.done
@@ -22,7 +24,6 @@ from __future__ import annotations
 
 import json
 import time
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,56 +32,17 @@ from localinfer.engine.types import TokenLogprob
 from localinfer.server.answer_render import FinishedAnswer, delta_events
 from localinfer.server.errors import APIError
 from localinfer.server.openai_render import timings
+from localinfer.server.responses_api_items import (
+    call_item,
+    message_item,
+    new_id,
+    output_text,
+    reasoning_item,
+    reasoning_text,
+    usage,
+    whole_output,
+)
 from localinfer.tools import StreamDelta, ToolCallArguments, ToolCallStart
-
-
-def new_id(prefix: str) -> str:
-    return f"{prefix}_{uuid.uuid4().hex}"
-
-
-def output_text(text: str) -> dict[str, Any]:
-    return {"type": "output_text", "text": text, "annotations": [], "logprobs": []}
-
-
-def message_item(item_id: str, text: str | None, status: str) -> dict[str, Any]:
-    """An assistant message; ``text`` None while its content part is still to come."""
-    content = [] if text is None else [output_text(text)]
-    return {
-        "type": "message",
-        "id": item_id,
-        "status": status,
-        "role": "assistant",
-        "content": content,
-    }
-
-
-def call_item(item_id: str, call_id: str, name: str, arguments: str, status: str) -> dict[str, Any]:
-    return {
-        "type": "function_call",
-        "id": item_id,
-        "call_id": call_id,
-        "name": name,
-        "arguments": arguments,
-        "status": status,
-    }
-
-
-def usage(answer: FinishedAnswer) -> dict[str, Any]:
-    metrics = answer.metrics
-    prompt, completion = answer.prompt_tokens, answer.completion_tokens
-    if metrics is not None:
-        prompt, completion = metrics.prompt_tokens, metrics.completion_tokens
-    return {
-        "input_tokens": prompt,
-        # cache_write_tokens counts OpenAI's billed prompt-cache writes: none here.
-        "input_tokens_details": {
-            "cached_tokens": metrics.cached_tokens if metrics is not None else 0,
-            "cache_write_tokens": 0,
-        },
-        "output_tokens": completion,
-        "output_tokens_details": {"reasoning_tokens": 0},
-        "total_tokens": prompt + completion,
-    }
 
 
 @dataclass(slots=True)
@@ -97,6 +59,7 @@ class ResponseHead:
     tool_choice: str | dict[str, Any]
     tools: list[dict[str, Any]]
     text: dict[str, Any]
+    reasoning_effort: str | None = None  # the request's reasoning.effort, echoed
     id: str = field(default_factory=lambda: new_id("resp"))
     created_at: int = field(default_factory=lambda: int(time.time()))
 
@@ -124,7 +87,7 @@ class ResponseHead:
             "output": output,
             "parallel_tool_calls": self.parallel_tool_calls,
             "previous_response_id": None,
-            "reasoning": {"effort": None, "summary": None},
+            "reasoning": {"effort": self.reasoning_effort, "summary": None},
             "store": False,
             "temperature": self.temperature,
             "text": self.text,
@@ -141,20 +104,6 @@ class ResponseHead:
         return body
 
 
-def whole_output(answer: FinishedAnswer) -> list[dict[str, Any]]:
-    """The output items of a whole answer: its text as a message (also when empty, unless the
-    answer has calls and only whitespace beside them), then one item per call; the last is
-    incomplete when cut short."""
-    items = []
-    if answer.content.strip() or not answer.calls:
-        items.append(message_item(new_id("msg"), answer.content, "completed"))
-    for call in answer.calls:
-        items.append(call_item(new_id("fc"), call.id, call.name, call.arguments, "completed"))
-    if answer.finish_reason == "length":
-        items[-1]["status"] = "incomplete"
-    return items
-
-
 @dataclass(slots=True)
 class _OpenItem:
     """The output item being streamed: its index in ``output``, its id and the text so far."""
@@ -167,6 +116,10 @@ class _OpenItem:
     def is_message(self) -> bool:
         return self.item["type"] == "message"
 
+    @property
+    def is_reasoning(self) -> bool:
+        return self.item["type"] == "reasoning"
+
 
 class ResponsesRenderer:
     """The Responses API's ``AnswerRenderer`` (answer_render.py)."""
@@ -178,6 +131,8 @@ class ResponsesRenderer:
         self._open: _OpenItem | None = None
         self._calls: dict[int, int] = {}  # tool call index -> output index
         self._pending = ""  # whitespace outside any message, held back (see _text)
+        self._answered = False  # a message or call item has opened
+        self._reasoned = False  # a reasoning item has opened
 
     @property
     def id(self) -> str:
@@ -196,15 +151,16 @@ class ResponsesRenderer:
     def deltas(
         self, deltas: Sequence[StreamDelta], logprobs: Sequence[TokenLogprob]
     ) -> list[bytes]:
-        return delta_events(deltas, self._text, self._open_call, self._arguments)
+        return delta_events(deltas, self._text, self._open_call, self._arguments, self._reasoning)
 
     def closing(self, answer: FinishedAnswer) -> list[bytes]:
         cut = answer.finish_reason == "length"
         out = []
-        if self._open is None and not self._output:
-            # An empty (or blank) answer is still a message, as when whole.
+        if not self._answered and not (cut and self._reasoned):
+            # An empty (or blank) answer is still a message, as when whole; one cut short in
+            # its reasoning has none (whole_output).
             pending, self._pending = self._pending, ""
-            out += self._open_message() + self._text(pending)
+            out += self._close("completed") + self._open_message() + self._text(pending)
         out += self._close("incomplete" if cut else "completed")
         final = self.head.response(list(self._output), answer)
         kind = "response.incomplete" if final["status"] == "incomplete" else "response.completed"
@@ -234,7 +190,23 @@ class ResponsesRenderer:
         current.parts.append(text)
         return [*out, self._event("response.output_text.delta", **self._part(current), delta=text)]
 
+    def _reasoning(self, text: str) -> list[bytes]:
+        current = self._open
+        out: list[bytes] = []
+        if current is None or not current.is_reasoning:
+            # The reasoning comes first: one item, before the message.
+            self._reasoned = True
+            out += self._close("completed")
+            current = self._start(reasoning_item(new_id("rs"), None, "in_progress"))
+            part = self._part(current, logprobs=False)
+            out.append(self._added(current))
+            out.append(self._event("response.content_part.added", **part, part=reasoning_text("")))
+        current.parts.append(text)
+        part = self._part(current, logprobs=False)
+        return [*out, self._event("response.reasoning_text.delta", **part, delta=text)]
+
     def _open_message(self) -> list[bytes]:
+        self._answered = True
         current = self._start(message_item(new_id("msg"), None, "in_progress"))
         part = self._part(current, logprobs=False)
         return [
@@ -244,6 +216,7 @@ class ResponsesRenderer:
 
     def _open_call(self, start: ToolCallStart) -> list[bytes]:
         self._pending = ""  # whitespace before a call opens no message
+        self._answered = True
         out = self._close("completed")
         current = self._start(call_item(new_id("fc"), start.id, start.name, "", "in_progress"))
         self._calls[start.index] = current.index
@@ -274,7 +247,14 @@ class ResponsesRenderer:
         text = "".join(current.parts)
         item = dict(current.item, status=status)
         where = {"item_id": item["id"], "output_index": current.index}
-        if current.is_message:
+        if current.is_reasoning:
+            item["content"] = [reasoning_text(text)]
+            part = self._part(current, logprobs=False)
+            out = [
+                self._event("response.reasoning_text.done", **part, text=text),
+                self._event("response.content_part.done", **part, part=reasoning_text(text)),
+            ]
+        elif current.is_message:
             item["content"] = [output_text(text)]
             out = [
                 self._event("response.output_text.done", **self._part(current), text=text),

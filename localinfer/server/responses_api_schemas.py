@@ -1,7 +1,7 @@
 """Request bodies of OpenAI's Responses API (``POST /v1/responses``), validated at the HTTP edge.
 
 Only what this server acts on is typed; other fields clients send (``metadata``, ``user``,
-``reasoning``, ``include``, ``prompt_cache_key``, ``truncation``...) are ignored. Fields that need
+``include``, ``prompt_cache_key``, ``truncation``...) are ignored. Fields that need
 state this server does not keep (``store: true``, ``previous_response_id``, ``conversation``,
 ``background``) are typed so that ``responses_api_translate`` can refuse them by name.
 
@@ -32,7 +32,7 @@ from pydantic.json_schema import SkipJsonSchema
 
 from localinfer.server.json_numbers import JsonInt
 from localinfer.server.model_ids import ModelId
-from localinfer.server.schemas import Temperature
+from localinfer.server.schemas import ReasoningEffort, Temperature
 from localinfer.server.structured_output import SCHEMA_NAME
 from localinfer.server.tool_schemas import (
     MAX_TOOLS,
@@ -58,7 +58,7 @@ REFUSED = {
     "prompt": "stored prompt templates are not supported; send instructions",
 }
 
-# The item types this server reads (a reasoning item is dropped); anything else is an OtherItem.
+# The item types this server reads; anything else is an OtherItem.
 HISTORY_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 TEXT_PARTS = ("input_text", "output_text")
 
@@ -105,16 +105,37 @@ class FunctionCallOutputItem(BaseModel):
     output: str | list[ContentPart]
 
 
+class ReasoningText(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    type: Literal["reasoning_text"]
+    text: str
+
+
 class ReasoningItem(BaseModel):
-    """A model's reasoning from an earlier turn (often another model's, encrypted): dropped."""
+    """A model's reasoning from an earlier turn: its ``reasoning_text`` content goes back to the
+    chat template with the assistant turn after it (the template keeps or drops it); a summary
+    or encrypted content (another model's) is dropped."""
 
     model_config = ConfigDict(extra="ignore")
 
     type: Literal["reasoning"]
+    content: list[ReasoningText] | None = None
+
+
+class ReasoningConfig(BaseModel):
+    """``reasoning``: ``effort`` as chat's ``reasoning_effort`` (``none`` turns thinking off;
+    the others cap it, chat_plan.REASONING_BUDGETS). ``summary`` is accepted and ignored: the
+    reasoning item carries the reasoning itself, never a summary."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    effort: ReasoningEffort | None = None
+    summary: str | None = None
 
 
 class OtherItem(BaseModel):
-    """An item of any other type (reasoning, item_reference, built-in tool calls...)."""
+    """An item of any other type (item_reference, built-in tool calls...)."""
 
     model_config = ConfigDict(extra="allow")
 
@@ -229,6 +250,7 @@ class ResponsesRequest(BaseModel):
     tool_choice: ResponsesToolChoice | None = None
     parallel_tool_calls: StrictBool = True
     text: TextConfig | None = None
+    reasoning: ReasoningConfig | None = None  # a thinking model's (see ReasoningConfig)
     # Not supported: accepted only as 0 (what clients that do not want them send).
     top_logprobs: Annotated[int, JsonInt(ge=0, le=0)] | None = None
     # Stateful features: this server keeps no responses, so only their "off" values are taken

@@ -2,9 +2,11 @@
 
 The Responses API is chat completions with other names: ``instructions`` is a system message,
 ``input`` items are messages, ``function_call`` items are an assistant's ``tool_calls`` and
-``function_call_output`` items are tool messages; tools are flat (``{type, name, parameters}``)
-and ``text.format`` is ``response_format``. Translated, the request goes through ``plan_chat``
-and ``sampling_params`` unchanged, so no sampling, stop or tool logic is written twice.
+``function_call_output`` items are tool messages; tools are flat (``{type, name, parameters}``),
+``text.format`` is ``response_format`` and ``reasoning.effort`` is ``reasoning_effort``; a
+``reasoning`` item's text is the ``reasoning_content`` of the assistant turn that follows it.
+Translated, the request goes through ``plan_chat`` and ``sampling_params`` unchanged, so no
+sampling, stop or tool logic is written twice.
 
 A mistake the chat planning finds is named in chat terms (``messages[2].tool_calls[0].function.
 arguments``); ``FieldNames`` maps it back to the field the client sent (``input[3].arguments``).
@@ -127,6 +129,7 @@ def translate_request(body: ResponsesRequest) -> TranslatedRequest:
         "tool_choice": choice_value(body.tool_choice),
         "parallel_tool_calls": body.parallel_tool_calls,
         "response_format": chat_response_format(body.text),
+        "reasoning_effort": body.reasoning.effort if body.reasoning is not None else None,
     }
     names = FieldNames(sources)
     try:
@@ -166,8 +169,13 @@ class _History:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
         self.sources: list[MessageSource] = []
+        self.reasoning: list[str] = []  # reasoning items' text, for the next assistant turn
 
     def add(self, message: dict[str, Any], source: MessageSource) -> None:
+        if message["role"] == "assistant" and self.reasoning:
+            message["reasoning_content"] = "\n\n".join(self.reasoning)
+        if message["role"] != "system":
+            self.reasoning = []  # reasoning before a user turn belongs to no answer: dropped
         self.messages.append(message)
         self.sources.append(source)
 
@@ -188,8 +196,10 @@ class _History:
             self.add(message, MessageSource(where, content_key="output"))
         elif isinstance(item, OtherItem):
             _other(where, item)
-        # A reasoning item (another model's reasoning, often encrypted): this model cannot read
-        # it, and chat templates drop earlier reasoning from the history anyway.
+        else:
+            # Its text joins the assistant turn it came before. A summary or encrypted content
+            # (another model's) is none this model can read: dropped.
+            self.reasoning += [part.text for part in item.content or () if part.text]
 
     def _call(self, where: str, item: FunctionCallItem) -> None:
         """A call joins the assistant turn it follows (text, then calls), or opens one."""
@@ -197,6 +207,10 @@ class _History:
         if last is None or last["role"] != "assistant":
             self.add({"role": "assistant", "content": None, "tool_calls": []}, MessageSource(where))
             last = self.messages[-1]
+        elif self.reasoning:  # reasoning between the turn's text and this call: the turn's too
+            earlier = [last["reasoning_content"]] if "reasoning_content" in last else []
+            last["reasoning_content"] = "\n\n".join([*earlier, *self.reasoning])
+            self.reasoning = []
         call = {"name": item.name, "arguments": item.arguments}
         last.setdefault("tool_calls", []).append(
             {"id": item.call_id, "type": "function", "function": call}

@@ -67,4 +67,5 @@ def response_head(body: ResponsesRequest, model: str) -> ResponseHead:
         tool_choice=echoed_choice(body),
         tools=echoed_tools(body.tools),
         text=echoed_text(body.text),
+        reasoning_effort=body.reasoning.effort if body.reasoning is not None else None,
     )

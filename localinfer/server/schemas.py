@@ -37,6 +37,8 @@ from localinfer.server.tool_schemas import (
 Temperature = Annotated[StrictFloat, Field(ge=0.0, le=2.0)]
 Penalty = Annotated[StrictFloat, Field(ge=-2.0, le=2.0)]
 MAX_STOPS = 16
+# OpenAI's reasoning efforts (chat's reasoning_effort, the Responses API's reasoning.effort).
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh", "max"]
 
 
 class StreamOptions(BaseModel):
@@ -110,7 +112,7 @@ class ChatCompletionRequest(SamplingFields):
     parallel_tool_calls: StrictBool = True
     # Thinking models (tools/thinking.py): "none" turns thinking off; the others set a budget
     # of reasoning tokens (REASONING_BUDGETS). thinking_budget (localinfer's) sets one exactly.
-    reasoning_effort: Literal["none", "minimal", "low", "medium", "high"] | None = None
+    reasoning_effort: ReasoningEffort | None = None
     thinking_budget: Annotated[int, JsonInt(ge=0, le=1_000_000)] | None = None
     # Variables for the chat template (vLLM, llama-server): {"enable_thinking": false}.
     chat_template_kwargs: dict[str, Any] | None = None
