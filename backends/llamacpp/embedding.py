@@ -54,9 +54,11 @@ class EmbeddingContext:
         threads: int,
         flash_attn: bool | None,
         kv_type: KVDtype | None = None,
+        pooling_type: int | None = None,
     ) -> None:
         """``kv_type``: the runner's cache type (--kv-dtype; None: F16), here too: a quantized
-        one is read only by flash attention, which it then turns on."""
+        one is read only by flash attention, which it then turns on. ``pooling_type``: llama.cpp's
+        (None: NONE, per-token states; rerank.py makes a RANK context)."""
         params = llama.llama_context_default_params()
         params.n_ctx = max_ctx
         params.n_seq_max = EMBED_PASS_MAX_INPUTS
@@ -66,7 +68,8 @@ class EmbeddingContext:
         params.n_threads = threads
         params.n_threads_batch = threads
         params.embeddings = True
-        params.pooling_type = llama.LLAMA_POOLING_TYPE_NONE
+        none = llama.LLAMA_POOLING_TYPE_NONE
+        params.pooling_type = none if pooling_type is None else pooling_type
         params.no_perf = True
         if kv_type is not None:
             params.type_k = params.type_v = ggml_type_id(kv_type)
@@ -89,6 +92,7 @@ class EmbeddingContext:
         self.log_text = capture.text()  # the runner reads the buffer sizes out of it
         self.cells = int(llama.llama_n_ctx(ctx))
         self.hidden = int(llama.llama_model_n_embd(model_ptr))
+        self.width = self.hidden  # floats a pass keeps per sequence
         self._llama = llama
         self._ctx = ctx
         self._memory = llama.llama_get_memory(ctx)
@@ -141,7 +145,7 @@ class LlamaCppEmbeddingPass(PooledPass):
         max_ctx: int,
         vocab: int,
     ) -> None:
-        super().__init__(inputs, pooling, context.hidden, max_ctx, vocab)
+        super().__init__(inputs, pooling, context.width, max_ctx, vocab)
         total = sum(len(t) for t in self.inputs)
         if total > context.cells:
             raise ValueError(

@@ -50,6 +50,7 @@ from localinfer.backends.llamacpp.offload import gpu_layer_count
 from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.llamacpp.quantize import quant_matches, requantize_advice
+from localinfer.backends.llamacpp.rerank import RankScoring
 from localinfer.backends.llamacpp.sampling import SlotSamplers
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
@@ -61,7 +62,7 @@ from localinfer.errors import (
 from localinfer.loading.model import LoadedModel
 
 
-class LlamaCppRunner:
+class LlamaCppRunner(RankScoring):
     """Runs a GGUF model through llama.cpp with ``config.slots`` independent sequences; KV
     transfers between slots and to host memory, and splices, are ``kv_cache``'s (kv_cache.py).
     Items with ``SlotWork.sample`` take their token here, from the logits in place (sampling.py)."""
@@ -288,6 +289,7 @@ class LlamaCppRunner:
             emb = self._embedding_buffers
             output = max(emb.output, self._embedding.output_bytes(self._vocab))
             overhead += emb.kv + emb.compute + output
+        overhead += self.rank_overhead()  # the rerank context (rerank.py), once made
         return MemoryReport(
             weights=weights, kv_cache=kv, overhead=overhead, device=self._config.device
         )
@@ -343,6 +345,7 @@ class LlamaCppRunner:
         if getattr(self, "_embedding", None) is not None:
             self._embedding.free()
             self._embedding = None
+        self.free_rank()
         samplers = getattr(self, "_samplers", None)
         if samplers is not None:
             samplers.close()
