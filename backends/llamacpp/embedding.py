@@ -55,16 +55,16 @@ class EmbeddingContext:
         flash_attn: bool | None,
         kv_type: KVDtype | None = None,
         pooling_type: int | None = None,
+        shape: tuple[int, int] = (EMBED_N_BATCH, EMBED_N_UBATCH),
     ) -> None:
         """``kv_type``: the runner's cache type (--kv-dtype; None: F16), here too: a quantized
         one is read only by flash attention, which it then turns on. ``pooling_type``: llama.cpp's
-        (None: NONE, per-token states; rerank.py makes a RANK context)."""
+        (None: NONE, per-token states) and ``shape`` (n_batch, n_ubatch): rerank.py's differ."""
         params = llama.llama_context_default_params()
         params.n_ctx = max_ctx
         params.n_seq_max = EMBED_PASS_MAX_INPUTS
         params.kv_unified = True  # a pass's sequences share the cells: their total <= max_ctx
-        params.n_batch = EMBED_N_BATCH
-        params.n_ubatch = EMBED_N_UBATCH
+        params.n_batch, params.n_ubatch = shape
         params.n_threads = threads
         params.n_threads_batch = threads
         params.embeddings = True
@@ -96,7 +96,7 @@ class EmbeddingContext:
         self._llama = llama
         self._ctx = ctx
         self._memory = llama.llama_get_memory(ctx)
-        self._buffer = BatchBuffer(llama, EMBED_N_BATCH)
+        self._buffer = BatchBuffer(llama, shape[0])
         self.in_use = False
         self.max_outputs = 0  # the most rows one decode has output so far
 

@@ -8,12 +8,20 @@ a BERT) and ``llama_get_embeddings_seq`` returns the head's ``n_cls_out`` output
 is the first of them, as llama-server's ``send_rerank`` takes it.
 
 The context is made on the first rerank request, beside the generation context and the pooled
-embedding context (embedding.py), with the same shape: ``max_ctx`` cells shared by up to
-``EMBED_PASS_MAX_INPUTS`` sequences, 128-token decode calls in 32-row ubatches. A causal model's
-KV carries a pair across decode calls, so a pass is fed in pieces, paced by the engine like an
-embedding job; the head reads the last token, so a sequence's scores are read after the decode
-call that holds its last token. A non-causal (BERT) reranker would need each pair whole in one
-ubatch; it is refused here (localinfer's loader does not read BERT GGUFs either).
+embedding context (embedding.py): ``max_ctx`` cells shared by up to ``EMBED_PASS_MAX_INPUTS``
+sequences. Its decode calls are shaped as llama-server's with one slot: one pair per call, in
+chunks of ``RANK_UBATCH`` tokens (llama-server's default ubatch), each chunk one ubatch. llama.cpp's
+CPU results move with a ubatch's row count (flash attention takes another kernel path for larger
+ubatches; embedding.py), by 3e-4 in a score on the tiny test model between 32-row ubatches and a
+whole pair, so chunks of llama-server's shape are what makes its scores come out here. A feed runs
+whole chunks, at least one, beyond its token budget when a chunk is larger: the engine's pacer then
+repays the time from the steps that follow. A causal model's KV carries a long pair from one chunk
+to the next; a non-causal (BERT) reranker would need each pair in one ubatch, and is refused here
+(localinfer's loader does not read BERT GGUFs either).
+
+Every row of a decode is an output (llama.cpp pools over them), and llama.cpp's output buffer
+holds logits and a state for each: ``RANK_UBATCH x (vocab + hidden) x 4`` bytes once a full chunk
+has run (310 MB at Qwen3's 151,936-token vocabulary; llama-server reserves its 2048-token batch).
 """
 
 from __future__ import annotations
@@ -24,19 +32,17 @@ from types import ModuleType
 import numpy as np
 
 from localinfer.backends.base import RunnerConfig
-from localinfer.backends.embedding_pass import Piece
 from localinfer.backends.llamacpp.buffers import LlamaCppBuffers, parse_buffers
-from localinfer.backends.llamacpp.embedding import (
-    EMBED_N_BATCH,
-    EmbeddingContext,
-    LlamaCppEmbeddingPass,
-)
+from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.errors import UnsupportedModelError
 from localinfer.facts.kv_dtype import KVDtype
 
+RANK_UBATCH = 512  # llama-server's default n_ubatch
+
 
 class RankContext(EmbeddingContext):
-    """The rank-pooling context; ``width`` is the head's output count (n_cls_out)."""
+    """The rank-pooling context; ``width`` is the head's output count (n_cls_out), ``chunk``
+    the tokens of one decode call."""
 
     def __init__(
         self,
@@ -47,8 +53,11 @@ class RankContext(EmbeddingContext):
         flash_attn: bool | None,
         kv_type: KVDtype | None = None,
     ) -> None:
+        chunk = min(RANK_UBATCH, max_ctx)
         rank = llama.LLAMA_POOLING_TYPE_RANK
-        super().__init__(llama, model_ptr, max_ctx, threads, flash_attn, kv_type, rank)
+        super().__init__(
+            llama, model_ptr, max_ctx, threads, flash_attn, kv_type, rank, (chunk, chunk)
+        )
         if not llama.llama_get_causal_attn(self._ctx):
             self.free()
             raise UnsupportedModelError(
@@ -56,20 +65,24 @@ class RankContext(EmbeddingContext):
                 "runner scores causal rerankers only"
             )
         self.width = max(1, int(llama.llama_model_n_cls_out(model_ptr)))
+        self.chunk = chunk
 
-    def run(self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray) -> None:
-        """One llama_decode of at most EMBED_N_BATCH rows (every row is an output: llama.cpp
-        pools over them)."""
-        want = np.ones(len(tokens), dtype=np.int8)
-        n = self._buffer.fill(tokens, pos, seq, want)
+    def score(self, tokens: Sequence[int], start: int, seq: int, last: bool) -> np.ndarray | None:
+        """Run ``tokens`` (at most ``chunk``) of sequence ``seq`` at positions from ``start`` in
+        one decode call; when they end the sequence's pair (``last``), the head's outputs
+        (float32 ``[width]``), else None."""
+        n = len(tokens)
+        self._buffer.fill(
+            np.asarray(tokens, dtype=np.int32), np.arange(start, start + n),
+            np.full(n, seq, dtype=np.int32),
+            np.ones(n, dtype=np.int8),  # every row is an output: llama.cpp pools over them
+        )  # fmt: skip
         rc = self._llama.llama_decode(self._ctx, self._buffer.batch)
         if rc != 0:
             raise RuntimeError(f"llama_decode (rerank) failed with code {rc} on {n} tokens")
         self.max_outputs = max(self.max_outputs, n)
-
-    def scores(self, seq: int) -> np.ndarray:
-        """The head's outputs for sequence ``seq`` after the decode that held its last token:
-        float32 ``[width]``."""
+        if not last:
+            return None
         ptr = self._llama.llama_get_embeddings_seq(self._ctx, seq)
         if not ptr:
             raise RuntimeError(f"llama.cpp returned no rank scores for sequence {seq}")
@@ -77,34 +90,38 @@ class RankContext(EmbeddingContext):
 
 
 class LlamaCppRankPass(LlamaCppEmbeddingPass):
-    """A pass whose per-sequence result is the head's outputs, not a unit vector."""
+    """A pass whose per-sequence result is the head's outputs, not a unit vector; fed pair by
+    pair in whole chunks (module docstring)."""
 
     def __init__(
         self, context: RankContext, inputs: Sequence[Sequence[int]], *, max_ctx: int, vocab: int
     ) -> None:
-        # "last": the pass keeps one row per sequence, taken with its last piece.
         super().__init__(context, inputs, "last", max_ctx=max_ctx, vocab=vocab)
         self._rank = context
+
+    def feed(self, max_tokens: int) -> int:
+        """Whole chunks, pair after pair, while they fit ``max_tokens``; at least one."""
+        if self._closed:
+            raise RuntimeError("this rank pass is closed")
+        ran = 0
+        for i, tokens in enumerate(self.inputs):
+            while self._fed[i] < len(tokens):
+                start = self._fed[i]
+                piece = tokens[start : start + self._rank.chunk]
+                if ran and ran + len(piece) > max_tokens:
+                    return ran
+                scores = self._rank.score(piece, start, i, start + len(piece) == len(tokens))
+                if scores is not None:
+                    self._sums[i] = scores
+                self._fed[i] += len(piece)
+                ran += len(piece)
+        return ran
 
     def vectors(self) -> np.ndarray:
         """``[n, width]`` float32: each sequence's head outputs (column 0 is the score)."""
         if not self.done:
             raise RuntimeError("the rank pass has tokens left to run")
         return self._sums.astype(np.float32)
-
-    def _run(self, pieces: list[Piece]) -> list[np.ndarray | None]:
-        tokens = np.concatenate([np.asarray(p.tokens, dtype=np.int32) for p in pieces])
-        pos = np.concatenate([np.arange(p.start, p.start + len(p.tokens)) for p in pieces])
-        seq = np.concatenate([np.full(len(p.tokens), p.seq, dtype=np.int32) for p in pieces])
-        ends = np.cumsum([len(p.tokens) for p in pieces])  # the row after each piece's last
-        out: list[np.ndarray | None] = [None] * len(pieces)
-        for start in range(0, len(tokens), EMBED_N_BATCH):
-            end = min(start + EMBED_N_BATCH, len(tokens))
-            self._rank.run(tokens[start:end], pos[start:end], seq[start:end])
-            for k, piece in enumerate(pieces):
-                if piece.pooled is not None and start < ends[k] <= end:
-                    out[k] = self._rank.scores(piece.seq)[None, :]
-        return out
 
 
 class RankScoring:

@@ -24,19 +24,24 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from localinfer.backends.base import (
     EmbeddingPass,
     EmbeddingRunner,
-    Pooling,
     plan_embedding_passes,
 )
-from localinfer.errors import ContextOverflowError, InvalidParameterError, LocalinferError
-from localinfer.facts.pooling import POOLINGS
+from localinfer.errors import (
+    ContextOverflowError,
+    InvalidParameterError,
+    LocalinferError,
+    UnsupportedModelError,
+)
+from localinfer.facts.pooling import POOLINGS, RANK, PassKind
 
 log = logging.getLogger(__name__)
 
@@ -57,19 +62,40 @@ class EmbeddingError(LocalinferError, http_status=500, code="embedding_failed"):
     """An embedding job failed in the runner, or was aborted before it finished."""
 
 
+@runtime_checkable
+class RankRunner(Protocol):
+    """A runner that scores with a reranker's head (llama.cpp's rank pooling): a pass like an
+    embedding's, whose ``vectors()`` are each input's head outputs (the score first), not unit
+    vectors."""
+
+    def start_rank(self, inputs: Sequence[Sequence[int]]) -> EmbeddingPass: ...
+
+
+def check_ranks(runner: object) -> None:
+    """UnsupportedModelError unless ``runner`` computes rerank scores (RankRunner)."""
+    if not isinstance(runner, RankRunner):
+        backend = getattr(getattr(runner, "info", None), "backend", "this")
+        raise UnsupportedModelError(
+            f"the {backend} runner computes no rerank scores (llama.cpp's rank pooling); "
+            "run the reranker with --backend llamacpp"
+        )
+
+
 @dataclass(slots=True)
 class EmbeddingRequest:
-    """Token ids to embed (each input its own vector). ``request_id`` is assigned when empty."""
+    """Token ids to embed (each input its own vector). ``request_id`` is assigned when empty.
+    ``pooling`` RANK scores each input with a reranker's head (a RankRunner's ``start_rank``):
+    the result's rows are then the head's outputs, not unit vectors."""
 
     inputs: list[list[int]]
-    pooling: Pooling = "mean"
+    pooling: PassKind = "mean"
     request_id: str = ""
 
 
 @dataclass(slots=True, frozen=True)
 class EmbeddingResult:
     request_id: str
-    vectors: np.ndarray  # [inputs, hidden] float32, each row of unit L2 norm, input order
+    vectors: np.ndarray  # [inputs, hidden] float32, unit rows, input order (RANK: head outputs)
     prompt_tokens: int  # tokens embedded, all inputs together
 
 
@@ -134,9 +160,9 @@ class EmbeddingJob:
 
 def check_embedding_request(request: EmbeddingRequest, vocab_size: int, max_ctx: int) -> None:
     """Refuse a request before it queues; messages name the field as the OpenAI body does."""
-    if request.pooling not in POOLINGS:
+    if request.pooling not in (*POOLINGS, RANK):
         raise InvalidParameterError(
-            f"pooling: {request.pooling!r} is not one of {', '.join(POOLINGS)}"
+            f"pooling: {request.pooling!r} is not one of {', '.join((*POOLINGS, RANK))}"
         )
     if not request.inputs:
         raise InvalidParameterError("input: nothing to embed")
@@ -218,6 +244,14 @@ class EmbeddingPacer:
         self._fed_at = None
 
 
+def _start(runner: EmbeddingRunner, inputs: list[list[int]], kind: PassKind) -> EmbeddingPass:
+    if kind == RANK:
+        check_ranks(runner)
+        assert isinstance(runner, RankRunner)
+        return runner.start_rank(inputs)
+    return runner.start_embedding(inputs, kind)
+
+
 class EmbeddingQueue:
     """Embedding jobs, first come first served; the engine thread runs them piece by piece."""
 
@@ -258,7 +292,7 @@ class EmbeddingQueue:
                 assert isinstance(runner, EmbeddingRunner)
                 group = job.passes[job.next_pass]
                 inputs = [job.request.inputs[i] for i in group]
-                job.running = runner.start_embedding(inputs, job.request.pooling)
+                job.running = _start(runner, inputs, job.request.pooling)
             ran = job.running.feed(budget)
             if job.running.done:
                 self._pass_done(job)

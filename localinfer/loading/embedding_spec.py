@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from localinfer.errors import InvalidParameterError, UnsupportedModelError
-from localinfer.facts.pooling import Pooling
+from localinfer.facts.pooling import GGUF_RANK_POOLING, Pooling
 from localinfer.loading.model import LoadedModel
 
 DEFAULT_POOLING: Pooling = "mean"
@@ -97,10 +97,15 @@ def _gguf_pooling(model: LoadedModel) -> tuple[Pooling, str] | None:
     value = metadata.get(key)
     if value is None:
         return None
+    if int(value) == GGUF_RANK_POOLING:
+        raise UnsupportedModelError(
+            f"{model.name}: {key} = {value} (rank pooling: a reranker, which scores "
+            "query-document pairs through /v1/rerank or `localinfer rerank`) gives no embedding"
+        )
     if int(value) not in _GGUF_POOLING:
         raise UnsupportedModelError(
-            f"{model.name}: {key} = {value} (rank pooling, a reranker) is not an embedding "
-            "localinfer computes; it pools by mean, last or cls token"
+            f"{model.name}: {key} = {value} is not a pooling localinfer computes; it pools by "
+            "mean, last or cls token"
         )
     pooling = _GGUF_POOLING[int(value)]
     return None if pooling is None else (pooling, key)

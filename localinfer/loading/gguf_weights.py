@@ -23,6 +23,8 @@ _GLOBAL_NAMES = {
 }
 # Tensors that carry no Hugging Face weight: their content is folded into the config.
 _CONFIG_ONLY = {"rope_freqs.weight"}
+# A reranker's classifier head (llama.cpp's rank pooling reads it; generation does not).
+_RANK_HEAD = {"cls.weight", "cls.bias", "cls.output.weight", "cls.output.bias"}
 
 _LAYER_NAMES = {
     "attn_norm": "input_layernorm",
@@ -96,7 +98,7 @@ class GGUFWeights:
             hf = gguf_to_hf_name(name, config.arch)
             if hf is not None:
                 self._hf_to_gguf[hf] = name
-            elif name not in _CONFIG_ONLY:
+            elif name not in _CONFIG_ONLY and name not in _RANK_HEAD:
                 unknown.append(name)
         if unknown:
             # e.g. mixture-of-experts tensors (ffn_gate_exps): running without them would be wrong.

@@ -1,0 +1,112 @@
+"""What a reranker declares, and how a (query, document) pair becomes its token ids.
+
+A reranker is a GGUF with llama.cpp's rank pooling (``{arch}.pooling_type`` = 4,
+facts/pooling.py): bge-reranker (BERT-style, a ``cls`` + ``cls.output`` head) and Qwen3-Reranker
+(a causal qwen3 whose head is the "yes"/"no" rows of its LM head) are converted so. The head's
+outputs are named by ``{arch}.classifier.output_labels``; a pair's score is the first.
+
+A pair is formatted exactly as llama-server's ``format_prompt_rerank`` does (the vendored
+llama.cpp's tools/server):
+
+* with a ``tokenizer.chat_template.rerank`` template (Qwen3-Reranker's): ``{query}`` and then
+  ``{document}`` replaced in it, the text tokenized with special-token text parsed and nothing
+  added;
+* otherwise: BOS when the vocabulary adds one, the query, EOS (SEP when there is no EOS) when it
+  adds EOS, SEP when it adds SEP, the document, EOS when it adds EOS; query and document are
+  tokenized as plain text (special-token text in them is not parsed).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from localinfer.errors import UnsupportedModelError
+from localinfer.facts.pooling import declares_rank_pooling
+from localinfer.loading.model import LoadedModel
+from localinfer.loading.tokenizer import Tokenizer
+
+TEMPLATE_KEY = "tokenizer.chat_template.rerank"
+# llama.cpp adds SEP by default for these vocabularies (llama-vocab.cpp); a file's
+# tokenizer.ggml.add_sep_token overrides it.
+_SEP_MODELS = frozenset({"bert"})
+_SEP_PRES = frozenset({"jina-v1-en", "jina-v2-code", "roberta-bpe"})
+
+
+@dataclass(frozen=True, slots=True)
+class RerankSpec:
+    template: str | None  # the rerank template ({query}, {document}); None: BOS/EOS/SEP joins
+    labels: tuple[str, ...]  # the head's outputs, in order; the score is the first
+    bos: int | None
+    eos: int | None  # EOS, or SEP where the vocabulary has no EOS (as llama-server takes it)
+    sep: int | None
+    add_bos: bool
+    add_eos: bool
+    add_sep: bool
+
+
+def is_reranker(model: LoadedModel) -> bool:
+    """Whether ``model`` declares rank pooling (a GGUF reranker)."""
+    return declares_rank_pooling(_metadata(model))
+
+
+def rerank_spec(model: LoadedModel) -> RerankSpec:
+    """The pair format and head of ``model``; UnsupportedModelError when it is no reranker."""
+    metadata = _metadata(model)
+    if not declares_rank_pooling(metadata):
+        arch = metadata.get("general.architecture") or model.config.arch
+        raise UnsupportedModelError(
+            f"{model.name} is not a reranker: its file declares no rank pooling "
+            f"('{arch}.pooling_type' = 4, as llama.cpp converts bge-reranker and "
+            "Qwen3-Reranker); serve a reranker GGUF"
+        )
+    arch = metadata.get("general.architecture")
+    tok = model.tokenizer
+    eos = _int(metadata.get("tokenizer.ggml.eos_token_id"))
+    sep = _int(metadata.get("tokenizer.ggml.seperator_token_id"))  # GGUF's own spelling
+    default_sep = (
+        metadata.get("tokenizer.ggml.model") in _SEP_MODELS
+        or metadata.get("tokenizer.ggml.pre") in _SEP_PRES
+    )
+    labels = metadata.get(f"{arch}.classifier.output_labels")
+    template = metadata.get(TEMPLATE_KEY)
+    return RerankSpec(
+        template=str(template) if template else None,
+        labels=tuple(str(x) for x in labels) if labels is not None else ("score",),
+        bos=tok.bos_id,
+        eos=eos if eos is not None else sep,
+        sep=sep,
+        add_bos=bool(tok.add_bos),
+        add_eos=bool(metadata.get("tokenizer.ggml.add_eos_token", False)),
+        add_sep=bool(metadata.get("tokenizer.ggml.add_sep_token", default_sep)),
+    )
+
+
+def pair_ids(tokenizer: Tokenizer, spec: RerankSpec, query: str, document: str) -> list[int]:
+    """The token ids of one (query, document) pair (module docstring)."""
+    if spec.template is not None:
+        text = spec.template.replace("{query}", query).replace("{document}", document)
+        return tokenizer.encode(text, add_special_tokens=False, parse_special=True)
+    q = tokenizer.encode(query, add_special_tokens=False, parse_special=False)
+    d = tokenizer.encode(document, add_special_tokens=False, parse_special=False)
+    ids: list[int] = []
+    if spec.add_bos and spec.bos is not None:
+        ids.append(spec.bos)
+    ids += q
+    if spec.add_eos and spec.eos is not None:
+        ids.append(spec.eos)
+    if spec.add_sep and spec.sep is not None:
+        ids.append(spec.sep)
+    ids += d
+    if spec.add_eos and spec.eos is not None:
+        ids.append(spec.eos)
+    return ids
+
+
+def _metadata(model: LoadedModel) -> dict[str, Any]:
+    gguf = getattr(model.weights, "gguf", None)
+    return getattr(gguf, "metadata", None) or {}
+
+
+def _int(value: Any) -> int | None:
+    return None if value is None else int(value)
