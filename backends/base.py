@@ -22,6 +22,18 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 # Re-exported: the engine reaches the backends through this module alone.
+from localinfer.backends.prompt_images import (  # noqa: F401
+    IMAGE_MARKER,
+    ImagePrompt,
+    PromptImage,
+    RGBImage,
+    VisionInput,
+    check_images,
+    image_safe_end,
+    images_within,
+    is_image_id,
+    runner_vision,
+)
 from localinfer.backends.runner_sampling import RunnerSampling
 from localinfer.backends.runner_sampling import SamplesInRunner as SamplesInRunner
 from localinfer.facts.pooling import Pooling
@@ -36,13 +48,16 @@ EMBED_PASS_MAX_INPUTS = 64
 class SlotWork:
     """Tokens to append to one slot's cache in this forward pass. With ``sample`` set (only with
     ``logits="last"``, and only for a runner that :class:`SamplesInRunner`), the runner returns
-    the drawn token id as an int64 array ``[1]`` for this item instead of its logits."""
+    the drawn token id as an int64 array ``[1]`` for this item instead of its logits.
+    ``images``: the prompt's images with positions among these tokens, whose placeholder ids
+    (prompt_images.py) a runner with ``vision`` feeds as the images' embeddings."""
 
     slot: int
     tokens: tuple[int, ...]
     start_pos: int
     logits: LogitsWanted = "last"
     sample: RunnerSampling | None = None
+    images: tuple[PromptImage, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.tokens:
@@ -69,6 +84,7 @@ class RunnerConfig:
     # llama.cpp on a GPU: the layers it holds there, the rest on the CPU (partial offload, sized
     # by the budget); None: every layer. Ignored on the CPU and by the other runners.
     gpu_layers: int | None = None
+    mmproj: str | None = None  # a vision projector (mmproj*.gguf) to load: llama.cpp only
 
     def __post_init__(self) -> None:
         if self.slots < 1:

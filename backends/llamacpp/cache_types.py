@@ -9,6 +9,8 @@ and refuses a quantized type, so the runner turns flash attention on for those.
 
 from __future__ import annotations
 
+from typing import Any
+
 from localinfer.errors import InvalidParameterError
 from localinfer.facts.kv_dtype import KVDtype, kv_dtype
 
@@ -38,3 +40,18 @@ def cache_bytes(cells: int, layers: int, k_width: int, v_width: int, kv: KVDtype
     """Bytes of ``cells`` cells per layer, each a K row of ``k_width`` elements and a V row of
     ``v_width`` (all KV heads), rows rounded up to whole blocks as llama.cpp stores them."""
     return cells * layers * (kv.row_bytes(k_width) + kv.row_bytes(v_width))
+
+
+def computed_cache_bytes(llama: Any, model: Any, ctx: Any, kv: KVDtype) -> int:
+    """A context's KV bytes from the model's shapes: cells x layers x (a K row + a V row)."""
+    from localinfer.backends.llamacpp.native import model_meta
+
+    cells = int(llama.llama_n_ctx(ctx))
+    layers = int(llama.llama_model_n_layer(model))
+    embd = int(llama.llama_model_n_embd(model))
+    heads = int(llama.llama_model_n_head(model))
+    kv_heads = int(llama.llama_model_n_head_kv(model))
+    arch = model_meta(llama, model, "general.architecture") or ""
+    k_dim = int(model_meta(llama, model, f"{arch}.attention.key_length") or embd // heads)
+    v_dim = int(model_meta(llama, model, f"{arch}.attention.value_length") or embd // heads)
+    return cache_bytes(cells, layers, kv_heads * k_dim, kv_heads * v_dim, kv)

@@ -37,6 +37,7 @@ P = TypeVar("P")
 
 _lock = threading.Lock()
 _lib: ModuleType | None = None
+_mtmd: ModuleType | None = None
 _callback: object = None  # the ctypes callback; kept referenced so it is never garbage-collected
 _listeners: list[LogListener] = []
 _last_level = 2
@@ -73,6 +74,24 @@ def lib() -> ModuleType:
         llama_cpp.llama_log_set(_callback, ctypes.c_void_p(0))
         _lib = llama_cpp
         return _lib
+
+
+def mtmd() -> ModuleType:
+    """llama-cpp-python's bindings of llama.cpp's multimodal library (libmtmd), its log (the
+    projector's loader and encoder) routed like llama.cpp's own."""
+    global _mtmd
+    lib()  # first: the log callback it installs is the one passed on
+    with _lock:
+        if _mtmd is None:
+            try:
+                import llama_cpp.mtmd_cpp as mtmd_cpp
+            except (ImportError, OSError) as exc:
+                raise BackendUnavailableError(
+                    f"this llama-cpp-python has no multimodal library (libmtmd): {exc}"
+                ) from exc
+            mtmd_cpp.mtmd_helper_log_set(_callback, ctypes.c_void_p(0))
+            _mtmd = mtmd_cpp
+        return _mtmd
 
 
 def supports_gpu_offload() -> bool:

@@ -37,14 +37,15 @@ from localinfer.backends.llamacpp.attention_plan import check_runs_here, flash_a
 from localinfer.backends.llamacpp.batch import BatchBuffer, decode_spans, flatten_batch
 from localinfer.backends.llamacpp.buffers import LlamaCppBuffers, parse_buffers
 from localinfer.backends.llamacpp.cache_types import (
-    cache_bytes,
     cache_type,
+    computed_cache_bytes,
     ggml_type_id,
     is_quantized,
 )
 from localinfer.backends.llamacpp.context_shape import FULL_SLIDING_CACHE, output_rows
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
+from localinfer.backends.llamacpp.image_forward import ImageFeeder
 from localinfer.backends.llamacpp.kv_cache import LlamaCppKVCache, LlamaHandles, repeated_cells
 from localinfer.backends.llamacpp.offload import gpu_layer_count
 from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
@@ -123,6 +124,10 @@ class LlamaCppRunner(RankScoring):
             handles, self._lengths, config.max_ctx, self.kv_type, path, self.forward
         )
         self._max_outputs = 0
+        # With a projector (RunnerConfig.mmproj): images in prompts (image_forward.py).
+        self._images = ImageFeeder.load(config, handles, self._lengths, self._n_batch,
+                                        self._threads, self._samplers, self.kv_cache)  # fmt: skip
+        self.vision = None if self._images is None else self._images.vision  # VisionInput
         # dtype: the activations'; weights keep the file's types, KV is kv_type (F16 by default).
         self.info = RunnerInfo.from_config(
             config, "llamacpp", config.device, self._vocab, model.file_quant, dtype="float32"
@@ -195,6 +200,11 @@ class LlamaCppRunner(RankScoring):
     def forward(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
         self._require_open()
         check_batch(batch, self._lengths, self._config.max_ctx)
+        if self._images is not None and any(work.images for work in batch):
+            return self._images.forward(batch, self._forward_tokens)
+        return self._forward_tokens(batch)
+
+    def _forward_tokens(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
         for work in batch:
             bad = [t for t in work.tokens if not 0 <= t < self._vocab]
             if bad:
@@ -285,6 +295,8 @@ class LlamaCppRunner(RankScoring):
         kv = self._buffers.kv or self.kv_cache_bytes_computed()
         logits_now = self._max_outputs * self._vocab * 4
         overhead = self._buffers.compute + max(self._buffers.output, logits_now)
+        if self._images is not None:  # the projector's tensors, compute buffer and outputs
+            weights, overhead = self._images.add_memory(weights, overhead)
         if self._embedding is not None:
             emb = self._embedding_buffers
             output = max(emb.output, self._embedding.output_bytes(self._vocab))
@@ -296,16 +308,7 @@ class LlamaCppRunner(RankScoring):
 
     def kv_cache_bytes_computed(self) -> int:
         """KV bytes from the shapes: cells x layers x (a K row + a V row of the cache's type)."""
-        llama = self._llama
-        cells = int(llama.llama_n_ctx(self._ctx))
-        layers = int(llama.llama_model_n_layer(self._model_ptr))
-        embd = int(llama.llama_model_n_embd(self._model_ptr))
-        heads = int(llama.llama_model_n_head(self._model_ptr))
-        kv_heads = int(llama.llama_model_n_head_kv(self._model_ptr))
-        arch = self.metadata("general.architecture") or ""
-        k_dim = int(self.metadata(f"{arch}.attention.key_length") or embd // heads)
-        v_dim = int(self.metadata(f"{arch}.attention.value_length") or embd // heads)
-        return cache_bytes(cells, layers, kv_heads * k_dim, kv_heads * v_dim, self.kv_type)
+        return computed_cache_bytes(self._llama, self._model_ptr, self._ctx, self.kv_type)
 
     def metadata(self, key: str) -> str | None:
         """A GGUF metadata value as llama.cpp read it, or None when absent."""
@@ -345,6 +348,8 @@ class LlamaCppRunner(RankScoring):
         if getattr(self, "_embedding", None) is not None:
             self._embedding.free()
             self._embedding = None
+        if getattr(self, "_images", None) is not None:
+            self._images.close()
         self.free_rank()
         samplers = getattr(self, "_samplers", None)
         if samplers is not None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
-from localinfer.backends.base import RunnerSampling, SlotWork
+from localinfer.backends.base import RunnerSampling, SlotWork, image_safe_end, images_within
 from localinfer.engine.runner_sampling import RunnerSamplingPolicy
 from localinfer.engine.sequence import Sequence
 from localinfer.engine.slots import SlotTable
@@ -62,10 +62,12 @@ def plan_batch(
                 )
             decodes.append(PlannedWork(seq, work, is_decode=True, proposal=proposal))
         elif budget > 0:
-            n = min(pending, budget)
+            images = seq.request.images  # never split between steps: image_safe_end
+            n = image_safe_end(images, start, start + min(pending, budget)) - start
             budget -= n
             due = sample(seq) if n == pending else None  # the last chunk gives the first token
-            work = SlotWork(slot.index, tuple(seq.tokens[start : start + n]), start, sample=due)
+            work = SlotWork(slot.index, tuple(seq.tokens[start : start + n]), start, sample=due,
+                            images=images_within(images, start, start + n))  # fmt: skip
             prefills.append(PlannedWork(seq, work, is_decode=False))
     return decodes + prefills
 
@@ -73,10 +75,13 @@ def plan_batch(
 def speculation_candidates(decoding: Seq[Sequence], max_ctx: int) -> list[Candidate]:
     """The decoding requests that have room for proposals, with how many each may take.
     Constrained requests never speculate: a proposal would have to pass the constraint too;
-    nor do those with a thinking budget, whose closing tag is forced at an exact token."""
+    nor do those with a thinking budget, whose closing tag is forced at an exact token, nor those
+    with images (a proposal could copy an image's placeholder ids)."""
     candidates = []
     for seq in decoding:
         if seq.sampler.constraint is not None or seq.thinking_budget is not None:
+            continue
+        if seq.request.images:
             continue
         # Room: the forward must fit the context (len(tokens) + k <= max_ctx), and the
         # k + 1 tokens a verification can emit should fit max_tokens.

@@ -34,7 +34,7 @@ from localinfer.engine.embedding import (
 from localinfer.engine.handle import GenerationResult, RequestHandle
 from localinfer.engine.kv.store import KVStore
 from localinfer.engine.metrics import Clock, MetricsRecorder, RequestTiming
-from localinfer.engine.request_checks import check_request
+from localinfer.engine.request_checks import check_request, text_ids
 from localinfer.engine.runner_sampling import RunnerSamplingPolicy
 from localinfer.engine.sampler import TokenSampler
 from localinfer.engine.scheduler import Scheduler, StepReport
@@ -318,7 +318,7 @@ class Engine:
         return seqs
 
     def _make_sequence(self, request: Request, sink: EventSink) -> Sequence:
-        check_request(request, self.vocab_size, self.max_ctx)
+        check_request(request, self.vocab_size, self.max_ctx, self.runner)
         params = request.params
         with self._live_lock:
             # The caller's Request is left untouched (it may be submitted again).
@@ -337,7 +337,7 @@ class Engine:
             seq = Sequence(
                 request,
                 sampler=TokenSampler(
-                    params, self.vocab_size, request.prompt_ids, constraint=constraint
+                    params, self.vocab_size, text_ids(request), constraint=constraint
                 ),
                 detokenizer=Detokenizer(self.tokenizer.token_bytes, params.stop),
                 timing=RequestTiming(submitted=self._recorder.clock()),

@@ -5,16 +5,27 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from localinfer.backends.base import check_images, is_image_id, runner_vision
 from localinfer.engine.types import Request
-from localinfer.errors import ContextOverflowError, InvalidParameterError
+from localinfer.errors import ContextOverflowError, InvalidParameterError, UnsupportedModelError
+
+IMAGES_NEED = "images need a vision projector on the llama.cpp runner (--backend llamacpp)"
 
 
-def check_request(request: Request, vocab_size: int, max_ctx: int) -> None:
-    """Raises InvalidParameterError or ContextOverflowError for a request the engine cannot run."""
+def check_request(request: Request, vocab_size: int, max_ctx: int, runner: object = None) -> None:
+    """Raises InvalidParameterError or ContextOverflowError for a request the engine cannot run
+    (UnsupportedModelError for images, unless ``runner`` reads them: ``runner.vision``)."""
     ids = request.prompt_ids
     if not ids:
         raise InvalidParameterError("the prompt has no tokens")
-    _check_ids("prompt", ids, vocab_size)
+    if request.images:
+        if runner_vision(runner) is None:
+            raise UnsupportedModelError(IMAGES_NEED)
+        try:
+            check_images(ids, request.images)
+        except ValueError as exc:
+            raise InvalidParameterError(f"prompt: {exc}") from None
+    _check_ids("prompt", text_ids(request), vocab_size)
     # The prompt plus one generated token must fit; nothing is ever truncated.
     if len(ids) + 1 > max_ctx:
         raise ContextOverflowError(
@@ -23,6 +34,12 @@ def check_request(request: Request, vocab_size: int, max_ctx: int) -> None:
             what=f"the prompt ({len(ids)} tokens) plus one new token",
         )
     _check_ids("stop_token_ids", request.params.stop_token_ids, vocab_size)
+
+
+def text_ids(request: Request) -> list[int]:
+    """The prompt's ids without its images' placeholders (the sampler's seen tokens)."""
+    ids = request.prompt_ids
+    return [t for t in ids if not is_image_id(t)] if request.images else ids
 
 
 def _check_ids(field: str, ids: Sequence[int], vocab_size: int) -> None:

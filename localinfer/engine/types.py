@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from localinfer.backends.base import PromptImage
 from localinfer.engine.constraint import ConstraintSource
 from localinfer.engine.reasoning import ReasoningSpec
 
@@ -72,6 +73,9 @@ class Request:
     # A thinking model's reasoning, split from the answer (engine/reasoning.py); None: the
     # output is all answer. A constraint then starts when the reasoning ends.
     reasoning: ReasoningSpec | None = None
+    # The prompt's images (runner.vision's ImagePrompt): their positions in prompt_ids hold
+    # placeholder ids (backends/prompt_images.py), fed to the runner as the images.
+    images: tuple[PromptImage, ...] = ()
 
 
 @dataclass(slots=True, frozen=True)
