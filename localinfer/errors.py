@@ -56,12 +56,15 @@ class UnsupportedModelError(LocalinferError, http_status=400, code="unsupported_
 class ContextOverflowError(LocalinferError, http_status=400, code="context_length_exceeded"):
     """A prompt (or prompt plus answer) longer than the context: refused, never truncated."""
 
-    def __init__(self, requested: int, limit: int, what: str = "prompt") -> None:
+    def __init__(self, requested: int, limit: int, what: str = "the prompt") -> None:
         self.requested = requested
         self.limit = limit
+        # OpenAI's own opening words: clients that trim a conversation and retry (litellm's
+        # ContextWindowExceededError, LangChain's trimming) recognise the error by them.
         super().__init__(
-            f"{what} needs {requested} tokens but the context holds {limit}; "
-            "shorten it or raise --ctx (nothing was truncated)"
+            f"This model's maximum context length is {limit} tokens. However, your request "
+            f"resulted in {requested} tokens ({what}). Shorten it or raise --ctx; nothing was "
+            "truncated."
         )
 
 

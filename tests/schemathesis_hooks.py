@@ -43,7 +43,7 @@ UNSTATABLE = {
     "Unsatisfiable schema": "a tool's parameters schema can be satisfied",
     # The model's: its vocabulary and the context it is served with.
     "is outside the vocabulary": "token ids within the served model's vocabulary",
-    "but the context holds": "the prompt fits the context the model is served with",
+    "maximum context length is": "the prompt fits the context the model is served with",
     "more than the context holds": "each input fits the context the model is served with",
 }
 

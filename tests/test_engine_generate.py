@@ -56,7 +56,7 @@ def test_generate_errors_are_one_line(capsys) -> None:
     long_prompt = "word " * 40
     assert main(["generate", long_prompt, "--backend", "torch", "--ctx", "32"]) == 1
     err = capsys.readouterr().err
-    assert "context holds 32" in err and "nothing was truncated" in err
+    assert "maximum context length is 32 tokens" in err and "nothing was truncated" in err
     assert main(["generate", "no-such-model-xyz", "hi"]) == 1
     assert "unknown model" in capsys.readouterr().err
 

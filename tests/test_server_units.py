@@ -112,7 +112,9 @@ def test_sampling_params_caps_max_tokens_but_never_the_prompt() -> None:
     with pytest.raises(ContextOverflowError) as overflow:
         sampling_params(body, prompt_tokens=128, max_ctx=128, logprobs=None, max_tokens=1)
     # The prompt's own size, then why it does not fit (it leaves no room for an answer token).
-    assert "the prompt (128 tokens) plus one answer token needs 129" in str(overflow.value)
+    assert "resulted in 129 tokens (the prompt (128 tokens) plus one answer token)" in str(
+        overflow.value
+    )
     negative = ChatCompletionRequest(messages=[{"role": "user", "content": "x"}], seed=-1)
     assert sampling_params(negative, prompt_tokens=1, max_ctx=8, logprobs=None,
                            max_tokens=1).seed == 2**64 - 1  # fmt: skip
