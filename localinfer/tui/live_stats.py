@@ -12,6 +12,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from localinfer.engine.metrics import DecodePace
 from localinfer.engine.types import RequestMetrics
@@ -28,6 +29,15 @@ class StatsSnapshot:
     completion_tokens: int = 0
     cached_tokens: int = 0
     history: tuple[float, ...] = ()  # tokens/s per bucket, oldest first (for the sparkline)
+    # A thinking answer's (None: no reasoning came): its reasoning tokens, of
+    # ``completion_tokens``, and the time to its first answer token (``ttft_s`` is then the time
+    # to its first token, which opens the reasoning).
+    reasoning_tokens: int | None = None
+    answer_ttft_s: float | None = None
+
+    @property
+    def answer_tokens(self) -> int:
+        return self.completion_tokens - (self.reasoning_tokens or 0)
 
 
 class LiveStats:
@@ -54,15 +64,26 @@ class LiveStats:
         self._prompt_tokens = 0
         self._completion = 0
         self._final: RequestMetrics | None = None
+        self._reasoned = False  # reasoning text came
+        self._answer_at: float | None = None  # when the first answer text came
+        self._before_answer = 0  # tokens before it (the reasoning's, while it streams)
 
     def start(self, prompt_tokens: int) -> None:
         self._t0 = self._clock()
         self._prompt_tokens = prompt_tokens
 
-    def add(self, n_tokens: int) -> None:
-        if n_tokens <= 0:
+    def add(self, n_tokens: int, *, reasoning: bool = False, answer: bool = False) -> None:
+        """``n_tokens`` arrived; ``reasoning``/``answer``: they brought reasoning or answer text
+        (a thinking answer's tokens are counted apart: those before its answer are reasoning)."""
+        self._reasoned = self._reasoned or reasoning
+        first_answer = answer and self._answer_at is None
+        if n_tokens <= 0 and not first_answer:
             return
         now = self._clock()
+        if first_answer:
+            self._answer_at, self._before_answer = now, self._completion
+        if n_tokens <= 0:
+            return
         if self._first is None:
             self._first = now
             self._bucket_start = now
@@ -101,6 +122,7 @@ class LiveStats:
             prompt_tokens=self._prompt_tokens,
             completion_tokens=self._completion,
             history=tuple(self._history),
+            **self._reasoning_figures(),
         )
         final = self._final
         if final is None:
@@ -116,7 +138,24 @@ class LiveStats:
             completion_tokens=final.completion_tokens,
             cached_tokens=final.cached_tokens,
             history=snap.history,
+            **self._reasoning_figures(final),
         )
+
+    def _reasoning_figures(self, final: RequestMetrics | None = None) -> dict[str, Any]:
+        """A thinking answer's split: the engine's count at the end, where it gave one; until
+        then every token before the first answer text. The time to the answer is measured here,
+        from the first token on top of the engine's TTFT once it gave one (one clock for both)."""
+        if not self._reasoned and not (final is not None and final.reasoning_tokens):
+            return {}
+        count = self._completion if self._answer_at is None else self._before_answer
+        if final is not None and final.reasoning_tokens:
+            count = final.reasoning_tokens
+        answer_ttft = None
+        if self._answer_at is not None and self._t0 is not None:
+            answer_ttft = self._answer_at - self._t0
+            if final is not None and final.ttft_s is not None and self._first is not None:
+                answer_ttft = final.ttft_s + (self._answer_at - self._first)
+        return {"reasoning_tokens": count, "answer_ttft_s": answer_ttft}
 
     def _ttft(self) -> float | None:
         return None if self._first is None or self._t0 is None else self._first - self._t0

@@ -1,7 +1,8 @@
 """A server's streamed chat completion as the engine's StreamEvents, and its refusals as one line.
 
 `localinfer serve` streams OpenAI ``chat.completion.chunk`` events: the assistant's role, text
-deltas, a chunk with ``finish_reason``, the ``usage`` chunk (asked for with
+deltas (a thinking model's reasoning in ``reasoning_content``, llama-server's and vLLM's name),
+a chunk with ``finish_reason``, the ``usage`` chunk (asked for with
 ``stream_options.include_usage``) and ``[DONE]``. :class:`RemoteAnswer` hands the stream pump a
 StreamEvent per text delta and one final event whose metrics are measured here, where the text
 arrives: time to first token is the pump's, the decode rate spans the first to the last delta
@@ -103,9 +104,10 @@ class RemoteAnswer:
                     yield self._end("error", None, f"the server failed: {message.rstrip('. ')}")
                     return
                 for choice in chunk.get("choices") or []:
-                    text = (choice.get("delta") or {}).get("content") or ""
-                    if text:
-                        yield self._delta(text)
+                    delta = choice.get("delta") or {}
+                    text, thought = delta.get("content") or "", delta.get("reasoning_content")
+                    if text or thought:
+                        yield self._delta(text, thought if isinstance(thought, str) else "")
                     if choice.get("finish_reason"):
                         finish = _finish(choice["finish_reason"])
                 if isinstance(chunk.get("usage"), dict):
@@ -124,12 +126,12 @@ class RemoteAnswer:
         else:
             yield self._end(finish, usage, None)
 
-    def _delta(self, text: str) -> StreamEvent:
+    def _delta(self, text: str, reasoning: str = "") -> StreamEvent:
         now = self._clock()
         if self._first is None:
             self._first = now
         self._last = now
-        return StreamEvent(self.request_id, text, ())
+        return StreamEvent(self.request_id, text, (), reasoning=reasoning)
 
     def _end(
         self, reason: FinishReason, usage: dict[str, Any] | None, error: str | None
@@ -143,6 +145,8 @@ class RemoteAnswer:
             return None
         completion = int(usage.get("completion_tokens") or 0)
         details = usage.get("prompt_tokens_details") or {}
+        # A thinking model's reasoning tokens, under OpenAI's name (of the completion tokens).
+        reasoning = (usage.get("completion_tokens_details") or {}).get("reasoning_tokens")
         pace = DecodePace.between(self._first, self._last, completion)
         return RequestMetrics(
             prompt_tokens=int(usage.get("prompt_tokens") or 0),
@@ -150,4 +154,5 @@ class RemoteAnswer:
             cached_tokens=int(details.get("cached_tokens") or 0),
             tpot_s=pace.tpot_s if pace is not None else None,
             decode_tps=pace.tokens_per_s if pace is not None else None,
+            reasoning_tokens=int(reasoning or 0),
         )

@@ -1,4 +1,5 @@
-"""Live figures while an answer streams: TTFT, tokens/s (+ sparkline), TPOT, tokens, engine load."""
+"""Live figures while an answer streams: TTFT, tokens/s (+ sparkline), TPOT, tokens, engine load;
+a thinking answer's reasoning and answer apart."""
 
 from __future__ import annotations
 
@@ -24,6 +25,8 @@ def _rate(value: float | None) -> str:
 
 def format_answer_stats(snap: StatsSnapshot) -> str:
     cached = f" ({snap.cached_tokens} cached)" if snap.cached_tokens else ""
+    if snap.reasoning_tokens is not None:
+        return _thinking_answer_stats(snap, cached)
     return "\n".join(
         [
             f"TTFT       {_seconds(snap.ttft_s)}",
@@ -32,6 +35,23 @@ def format_answer_stats(snap: StatsSnapshot) -> str:
             f"TPOT       {_seconds(snap.tpot_s)}",
             f"prompt     {snap.prompt_tokens} tok{cached}",
             f"completion {snap.completion_tokens} tok",
+        ]
+    )
+
+
+def _thinking_answer_stats(snap: StatsSnapshot, cached: str) -> str:
+    """A thinking answer's figures: the time to its first token (which opens the reasoning) and
+    to its first answer token, and its reasoning and answer tokens apart."""
+    return "\n".join(
+        [
+            f"TTFT think  {_seconds(snap.ttft_s)}",
+            f"TTFT answer {_seconds(snap.answer_ttft_s)}",
+            f"now         {_rate(snap.current_tps)}",
+            f"average     {_rate(snap.average_tps)}",
+            f"TPOT        {_seconds(snap.tpot_s)}",
+            f"prompt      {snap.prompt_tokens} tok{cached}",
+            f"reasoning   {snap.reasoning_tokens} tok",
+            f"answer      {snap.answer_tokens} tok",
         ]
     )
 

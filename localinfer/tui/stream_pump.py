@@ -78,7 +78,7 @@ def _tokens(event: StreamEvent) -> int:
     speculation); the server's exact count replaces the estimate when the answer ends."""
     if event.token_ids:
         return len(event.token_ids)
-    return 1 if event.text and event.finish_reason is None else 0
+    return 1 if (event.text or event.reasoning) and event.finish_reason is None else 0
 
 
 def pump_answer(
@@ -112,7 +112,7 @@ def pump_answer(
             parts.append(event.text)
             pending.append(event.text)
         tokens = _tokens(event)
-        stats.add(tokens)
+        stats.add(tokens, reasoning=bool(event.reasoning), answer=bool(event.text))
         pending_tokens += tokens
         if event.finish_reason is not None:
             finish, error = event.finish_reason, event.error
