@@ -25,6 +25,7 @@ from localinfer.engine.kv.tiers import DiskTierPlace, KVTiers, open_tiers, tiers
 from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
 from localinfer.loading.loader import load_model
 from localinfer.loading.model import LoadedModel
+from localinfer.loading.rerank_spec import is_reranker
 from localinfer.model_hash import model_content_hash
 from localinfer.resolve import resolve_model
 
@@ -92,8 +93,10 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
     Raises OutOfMemoryBudgetError, with what would fit, before any weight is read.
     """
     ctx = _context(model, settings.ctx)
+    # A reranker's scores come from llama.cpp's rank pooling, which only its runner computes.
+    backend = settings.backend or ("llamacpp" if is_reranker(model) else None)
     choice = choose_backend(
-        settings.backend, model.format, model.file_quant, model.config.arch, settings.kv_dtype
+        backend, model.format, model.file_quant, model.config.arch, settings.kv_dtype
     )
     device = settings.device or choice.device
     config = RunnerConfig(

@@ -133,14 +133,16 @@ def test_an_empty_api_key_is_refused(session: Session, key: str) -> None:
 
 
 def test_a_404_names_every_api_served(server: ServerThread) -> None:
-    r = httpx.post(server.url + "/v1/rerank", json={"query": "hi", "model": "m"})
+    r = httpx.post(server.url + "/v1/audio/transcriptions", json={"model": "m"})
     message = assert_error(r, 404, "not_found")
-    assert "POST /v1/rerank" in message
+    assert "POST /v1/audio/transcriptions" in message
     for route in (
         "POST /v1/chat/completions",
         "POST /v1/completions",
         "POST /v1/fim/completions",
         "POST /v1/embeddings",
+        "POST /v1/rerank",
+        "POST /rerank",
         "POST /v1/messages",
         "POST /v1/messages/count_tokens",
         "POST /v1/responses",

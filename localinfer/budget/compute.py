@@ -137,8 +137,10 @@ def compute_budget(
         )
     memory = memory or device_memory(request.device)
     own_file = asked_quant is None or _picked_the_file(facts, asked_quant)
+    # A reranker runs on llama.cpp (runner_setup.py): its rank pooling is llama.cpp's.
+    asked_backend = request.backend or ("llamacpp" if arch.reranker else None)
     profile = _planned_profile(
-        plan_backend, memory, request.backend, facts if own_file else None, request.kv_dtype
+        plan_backend, memory, asked_backend, facts if own_file else None, request.kv_dtype
     )
     backend = profile.name
     quant = resolve_quant(facts, asked_quant, backend)
@@ -179,6 +181,7 @@ def compute_budget(
         mmproj=facts.projector.name if facts.projector else None,
         mmproj_files=list(facts.projectors),
         download_bytes=facts.download_bytes,
+        reranker=arch.reranker,
     )
     if offload is not None:
         report.gpu_layers, report.layers, report.host_bytes = (

@@ -15,6 +15,7 @@ from localinfer.facts.quant import mlx_quant_bytes, torch_quant_bytes
 
 MAX_SEQUENCES = 4096  # upper end of the max-concurrency search
 ACTIVATION_BYTES = 4  # activations and logits are float32 on every backend
+RANK_CHUNK = 512  # a reranker's tokens per decode call (backends/llamacpp/rerank.py, RANK_UBATCH)
 # Compute dtypes a runner may hold dequantized weights in -> the budget's quant name.
 
 
@@ -230,16 +231,30 @@ class Planner:
         if projector is not None:  # loaded beside the model, as stored (llama.cpp's mtmd)
             weights += projector.weight_bytes
             source += f" + {projector.name} ({human_bytes(projector.weight_bytes)})"
+        rank_kv, rank_compute = self._rank_context(ctx, kv)
         return Breakdown(
             weights=weights,
             weights_source=source,
-            kv=kv_cache_bytes(arch, ctx, sequences, kv, self.profile),
+            kv=kv_cache_bytes(arch, ctx, sequences, kv, self.profile) + rank_kv,
             compute=promoted
+            + rank_compute
             + compute_buffer_bytes(
                 arch, ctx, sequences, self.chunk, self.profile, self.device_kind, kv
             ),
             runtime=self.profile.runtime(self.device_kind, arch.vocab_size, kept_blocks),
         )
+
+    def _rank_context(self, ctx: int, kv: KVDtype) -> tuple[int, int]:
+        """A reranker's scoring context (backends/llamacpp/rerank.py), as (KV, compute) bytes:
+        ``ctx`` cells of KV, the graph of one chunk, and an output buffer of logits and a state
+        for each of the chunk's rows (llama.cpp outputs every row of a pooled decode)."""
+        arch = self.facts.arch
+        if not arch.reranker:
+            return 0, 0
+        chunk = min(RANK_CHUNK, ctx)
+        graph = compute_buffer_bytes(arch, ctx, 1, chunk, self.profile, self.device_kind, kv)
+        output = chunk * (arch.vocab_size + arch.hidden_size) * ACTIVATION_BYTES
+        return kv_cache_bytes(arch, ctx, 1, kv, self.profile), graph + output
 
     def fits(self, budget: int, quant: str, ctx: int, sequences: int, kv: KVDtype) -> bool:
         return self.breakdown(quant, ctx, sequences, kv).total <= budget

@@ -157,12 +157,22 @@ def projector_note(report: BudgetReport) -> str | None:
     return f"vision projector(s) not counted: {', '.join(report.mmproj_files)} (add --mmproj)"
 
 
+def reranker_note(report: BudgetReport) -> str | None:
+    """What a reranker's rows hold beyond a generating model's."""
+    if not report.reranker:
+        return None
+    return (
+        "a reranker (rank pooling): llama.cpp scores its query-document pairs in a second "
+        f"context of {report.ctx:,} cells, counted in the KV cache and compute rows"
+    )
+
+
 def print_report(report: BudgetReport, console: Console | None = None) -> None:
     console = console or Console()
     console.print(Group(breakdown_table(report), stacked_bar(report), verdict(report)))
-    note = projector_note(report)
-    if note is not None:
-        console.print("  " + note, highlight=False, markup=False)
+    for note in (projector_note(report), reranker_note(report)):
+        if note is not None:
+            console.print("  " + note, highlight=False, markup=False)
     if report.vllm is not None:  # unwrapped, so it pastes as one command
         console.print("  " + report.vllm.command, soft_wrap=True, highlight=False, markup=False)
 

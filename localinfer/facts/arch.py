@@ -62,6 +62,9 @@ class ArchSpec(BaseModel):
     # store them (DeepSeek-V3's 685B on the Hub = 671B + 14B of MTP), so the count has them; they
     # hold no KV for the main model's tokens: n_layers (what the KV cache counts) leaves them out.
     n_mtp_layers: int = Field(default=0, ge=0)
+    # A reranker (GGUF rank pooling, facts/pooling.py): llama.cpp scores its pairs in a context
+    # of its own beside the generation context (budget/planner.py counts it).
+    reranker: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> ArchSpec:

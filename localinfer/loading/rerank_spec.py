@@ -18,10 +18,11 @@ llama.cpp's tools/server):
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from localinfer.errors import UnsupportedModelError
+from localinfer.errors import ContextOverflowError, InvalidParameterError, UnsupportedModelError
 from localinfer.facts.pooling import declares_rank_pooling
 from localinfer.loading.model import LoadedModel
 from localinfer.loading.tokenizer import Tokenizer
@@ -58,7 +59,7 @@ def rerank_spec(model: LoadedModel) -> RerankSpec:
         raise UnsupportedModelError(
             f"{model.name} is not a reranker: its file declares no rank pooling "
             f"('{arch}.pooling_type' = 4, as llama.cpp converts bge-reranker and "
-            "Qwen3-Reranker); serve a reranker GGUF"
+            "Qwen3-Reranker); use a reranker GGUF"
         )
     arch = metadata.get("general.architecture")
     tok = model.tokenizer
@@ -101,6 +102,38 @@ def pair_ids(tokenizer: Tokenizer, spec: RerankSpec, query: str, document: str) 
     if spec.add_eos and spec.eos is not None:
         ids.append(spec.eos)
     return ids
+
+
+class PairTooLongError(ContextOverflowError):
+    """A query-document pair longer than the context; ``field`` names the document."""
+
+    def __init__(self, index: int, requested: int, limit: int) -> None:
+        self.field = f"documents[{index}]"
+        super().__init__(requested, limit, what=f"{self.field} with the query")
+
+
+def pairs_ids(
+    tokenizer: Tokenizer, spec: RerankSpec, query: str, documents: Sequence[str], max_ctx: int
+) -> list[list[int]]:
+    """Every document's pair with ``query`` as token ids; InvalidParameterError for a pair of no
+    tokens, PairTooLongError for one longer than ``max_ctx`` (nothing is truncated)."""
+    out = []
+    for i, document in enumerate(documents):
+        ids = pair_ids(tokenizer, spec, query, document)
+        if not ids:
+            raise InvalidParameterError(
+                f"documents[{i}]: the query and this document make no tokens"
+            )
+        if len(ids) > max_ctx:
+            raise PairTooLongError(i, len(ids), max_ctx)
+        out.append(ids)
+    return out
+
+
+def ranked(scores: Sequence[float], top_n: int | None = None) -> list[int]:
+    """Document indices by score, highest first (ties in document order), ``top_n`` of them."""
+    order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))
+    return order if top_n is None else order[:top_n]
 
 
 def _metadata(model: LoadedModel) -> dict[str, Any]:

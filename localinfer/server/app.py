@@ -9,6 +9,7 @@
     POST /v1/completions             raw text completion (suffix: fill-in-the-middle)
     POST /v1/fim/completions         Mistral's FIM body (fim_routes)
     POST /v1/embeddings              embeddings (embedding_routes)
+    POST /v1/rerank                  rerank documents by a query, also /rerank (rerank_routes)
     POST /v1/messages                Anthropic's Messages API, + /count_tokens (anthropic_routes)
     POST /v1/responses               OpenAI's Responses API (responses_routes)
 
@@ -42,6 +43,7 @@ from localinfer.server.model_routes import add_model_routes
 from localinfer.server.openai_routes import add_openai_routes
 from localinfer.server.openapi_doc import install_openapi
 from localinfer.server.ops_routes import add_ops_routes
+from localinfer.server.rerank_routes import add_rerank_routes
 from localinfer.server.responses_routes import add_responses_routes
 from localinfer.server.state import (
     LeaseMiddleware,
@@ -121,6 +123,7 @@ def create_app(
     add_openai_routes(app, state)
     add_fim_routes(app, state)
     add_embedding_routes(app, state)
+    add_rerank_routes(app, state)
     add_anthropic_routes(app, state)
     add_responses_routes(app, state)
     return app

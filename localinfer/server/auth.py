@@ -1,4 +1,5 @@
-"""Optional API key on /v1/* (health and metrics stay open for probes and scrapers): sent as
+"""Optional API key on /v1/* and on the routes served outside /v1 (``/rerank``, as llama-server
+names it); health and metrics stay open for probes and scrapers. Sent as
 ``Authorization: Bearer KEY`` (OpenAI clients) or ``x-api-key: KEY`` (Anthropic's clients)."""
 
 from __future__ import annotations
@@ -8,6 +9,14 @@ import hmac
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from localinfer.server.errors import APIError
+
+# The model routes served outside /v1 too; the key guards them as it guards /v1/*.
+KEYED_OUTSIDE_V1 = frozenset({"/rerank"})
+
+
+def needs_key(path: str) -> bool:
+    """Whether the API key guards ``path``."""
+    return path == "/v1" or path.startswith("/v1/") or path in KEYED_OUTSIDE_V1
 
 
 def given_keys(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
@@ -25,7 +34,7 @@ def given_keys(headers: list[tuple[bytes, bytes]]) -> list[bytes]:
 
 
 class APIKeyMiddleware:
-    """401 for /v1/* requests without the key (pure ASGI, so it runs before body parsing and
+    """401 for guarded requests without the key (pure ASGI, so it runs before body parsing and
     never wraps a streaming response)."""
 
     def __init__(self, app: ASGIApp, api_key: str) -> None:
@@ -33,11 +42,7 @@ class APIKeyMiddleware:
         self._key = api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if (
-            scope["type"] != "http"
-            or not (scope["path"] == "/v1" or scope["path"].startswith("/v1/"))
-            or scope["method"] == "OPTIONS"
-        ):
+        if scope["type"] != "http" or not needs_key(scope["path"]) or scope["method"] == "OPTIONS":
             await self.app(scope, receive, send)
             return
         given = given_keys(scope.get("headers", ()))

@@ -163,9 +163,10 @@ def _clean_loc(loc: tuple[Any, ...]) -> list[str]:
     """pydantic's location without where the value came from ("body", "path") and without
     union-member tags ("str", "list[TextPart]", "function-after[...]")."""
     out = []
-    for part in loc:
+    for at, part in enumerate(loc):
         text = str(part)
-        if text in ("body", "path", "query") or text in _TAGS or "[" in text:
+        # Only the first part says where (a body field may be called "query": /v1/rerank's).
+        if (at == 0 and text in ("body", "path", "query")) or text in _TAGS or "[" in text:
             continue
         out.append(text)
     return out

@@ -17,6 +17,7 @@ from typing import Any
 from fastapi import FastAPI
 from pydantic import BaseModel
 
+from localinfer.server.auth import needs_key
 from localinfer.server.error_bodies import AnthropicErrorBody, OpenAIErrorBody
 from localinfer.server.errors import speaks_anthropic
 
@@ -26,7 +27,8 @@ DESCRIPTIONS = {
     403: "The Host or Origin is not one this server answers",
     # A model that cannot do what the route asks: capability.py.
     404: "No model of that id is served here, or that model cannot do what is asked (a chat of "
-    "a base model, fill-in-the-middle without FIM tokens, embeddings it cannot give)",
+    "a base model, fill-in-the-middle without FIM tokens, embeddings it cannot give, a rerank "
+    "by a model that is no reranker)",
     408: "The request body did not arrive in time",
     409: "The model is in use and was not unloaded",
     413: "The request body is over the size limit",
@@ -93,7 +95,7 @@ def amend(schema: dict[str, Any], *, api_key: bool, host_guard: bool) -> None:
             added = [403] if host_guard else []
             if method == "post":
                 added += [408, 413]
-            if api_key and (path == "/v1" or path.startswith("/v1/")):
+            if api_key and needs_key(path):
                 added.append(401)
                 operation["security"] = [{name: []} for name in SCHEMES]
             for status in added:
