@@ -54,9 +54,23 @@ def _now() -> str:
 class ChatMessage:
     role: Role
     content: str
+    reasoning: str = ""  # a thinking model's reasoning before this answer (kept apart)
 
     def as_dict(self) -> dict[str, str]:
-        return {"role": self.role, "content": self.content}
+        """The message as saved: the reasoning, where there is one, under ``reasoning``."""
+        out = {"role": self.role, "content": self.content}
+        if self.reasoning:
+            out["reasoning"] = self.reasoning
+        return out
+
+    def as_prompt(self) -> dict[str, str]:
+        """The message as a chat template takes it: the reasoning under ``reasoning_content``,
+        the name the templates that read it use (Qwen3's renders it only for the turns after
+        the last question, i.e. inside a tool loop, and drops it elsewhere; the rest ignore it)."""
+        out = {"role": self.role, "content": self.content}
+        if self.reasoning:
+            out["reasoning_content"] = self.reasoning
+        return out
 
 
 @dataclass(slots=True)
@@ -71,8 +85,8 @@ class Conversation:
     created: str = field(default_factory=_now)
     updated: str = field(default_factory=_now)
 
-    def add(self, role: Role, content: str) -> ChatMessage:
-        message = ChatMessage(role, content)
+    def add(self, role: Role, content: str, reasoning: str = "") -> ChatMessage:
+        message = ChatMessage(role, content, reasoning)
         self.messages.append(message)
         if not self.title and role == "user":
             self.title = _title_from(content)
@@ -81,7 +95,7 @@ class Conversation:
     def prompt_messages(self) -> list[dict[str, str]]:
         """The messages a chat template renders: the system prompt (when set) then the turns."""
         head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return head + [m.as_dict() for m in self.messages]
+        return head + [m.as_prompt() for m in self.messages]
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -106,9 +120,12 @@ class Conversation:
             if not isinstance(item, dict):
                 raise ValueError(f"bad message {item!r}")
             role, content = item.get("role"), item.get("content")
+            reasoning = item.get("reasoning", "")
             if role not in ("system", "user", "assistant") or not isinstance(content, str):
                 raise ValueError(f"bad message {item!r}")
-            messages.append(ChatMessage(role, content))
+            if not isinstance(reasoning, str):
+                raise ValueError(f"bad reasoning in {item!r}")
+            messages.append(ChatMessage(role, content, reasoning))
         if conversation_id is None:
             conversation_id = _text(data.get("id"))
             if not conversation_id:

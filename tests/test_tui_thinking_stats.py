@@ -1,7 +1,7 @@
 """A thinking answer's figures in the chat's stats panel: reasoning and answer tokens apart (the
 engine's counts), the time to the first token, which opens the reasoning, and to the first
-answer token. Real engine and Qwen3's template over a model scripted to think then answer
-(tests/tui_thinking.py)."""
+answer token; an answer without reasoning keeps the usual figures. Real engine and Qwen3's
+template over a model scripted to think then answer (tests/tui_thinking.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from localinfer.tui.host import ChatHost
 from localinfer.tui.live_stats import LiveStats
 from localinfer.tui.settings import ChatSettings
 from localinfer.tui.stats_panel import StatsPanel, format_answer_stats
+from localinfer.tui.thinking_block import ThinkingBlock
 from tests.tui_pilot import SIZE
 from tests.tui_thinking import ANSWER, THOUGHT, ask, chat_app, qwen3_session
 
@@ -38,6 +39,7 @@ async def test_stats_count_reasoning_and_answer_apart(qwen3, tmp_path) -> None:
     async with app.run_test(size=SIZE) as pilot:
         await ask(pilot, "What is 2+2?")
         shown = figures(app.query_one(StatsPanel).answer_text)
+        summary = app.query_one(ThinkingBlock).summary
     # The engine's own count for the same prompt, asked directly.
     prompt = ChatHost(ChatSettings(), session=qwen3).prepare(app.conversation.prompt_messages()[:1])
     done = qwen3.engine.submit(
@@ -54,6 +56,15 @@ async def test_stats_count_reasoning_and_answer_apart(qwen3, tmp_path) -> None:
     assert shown["answer"] == f"{answer_tokens} tok" and answer_tokens > 0
     assert "completion" not in shown
     assert seconds(shown["TTFT answer"]) > seconds(shown["TTFT think"]) > 0
+    assert summary.endswith(f", {metrics.reasoning_tokens} tokens (click to show)")  # folded
+
+
+async def test_an_answer_without_reasoning_keeps_the_usual_figures(qwen3, tmp_path) -> None:
+    app = chat_app(qwen3, tmp_path, thinking=False)
+    async with app.run_test(size=SIZE) as pilot:
+        await ask(pilot, "What is 2+2?")
+        shown = figures(app.query_one(StatsPanel).answer_text)
+    assert set(shown) == {"TTFT", "now", "average", "TPOT", "prompt", "completion"}
 
 
 def test_live_figures_split_at_the_first_answer_token() -> None:

@@ -18,9 +18,11 @@ from localinfer.errors import LocalinferError
 
 if TYPE_CHECKING:
     from localinfer.engine.types import EngineMetrics, SamplingParams, StreamEvent
+    from localinfer.tools.thinking import Thinking
     from localinfer.tui.memory_figures import MemoryFigures
     from localinfer.tui.model_list import ModelChoice
     from localinfer.tui.settings import ChatSettings
+    from localinfer.tui.think_switch import ThinkingSupport
 
 
 @dataclass(slots=True, frozen=True)
@@ -30,6 +32,7 @@ class PreparedPrompt:
     messages: list[dict[str, str]]
     prompt_ids: list[int] = field(default_factory=list)  # empty: the server tokenizes
     reasoning: Any = None  # a thinking model's ReasoningSpec (engine/reasoning.py), or None
+    thinking: Thinking | None = None  # what was asked of a thinking model (None: its default)
 
     @property
     def prompt_tokens(self) -> int:
@@ -40,7 +43,9 @@ class AnswerSource(Protocol):
     """Where an answer comes from. ``prepare`` and ``stream`` block (call them from a worker);
     either raises before any token when the request is refused."""
 
-    def prepare(self, messages: Sequence[dict[str, str]]) -> PreparedPrompt: ...
+    def prepare(
+        self, messages: Sequence[dict[str, str]], thinking: Thinking | None = None
+    ) -> PreparedPrompt: ...
 
     def stream(
         self, prompt: PreparedPrompt, params: SamplingParams, request_id: str
@@ -76,6 +81,8 @@ class ChatBackend(AnswerSource, Protocol):
     def persist_kv(self, messages: Sequence[dict[str, str]]) -> int: ...
 
     def model_choices(self, ctx: int | None = None) -> list[ModelChoice]: ...
+
+    def thinking_support(self) -> ThinkingSupport: ...
 
 
 class HintedError(LocalinferError):

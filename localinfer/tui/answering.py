@@ -4,12 +4,14 @@ engine's events, and the handlers that show the answer, end it, or take the ques
 from __future__ import annotations
 
 import uuid
+from typing import TYPE_CHECKING
 
 from textual import on, work
 
 from localinfer.conversations import Conversation
 from localinfer.engine.types import EngineMetrics, SamplingParams
 from localinfer.tui.conversation_actions import ConversationActions
+from localinfer.tui.conversation_view import AnswerTurn
 from localinfer.tui.failure_text import error_text
 from localinfer.tui.live_stats import LiveStats, StatsSnapshot
 from localinfer.tui.messages import (
@@ -21,10 +23,15 @@ from localinfer.tui.messages import (
 )
 from localinfer.tui.prompt_input import PromptInput
 from localinfer.tui.stream_pump import AnswerEnd, pump_answer
+from localinfer.tui.thinking_actions import ThinkingActions
+
+if TYPE_CHECKING:
+    from localinfer.tools.thinking import Thinking
 
 
-class AnswerActions(ConversationActions):
-    """Answers; a finished one is saved with the conversation (hence ConversationActions)."""
+class AnswerActions(ConversationActions, ThinkingActions):
+    """Answers; a finished one is saved with the conversation (hence ConversationActions), with
+    thinking as Settings or a typed switch asks (ThinkingActions)."""
 
     @on(PromptInput.Submitted)
     def on_prompt_submitted(self, event: PromptInput.Submitted) -> None:
@@ -38,9 +45,20 @@ class AnswerActions(ConversationActions):
         self.send(event.text)
 
     def send(self, text: str) -> None:
+        typed = self.read_thinking(text)
+        if typed.bare:
+            self.prompt.load_text(text)
+            self.notify(
+                f"Not sent: {typed.switch} goes with a message (Settings, Ctrl+S, sets thinking "
+                "for every message).",
+                severity="warning",
+            )
+            return
         self.conversation.model = self.host.model_name()
-        self.conversation.add("user", text)
-        self._question = self.view.add_user(text)
+        self.conversation.add("user", typed.text)
+        self._question = self.view.add_user(typed.text)
+        if typed.note:
+            self.view.add_notice(typed.note)
         self._answer = self.view.start_answer()
         self._thinking_since = None
         self._request_id = f"chat-{uuid.uuid4().hex[:12]}"
@@ -49,15 +67,20 @@ class AnswerActions(ConversationActions):
         self._set_status("Answering… (Esc stops)")
         self.stats.show_answer(StatsSnapshot(running=True))
         params = self.host.settings.sampling_params()
-        self.run_answer(self.conversation.prompt_messages(), params, self._request_id)
+        thinking = self.message_thinking(typed)
+        self.run_answer(self.conversation.prompt_messages(), params, self._request_id, thinking)
 
     @work(thread=True, exclusive=True, group="answer")
     def run_answer(
-        self, messages: list[dict[str, str]], params: SamplingParams, request_id: str
+        self,
+        messages: list[dict[str, str]],
+        params: SamplingParams,
+        request_id: str,
+        thinking: Thinking | None = None,
     ) -> None:
         stats = LiveStats(clock=self.clock)
         try:
-            prompt = self.host.prepare(messages)
+            prompt = self.host.prepare(messages, thinking)
             stats.start(prompt.prompt_tokens)
             handle = self.host.stream(prompt, params, request_id)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI
@@ -88,16 +111,22 @@ class AnswerActions(ConversationActions):
     @on(ReasoningDelta)
     def on_reasoning_delta(self, message: ReasoningDelta) -> None:
         if message.request_id == self._request_id and self._answer is not None:
-            self.render_pace.updated()
-            self.view.thinking_for(self._answer).append(message.text)
-            self._thinking_since = self._thinking_since or self.clock()
+            self._reason(self._answer, message.text)
+
+    def _reason(self, answer: AnswerTurn, text: str) -> None:
+        self.render_pace.updated()
+        self.view.thinking_for(answer).append(text)
+        if self._thinking_since is None:  # the first reasoning: its block is new
+            self._thinking_since = self.clock()
+            self.refresh_thinking_key()
 
     def _fold_thinking(self) -> None:
-        """The answer starts: the reasoning above it folds to one line."""
+        """The answer starts: the reasoning above it folds to one line (unless all are shown)."""
         since, self._thinking_since = self._thinking_since, None
         if since is None or self._answer is None:
             return
-        self.view.thinking_for(self._answer).fold(self.clock() - since, None)
+        block = self.view.thinking_for(self._answer)
+        block.fold(self.clock() - since, None, keep_open=self.reasoning_shown)
 
     @on(AnswerStatsUpdated)
     def on_answer_stats_updated(self, message: AnswerStatsUpdated) -> None:
@@ -112,8 +141,7 @@ class AnswerActions(ConversationActions):
             return
         answer, reason = self._answer, end.finish_reason
         if end.reasoning_tail:
-            self.view.thinking_for(answer).append(end.reasoning_tail)
-            self._thinking_since = self._thinking_since or self.clock()
+            self._reason(answer, end.reasoning_tail)
         if end.text:
             self._fold_thinking()
         if end.tail:
@@ -121,8 +149,13 @@ class AnswerActions(ConversationActions):
         await answer.end_stream()
         self.stats.show_answer(end.stats)
         self.stats.show_engine(end.engine)
+        block = self.view.thinking_above(answer)
+        if block is not None:
+            block.count(end.stats.reasoning_tokens)  # the engine's exact count
         if reason in ("error", "abort") and not end.text:
             # Nothing worth keeping: take the question back so it can be edited and resent.
+            if block is not None:
+                block.remove()
             answer.remove()
             self._restore_prompt(self._drop_unanswered_turn())
             self._notice_unanswered(end)
@@ -157,7 +190,7 @@ class AnswerActions(ConversationActions):
             )
         elif progress.finish_reason == "length":
             self.view.end_answer(self._answer, "… hit the max-tokens limit (Ctrl+S to raise it)")
-        self.conversation.add("assistant", progress.text)
+        self.conversation.add("assistant", progress.text, progress.reasoning)
         self._last_answer_text = progress.text
         # The worker writes a copy: the next message may change this one meanwhile.
         self.save_conversation(Conversation.from_json(self.conversation.to_json()))

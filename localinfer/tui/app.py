@@ -1,7 +1,8 @@
 """`localinfer chat`: the Textual app. It renders; the host answers; workers carry the waiting.
 
 ``ChatApp`` is the layout and the keys; what the keys do lives in its parts: answering.py
-(send, stream, stop), conversation_actions.py (new, open, system prompt, copy, save) and
+(send, stream, stop), conversation_actions.py (new, open, system prompt, copy, save),
+thinking_actions.py (a thinking model's reasoning key and /think, /no_think) and
 model_actions.py (settings, model picker, loading). app_base.py holds the state they share and
 the threading rule they follow.
 """
@@ -46,6 +47,7 @@ CHAT_ACTIONS = frozenset(
         "settings",
         "system_prompt",
         "copy_answer",
+        "toggle_thinking",
     }
 )
 
@@ -65,6 +67,8 @@ class ChatApp(AnswerActions, ModelActions):
         Binding("ctrl+s", "settings", "Settings", priority=True),
         Binding("ctrl+t", "system_prompt", "System", priority=True),
         Binding("ctrl+r", "copy_answer", "Copy answer", priority=True),
+        # Listed (and live) only where there is reasoning to show (refresh_thinking_key).
+        Binding("ctrl+g", "toggle_thinking", "Thinking", priority=True),
     ]
 
     def compose(self) -> ComposeResult:
@@ -99,7 +103,8 @@ class ChatApp(AnswerActions, ModelActions):
         # A model preloading for this window waits for its first paint (host.load_in_background).
         self.call_after_refresh(self.host.ui_started.set)
         if self.conversation.messages:
-            self.view.show_conversation(self.conversation)
+            self.view.show_conversation(self.conversation, reasoning_shown=self.reasoning_shown)
+            self.refresh_thinking_key()
         if self.host.loaded:
             self._set_ready(self.host.describe(), self.host.notice())
             self.refresh_memory()
@@ -109,6 +114,8 @@ class ChatApp(AnswerActions, ModelActions):
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         # The chat's keys belong to the main screen; in a dialog they fall through to it
         # (Esc cancels the dialog there instead of stopping an answer).
+        if action == "toggle_thinking" and not self.thinking_key_shown:
+            return False
         return not (action in CHAT_ACTIONS and len(self.screen_stack) > 1)
 
     async def action_quit(self) -> None:

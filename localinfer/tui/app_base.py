@@ -67,6 +67,10 @@ class ChatAppBase(App[None]):
         self._last_answer_text = ""
         self._quit_pending = False  # quit asked mid-answer: quit once the answer has ended
         self._quitting = False
+        # Reasoning blocks (a thinking model's): all shown (the key, Ctrl+G), or each folded to
+        # a line once its answer starts; the key is in the footer where it does something.
+        self.reasoning_shown = False
+        self.thinking_key_shown = False
 
     # -- status --------------------------------------------------------------------------------
 
@@ -88,10 +92,24 @@ class ChatAppBase(App[None]):
         self.settings_summary.update(self.host.settings.describe())
         if notice:
             self.view.add_notice(notice)
+        self.refresh_thinking_key()
         # What is alive now (the model, its tokenizer, the window) lives as long as the model:
         # out of the cyclic collector's sight, its passes, which stop every thread (the engine's
         # too), scan only what answers allocate. A reload thaws it first (ModelActions).
         gc.freeze()
+
+    def refresh_thinking_key(self) -> None:
+        """List the reasoning key in the footer while the model thinks or the conversation holds
+        reasoning (a model that never thinks keeps the footer it had)."""
+        wanted = bool(self.view.thinking_blocks())
+        if not wanted and self.host.loaded:
+            try:
+                wanted = self.host.thinking_support().thinks is True
+            except Exception:  # noqa: BLE001 - a model that cannot say is treated as not thinking
+                wanted = False
+        if wanted != self.thinking_key_shown:
+            self.thinking_key_shown = wanted
+            self.refresh_bindings()
 
     # -- memory bar ----------------------------------------------------------------------------
 

@@ -58,6 +58,7 @@ class ConversationActions(ChatAppBase):
         self.keep_conversation_kv()
         self.conversation = Conversation(system_prompt=self.conversation.system_prompt)
         self.view.clear()
+        self.refresh_thinking_key()
         self.stats.show_answer(StatsSnapshot())
         self._last_answer_text = ""
         self.notify("New conversation.")
@@ -89,7 +90,8 @@ class ConversationActions(ChatAppBase):
         if conversation.id != self.conversation.id:
             self.keep_conversation_kv()
         self.conversation = conversation
-        self.view.show_conversation(conversation)
+        self.view.show_conversation(conversation, reasoning_shown=self.reasoning_shown)
+        self.refresh_thinking_key()
         self.stats.show_answer(StatsSnapshot())  # the figures were the left conversation's
         answers = [m.content for m in conversation.messages if m.role == "assistant"]
         self._last_answer_text = answers[-1] if answers else ""

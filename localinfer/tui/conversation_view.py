@@ -179,15 +179,23 @@ class ConversationView(VerticalScroll):
         self.scroll_end(animate=False)
         return turn
 
-    def thinking_for(self, answer: AnswerTurn) -> ThinkingBlock:
-        """The reasoning block above ``answer`` (mounted on first use)."""
+    def thinking_above(self, answer: AnswerTurn) -> ThinkingBlock | None:
+        """The reasoning block above ``answer``, if it has one."""
         children = list(self.children)
         at = children.index(answer) if answer in children else 0
-        if at > 0 and isinstance(children[at - 1], ThinkingBlock):
-            return children[at - 1]
-        block = ThinkingBlock()
-        self.mount(block, before=answer)
+        above = children[at - 1] if at > 0 else None
+        return above if isinstance(above, ThinkingBlock) else None
+
+    def thinking_for(self, answer: AnswerTurn) -> ThinkingBlock:
+        """The reasoning block above ``answer`` (mounted on first use, streaming shown)."""
+        block = self.thinking_above(answer)
+        if block is None:
+            block = ThinkingBlock()
+            self.mount(block, before=answer)
         return block
+
+    def thinking_blocks(self) -> list[ThinkingBlock]:
+        return list(self.query(ThinkingBlock))
 
     def add_notice(self, text: str, *, error: bool = False) -> Notice:
         notice = Notice(text, error=error)
@@ -203,12 +211,20 @@ class ConversationView(VerticalScroll):
     def clear(self) -> None:
         self.remove_children()
 
-    def show_conversation(self, conversation: Conversation) -> None:
+    def show_conversation(
+        self, conversation: Conversation, *, reasoning_shown: bool = False
+    ) -> None:
+        """``conversation``'s turns; a saved answer's reasoning above it, folded to one line
+        unless ``reasoning_shown``."""
         self.clear()
         for message in conversation.messages:
             if message.role == "user":
                 self.mount(UserTurn(message.content))
             elif message.role == "assistant":
+                if message.reasoning:
+                    block = ThinkingBlock(message.reasoning)
+                    block.fold(None, None, keep_open=reasoning_shown)
+                    self.mount(block)
                 self.mount(AnswerTurn(message.content))
         self.scroll_end(animate=False)
 

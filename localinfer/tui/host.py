@@ -19,6 +19,7 @@ from localinfer.tui.answer_source import PreparedPrompt
 from localinfer.tui.memory_figures import MemoryFigures, MemoryParts
 from localinfer.tui.model_list import ModelChoice, list_model_choices
 from localinfer.tui.settings import ChatSettings
+from localinfer.tui.think_switch import ThinkingSupport, support_from_template
 
 __all__ = ["ChatHost", "MemoryFigures", "MemoryParts", "ModelChoice", "open_with_settings"]
 
@@ -26,6 +27,7 @@ if TYPE_CHECKING:  # the engine package is heavy; `localinfer chat` imports it i
     from localinfer.budget.measured import LoadGrowth
     from localinfer.engine.types import EngineMetrics, Request, SamplingParams
     from localinfer.kv_options import KVTierOptions
+    from localinfer.tools.thinking import Thinking
 
 
 class EngineLike(Protocol):
@@ -232,12 +234,20 @@ class ChatHost:
 
     # -- answering ---------------------------------------------------------------------------
 
-    def prepare(self, messages: Sequence[dict[str, str]]) -> PreparedPrompt:
-        """The prompt, and a thinking model's reasoning split (shown apart, folded)."""
+    def prepare(
+        self, messages: Sequence[dict[str, str]], thinking: Thinking | None = None
+    ) -> PreparedPrompt:
+        """The prompt with thinking as asked (on or off, a budget: a thinking model's; None:
+        its template's default), and its reasoning split (shown apart, folded)."""
         from localinfer.tools.thinking import thinking_prompt
 
-        prompt = thinking_prompt(self.session, list(messages))
-        return PreparedPrompt(list(messages), prompt.ids, prompt.reasoning)
+        prompt = thinking_prompt(self.session, list(messages), thinking)
+        return PreparedPrompt(list(messages), prompt.ids, prompt.reasoning, thinking)
+
+    def thinking_support(self) -> ThinkingSupport:
+        """Whether the loaded model thinks, and how it is switched (read off its template)."""
+        template = getattr(self.session.model, "chat_template", None)
+        return support_from_template(getattr(template, "source", None))
 
     def stream(self, prompt: PreparedPrompt, params: SamplingParams, request_id: str) -> Any:
         """The engine's StreamEvents for ``prompt`` (see :meth:`submit`)."""

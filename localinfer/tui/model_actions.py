@@ -13,6 +13,7 @@ from localinfer.tui.messages import ModelChoicesReady, ModelLoaded, ModelLoadFai
 from localinfer.tui.model_picker import ModelPickerScreen
 from localinfer.tui.settings import RELOAD_FIELDS, ChatSettings
 from localinfer.tui.settings_screen import SettingsScreen
+from localinfer.tui.think_switch import UNKNOWN
 
 
 class ModelActions(ChatAppBase):
@@ -20,7 +21,8 @@ class ModelActions(ChatAppBase):
         if self.loading:
             self.notify("A model is loading; settings open when it is ready.", severity="warning")
             return
-        self.push_screen(SettingsScreen(self.host.settings), self.apply_settings)
+        support = self.host.thinking_support() if self.host.loaded else UNKNOWN
+        self.push_screen(SettingsScreen(self.host.settings, support), self.apply_settings)
 
     def apply_settings(self, settings: ChatSettings | None) -> None:
         if settings is None or settings == self.host.settings:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -27,6 +27,10 @@ from localinfer.tui.remote_metrics import engine_metrics_from
 from localinfer.tui.remote_poll import MetricsPoller
 from localinfer.tui.remote_stream import RemoteAnswer, error_message, refusal, unreachable
 from localinfer.tui.settings import RELOAD_FIELDS, ChatSettings
+from localinfer.tui.think_switch import UNKNOWN, ThinkingSupport
+
+if TYPE_CHECKING:
+    from localinfer.tools.thinking import Thinking
 
 CONNECT_TIMEOUT_S = 5.0
 # A big prompt's prefill may keep the first byte waiting long; Esc stops a wait sooner.
@@ -153,8 +157,16 @@ class RemoteHost:
 
     # -- answering ---------------------------------------------------------------------------
 
-    def prepare(self, messages: Sequence[dict[str, str]]) -> PreparedPrompt:
-        return PreparedPrompt([dict(m) for m in messages])  # the server templates and tokenizes
+    def prepare(
+        self, messages: Sequence[dict[str, str]], thinking: Thinking | None = None
+    ) -> PreparedPrompt:
+        # The server templates and tokenizes. Earlier reasoning is not sent back: the templates
+        # that keep it (Qwen3's) keep it only inside a tool loop, which the chat never is.
+        sent = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
+        return PreparedPrompt(sent, thinking=thinking)
+
+    def thinking_support(self) -> ThinkingSupport:
+        return UNKNOWN  # the server's template is not read here; it applies what is asked
 
     def stream(
         self, prompt: PreparedPrompt, params: SamplingParams, request_id: str
@@ -167,6 +179,7 @@ class RemoteHost:
             "max_tokens": params.max_tokens,
             "temperature": params.temperature,
             "top_p": params.top_p,
+            **_thinking_fields(prompt.thinking),
         }
         request = self._client.build_request("POST", "/v1/chat/completions", json=body)
         # Figures from the request on: `serve` sends its headers after the prefill.
@@ -293,6 +306,18 @@ class _PolledAnswer:
 
     def __del__(self) -> None:
         self.close()
+
+
+def _thinking_fields(thinking: Thinking | None) -> dict[str, Any]:
+    """The request's thinking for `localinfer serve` (a model that does not think ignores it)."""
+    if thinking is None:
+        return {}
+    fields: dict[str, Any] = {}
+    if thinking.enabled is not None:
+        fields["chat_template_kwargs"] = {"enable_thinking": thinking.enabled}
+    if thinking.budget is not None:
+        fields["thinking_budget"] = thinking.budget
+    return fields
 
 
 def _needs_this_process(before: ChatSettings, after: ChatSettings) -> bool:

@@ -30,6 +30,10 @@ class ChatSettings:
     backend: str | None = None  # None: pick for this machine
     speculative: SpeculativeMode = "off"
     draft: str | None = None  # draft model for speculative == "draft"
+    # A thinking model's (tools/thinking.py; no effect on one that does not think): whether it
+    # reasons before it answers, and at most how many reasoning tokens (None: no cap).
+    thinking: bool = True
+    thinking_budget: int | None = None
 
     def sampling_params(self, stop: tuple[str, ...] = ()) -> SamplingParams:
         """Raises pydantic's ValidationError when out of range (the settings form checks)."""
@@ -53,6 +57,9 @@ class ChatSettings:
         except ValidationError as exc:
             first = exc.errors()[0]
             raise InvalidParameterError(f"{first['loc'][0]}: {first['msg']}") from None
+        budget = self.thinking_budget
+        if budget is not None and budget < 0:
+            raise InvalidParameterError(f"thinking budget: must be >= 0, got {budget}")
         return self
 
     def reload_needed(self, other: ChatSettings) -> bool:
@@ -67,8 +74,17 @@ class ChatSettings:
         return (
             f"temp {self.temperature:g} · top_p {self.top_p:g} · max {self.max_tokens} · "
             f"ctx {self.ctx} · slots {self.slots} · quant {self.quant or 'file'} · "
-            f"{self.backend or 'auto'} · spec {spec}"
+            f"{self.backend or 'auto'} · spec {spec}{self._thinking_words()}"
         )
+
+    def _thinking_words(self) -> str:
+        """The thinking settings where they are not the default (a model that does not think
+        ignores them, and the summary stays as it was)."""
+        if not self.thinking:
+            return " · thinking off"
+        if self.thinking_budget is not None:
+            return f" · thinking ≤ {self.thinking_budget} tok"
+        return ""
 
 
 def field_names() -> list[str]:

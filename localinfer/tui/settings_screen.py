@@ -1,4 +1,5 @@
-"""Modal settings form. Sampling applies to the next message; model set-up needs a reload."""
+"""Modal settings form. Sampling and thinking apply to the next message; model set-up needs a
+reload."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
 from localinfer.tui.settings import BACKENDS, QUANTS, SPECULATIVE_MODES, ChatSettings
+from localinfer.tui.think_switch import UNKNOWN, ThinkingSupport
 
 
 class SettingsError(ValueError):
@@ -43,6 +45,33 @@ def parse_settings(base: ChatSettings, form: dict[str, str]) -> ChatSettings:
         backend=None if form["backend"] == "auto" else form["backend"],
         speculative=speculative,
         draft=draft,
+        **_thinking(base, form),
+    )
+
+
+def _thinking(base: ChatSettings, form: dict[str, str]) -> dict[str, bool | int | None]:
+    """The thinking fields (a form without them keeps ``base``'s); a blank budget: no cap."""
+    thinking = form.get("thinking", "on" if base.thinking else "off") == "on"
+    raw = form.get("thinking_budget")
+    budget = base.thinking_budget
+    if raw is not None:
+        budget = None if not raw.strip() else _number(raw, int, "thinking budget", 0, 1_000_000)
+    return {"thinking": thinking, "thinking_budget": budget}
+
+
+def thinking_help(support: ThinkingSupport) -> str:
+    """What the thinking settings do with the model loaded now."""
+    if support.thinks is None:
+        return (
+            "Thinking: sent with each message; the server's model applies it if it thinks. "
+            "Blank budget: no cap."
+        )
+    if not support.thinks:
+        return "Thinking: this model does not think, so these two settings do nothing for it."
+    return (
+        "Thinking: this model reasons before it answers. Off, or at most the budget's tokens of "
+        "reasoning, from the next message; blank budget: no cap. /think and /no_think in a "
+        "message set it for that message."
     )
 
 
@@ -58,9 +87,10 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
 
     BINDINGS = [Binding("escape", "cancel", "Cancel")]
 
-    def __init__(self, settings: ChatSettings) -> None:
+    def __init__(self, settings: ChatSettings, support: ThinkingSupport = UNKNOWN) -> None:
         super().__init__()
         self.settings = settings
+        self.support = support  # the loaded model's thinking: the two fields say what they do
 
     def compose(self) -> ComposeResult:
         s = self.settings
@@ -87,16 +117,29 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 )
                 yield Label("backend (reload)")
                 yield _choice("backend", BACKENDS, s.backend or "auto")
+                yield from self._thinking_fields()
+            yield Label(thinking_help(self.support), id="thinking-help", classes="dialog-help")
             yield Label("", id="settings-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Apply", id="apply", variant="primary")
                 yield Button("Cancel", id="cancel")
 
+    def _thinking_fields(self) -> ComposeResult:
+        s, idle = self.settings, self.support.thinks is False  # nothing to set on this model
+        yield Label("thinking")
+        thinking = _choice("thinking", ("on", "off"), "on" if s.thinking else "off")
+        thinking.disabled = idle
+        yield thinking
+        yield Label("thinking budget (tokens)")
+        budget = "" if s.thinking_budget is None else str(s.thinking_budget)
+        yield Input(budget, id="thinking_budget", placeholder="no cap", compact=True, disabled=idle)
+
     def form(self) -> dict[str, str]:
         values: dict[str, str] = {}
-        for name in ("temperature", "top_p", "max_tokens", "ctx", "slots", "draft"):
+        names = ("temperature", "top_p", "max_tokens", "ctx", "slots", "draft", "thinking_budget")
+        for name in names:
             values[name] = self.query_one(f"#{name}", Input).value
-        for name in ("quant", "speculative", "backend"):
+        for name in ("quant", "speculative", "backend", "thinking"):
             values[name] = str(self.query_one(f"#{name}", Select).value)
         return values
 
