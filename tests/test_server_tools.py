@@ -88,6 +88,30 @@ def test_required_call_is_valid_and_finishes_with_tool_calls(
     check_call(call.function.name, call.function.arguments)
 
 
+@pytest.mark.parametrize(
+    "tool_choice", ["required", {"type": "function", "function": {"name": "get_weather"}}]
+)
+def test_forced_calls_at_the_default_temperature_fit_48_tokens(
+    client: openai.OpenAI, model_name: str, tool_choice: object
+) -> None:
+    """Forced calls are compact JSON (constraints.compiler.COMPACT_JSON): at temperature 1 the
+    model has no whitespace to wander into, and every try is a call (seeded, so the test is
+    repeatable; the seeds are not picked)."""
+    for seed in range(5):
+        reply = client.chat.completions.create(
+            model=model_name,
+            messages=ASK,
+            tools=TOOLS,
+            tool_choice=tool_choice,  # type: ignore[arg-type]
+            max_tokens=48,
+            seed=seed,
+        )
+        choice = reply.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.content is None, seed
+        for call in choice.message.tool_calls:
+            check_call(call.function.name, call.function.arguments)
+
+
 def test_named_call_streams_id_and_name_first_then_arguments(
     client: openai.OpenAI, model_name: str
 ) -> None:

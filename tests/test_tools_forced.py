@@ -275,3 +275,46 @@ def test_forced_parallel_calls_are_deduplicated_and_salvaged_when_cut() -> None:
     salvaged = calls_from_forced(cut, True, ToolFamily.HERMES, cut=True)
     assert [c.arguments for c in salvaged] == ['{"x":1}', '{"x":2}']
     assert calls_from_forced('{"name": "f", "argu', False, ToolFamily.HERMES, cut=True) == []
+
+
+def test_forced_calls_and_strict_schemas_are_compact_json(compiler, tokenizer) -> None:
+    """A forced call is json.dumps' own spacing, nothing more: no newline, no run of spaces the
+    model could spend its max_tokens on. A strict response_format is the same; a loose one takes
+    short runs of whitespace between tokens."""
+    from localinfer.server.structured_output import ResponseFormat, response_format_spec
+
+    compiled = compiler.compile(forced_call_spec(TOOLS, REQUIRED, parallel=True))
+    assert accepts(compiled, tokenizer, json.dumps([WEATHER_CALL, NOW_CALL]))
+    pretty = json.dumps([WEATHER_CALL], indent=1)
+    for text in (
+        pretty,
+        "[ " + json.dumps(WEATHER_CALL) + "]",
+        json.dumps([WEATHER_CALL])[:-1] + "\n]",
+    ):
+        assert not accepts(compiled, tokenizer, text), text
+
+    def response_format(strict: bool | None):
+        wrapper = {"name": "w", "schema": WEATHER, "strict": strict}
+        spec = response_format_spec(ResponseFormat(type="json_schema", json_schema=wrapper))
+        return compiler.compile(spec)
+
+    arguments = WEATHER_CALL["arguments"]
+    assert accepts(response_format(True), tokenizer, json.dumps(arguments))
+    assert not accepts(response_format(True), tokenizer, json.dumps(arguments, indent=2))
+    assert accepts(response_format(None), tokenizer, json.dumps(arguments, indent=2))
+    assert not accepts(response_format(None), tokenizer, "{" + " " * 17 + '"city": "x"}')
+
+
+def test_a_cut_forced_call_keeps_its_name_and_the_arguments_so_far() -> None:
+    from localinfer.tools import partial_forced_call
+
+    cut = '[{"name": "get_weather", "arguments": {"city": "Pa'
+    call = partial_forced_call(cut, ToolFamily.HERMES)
+    assert call is not None and (call.name, call.arguments) == ("get_weather", '{"city": "Pa')
+    # The arguments whole, only the call's closing brace cut: they are read as the object.
+    call = partial_forced_call('{"name": "f", "arguments": {"x": 1}', ToolFamily.HERMES)
+    assert call is not None and (call.name, call.arguments) == ("f", '{"x":1}')
+    call = partial_forced_call('{"name": "f", "argu', ToolFamily.HERMES)
+    assert call is not None and (call.name, call.arguments) == ("f", "")
+    assert partial_forced_call('[{"name": "get_wea', ToolFamily.HERMES) is None
+    assert partial_forced_call("", ToolFamily.HERMES) is None

@@ -24,6 +24,16 @@ from localinfer.errors import InvalidParameterError
 # Whitespace between JSON tokens as models write it, but bounded: an unbounded run lets a small
 # model loop on newlines until max_tokens.
 JSON_OPTIONS: dict[str, Any] = {"whitespace_pattern": r"[\x20\x0A\x0D\x09]{1,16}"}
+# Compact JSON (ConstraintSpec.compact): no whitespace but the one space json.dumps writes after
+# "," and ":", which models have seen most (xgrammar's any_whitespace=False writes the same).
+# Even 16 characters a gap let a small model at temperature 1 spend a forced call's max_tokens
+# on newlines between the tokens of "[{"name": ...", so a call the client is waiting for does
+# not fit.
+COMPACT_JSON: dict[str, Any] = {
+    "whitespace_flexible": False,
+    "item_separator": ", ",
+    "key_separator": ": ",
+}
 ANY_JSON_OBJECT: dict[str, Any] = {"type": "object"}
 LENIENT: dict[str, Any] = {**JSON_OPTIONS, "lenient": True}
 
@@ -123,8 +133,9 @@ def _grammar_text(spec: ConstraintSpec) -> str:
     try:
         if spec.kind in ("json_object", "json_schema"):
             schema = ANY_JSON_OBJECT if spec.kind == "json_object" else spec.schema()
+            options = COMPACT_JSON if spec.compact else JSON_OPTIONS
             return llguidance.LLMatcher.grammar_from_json_schema(
-                json.dumps(schema), defaults=JSON_OPTIONS
+                json.dumps(schema), defaults=options
             )
         if spec.kind == "regex":
             return llguidance.LLMatcher.grammar_from_regex(str(spec.source))

@@ -19,11 +19,14 @@ class ConstraintSpec:
     ``source`` is the JSON Schema (a dict, or its JSON text) for ``json_schema``, the pattern for
     ``regex``, the grammar text (Lark, or llama.cpp's GBNF) for ``grammar``; ``json_object`` takes
     none. ``field`` names the request field the source came from, so errors can name it.
+    ``compact`` JSON has no whitespace but the one space after each ``,`` and ``:`` (forced tool
+    calls, strict schemas); otherwise a short run of whitespace may sit between JSON tokens.
     """
 
     kind: ConstraintKind
     source: str | dict[str, Any] = ""
     field: str = "response_format"
+    compact: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

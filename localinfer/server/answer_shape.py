@@ -6,7 +6,10 @@ The engine streams text; an answer shape turns it into the deltas a response car
 * ``ToolAnswer`` — ``tool_choice: auto``: the model's own tool-call syntax is recognised by its
   template family; a call is sent once it is whole and valid, a malformed one stays content;
 * ``ForcedCallAnswer`` — ``required`` or a named function: the engine's constraint made the
-  answer a JSON call (or an array of them), read back as calls when the answer ends.
+  answer a JSON call (or an array of them), read back as calls when the answer ends. Never
+  content: an answer cut short keeps the calls it completed (finish ``tool_calls``), else the
+  call it was writing with the arguments written so far and the engine's finish (``length``),
+  as OpenAI and vLLM return a call cut by the limit; else no call and no content.
 
 Finish reasons follow OpenAI: ``"tool_calls"`` when the answer holds calls, otherwise the
 engine's own (``"stop"``, ``"length"``).
@@ -27,6 +30,7 @@ from localinfer.tools import (
     ToolCallStream,
     ToolFamily,
     calls_from_forced,
+    partial_forced_call,
 )
 
 # Argument text is sent in pieces of this many characters, so a client sees OpenAI's shape
@@ -87,10 +91,13 @@ class ForcedCallAnswer:
         text = "".join(self._parts)
         cut = reason == "length"
         self.calls = calls_from_forced(text, self._parallel, self._family, cut=cut)
-        if not self.calls:
-            # Cut short by max_tokens: what was written comes back as content.
-            return ([ContentDelta(text)] if text else []), reason
-        return call_deltas(self.calls), "tool_calls"
+        if self.calls:
+            return call_deltas(self.calls), "tool_calls"
+        # Cut short (by max_tokens, or a stop string) before a call was whole: the half-written
+        # JSON is no content; the call being written, if its name was, under the engine's finish.
+        partial = partial_forced_call(text, self._family)
+        self.calls = [partial] if partial is not None else []
+        return call_deltas(self.calls), reason
 
 
 def call_deltas(calls: list[ToolCall]) -> list[StreamDelta]:

@@ -66,11 +66,17 @@ def tool_use_id(call_id: str) -> str:
 
 
 def tool_use_block(call: ToolCall) -> dict[str, Any]:
+    """A call as a ``tool_use`` block. A forced call cut short by max_tokens has arguments that
+    are not JSON yet (answer_shape): its input is ``{}``, under stop_reason max_tokens."""
+    try:
+        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
+    except ValueError:
+        arguments = {}
     return {
         "type": "tool_use",
         "id": tool_use_id(call.id),
         "name": call.name,
-        "input": json.loads(call.arguments) if call.arguments.strip() else {},
+        "input": arguments if isinstance(arguments, dict) else {},
     }
 
 

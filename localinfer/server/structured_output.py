@@ -1,10 +1,12 @@
 """``response_format`` -> the constraint an answer must match (OpenAI's structured outputs).
 
 ``text`` (or no type) asks for nothing; ``json_object`` for any JSON object; ``json_schema`` for
-an answer that validates against ``json_schema.schema``. OpenAI's ``strict`` flag is accepted
-either way: the engine's constraint always enforces the whole schema, so the answer parses and
-validates whether or not the client asked for strictness. The body's model refuses a malformed
-format, naming its field; a schema the constraint engine cannot build is a 400 naming it too.
+an answer that validates against ``json_schema.schema``. The engine's constraint always enforces
+the whole schema, so the answer parses and validates whether or not the client asked for
+strictness; OpenAI's ``strict: true`` also makes it compact JSON (one space after ``,`` and
+``:``, no newlines), otherwise short runs of whitespace between tokens are allowed. The body's
+model refuses a malformed format, naming its field; a schema the constraint engine cannot build
+is a 400 naming it too.
 """
 
 from __future__ import annotations
@@ -53,5 +55,9 @@ def response_format_spec(response_format: ResponseFormat | None) -> ConstraintSp
         return ConstraintSpec("json_object", field="response_format")
     wrapper = response_format.json_schema
     assert wrapper is not None  # SamplingFields refused a json_schema format without it
-    source = wrapper.schema_
-    return ConstraintSpec("json_schema", source=source, field="response_format.json_schema.schema")
+    return ConstraintSpec(
+        "json_schema",
+        source=wrapper.schema_,
+        field="response_format.json_schema.schema",
+        compact=wrapper.strict is True,
+    )

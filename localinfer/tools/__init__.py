@@ -6,7 +6,12 @@ as a JSON-schema constraint, and the calls read back out of its answer, whole or
 from __future__ import annotations
 
 from localinfer.tools.family import ToolCall, ToolFamily, detect_family, new_call_id
-from localinfer.tools.forced import calls_from_forced, forced_call_schema, forced_call_spec
+from localinfer.tools.forced import (
+    calls_from_forced,
+    forced_call_schema,
+    forced_call_spec,
+    partial_forced_call,
+)
 from localinfer.tools.history import template_messages
 from localinfer.tools.prompt import PromptInputs, generic_tool_prompt, prompt_inputs
 from localinfer.tools.specs import FunctionTool, ToolChoice, parse_tool_choice, parse_tools
@@ -43,6 +48,7 @@ __all__ = [
     "parse_tool_calls",
     "parse_tool_choice",
     "parse_tools",
+    "partial_forced_call",
     "prompt_inputs",
     "template_messages",
 ]

@@ -3,11 +3,14 @@
 The constraint is a JSON schema of one call, ``{"name": <a tool's name>, "arguments": <that
 tool's parameters>}`` (``anyOf`` over the tools for ``required``), or with parallel calls an array
 of at least one. The answer is then plain JSON whatever the model's own call syntax, and is read
-back with ``calls_from_forced``.
+back with ``calls_from_forced``; an answer cut short before its first call is whole is read with
+``partial_forced_call``.
 """
 
 from __future__ import annotations
 
+import json
+import re
 from typing import Any
 
 from localinfer.constraints import ConstraintSpec
@@ -98,7 +101,8 @@ def forced_call_spec(
     """The constraint for ``tool_choice`` required (any tool; an array of calls when
     ``parallel``) or a named function (one call of it)."""
     schema = forced_call_schema(tools, choice, parallel)
-    return ConstraintSpec(kind="json_schema", source=schema, field="tool_choice")
+    # Compact: whitespace the grammar allows is tokens a forced call may run out of.
+    return ConstraintSpec(kind="json_schema", source=schema, field="tool_choice", compact=True)
 
 
 def calls_from_forced(
@@ -128,6 +132,26 @@ def calls_from_forced(
             seen.add(key)
             calls.append(ToolCall(new_call_id(family), *key))
     return calls
+
+
+# The start of a call object being written, once its name is whole: {"name": "f", "arguments":
+_CALL_START = re.compile(r'\{\s*"name"\s*:\s*"((?:[^"\\]|\\.)*)"(\s*,\s*"arguments"\s*:\s*)?')
+
+
+def partial_forced_call(text: str, family: ToolFamily) -> ToolCall | None:
+    """The call an answer under ``forced_call_spec`` was writing when it was cut short (by
+    max_tokens or a stop string), once its name is whole: its arguments are the text written so
+    far, which is not valid JSON (OpenAI and vLLM return a call cut by the length limit so).
+    None when not even the name was written."""
+    start = _CALL_START.search(text)
+    if start is None:
+        return None
+    name = json.loads(f'"{start[1]}"')
+    rest = text[start.end() :] if start[2] else ""
+    decoded = decode_at(rest, 0)
+    if decoded is not None and isinstance(decoded[0], dict):
+        rest = arguments_text(decoded[0])  # the arguments were whole: only the call's "}" was cut
+    return ToolCall(new_call_id(family), name, rest)
 
 
 def _whole_items(text: str) -> list[Any]:
