@@ -176,9 +176,14 @@ def test_a_prompt_past_the_context_is_400_on_every_api(
     for path, fields in long_prompt.items():
         status, error = refusal(server, path, stream, **fields)
         assert status == 400, (path, error)
-        assert "context" in error["message"], (path, error)
-        if path != "/v1/messages":
+        # The words clients act on: OpenAI's (litellm, LangChain trim and retry) and
+        # Anthropic's (Claude Code compacts the conversation).
+        if path == "/v1/messages":
+            assert error["message"].startswith("prompt is too long: "), error
+        else:
             assert error["code"] == "context_length_exceeded", (path, error)
+            assert error["message"].startswith("This model's maximum context length is 256"), error
+            assert "(context_length_exceeded)" in error["message"], error
     assert session.engine.metrics().slots_busy == 0
 
 

@@ -26,7 +26,12 @@ from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from localinfer.errors import InvalidParameterError, LocalinferError, QueueFullError
+from localinfer.errors import (
+    ContextOverflowError,
+    InvalidParameterError,
+    LocalinferError,
+    QueueFullError,
+)
 from localinfer.server.error_bodies import (
     AnthropicErrorBody,
     AnthropicErrorDetail,
@@ -89,10 +94,12 @@ class APIError(Exception):
         code: str | None = None,
         param: str | None = None,
         headers: dict[str, str] | None = None,
+        anthropic_message: str | None = None,
     ) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.anthropic_message = anthropic_message or message  # where Anthropic words it apart
         self.code = code
         self.param = param
         self.headers = headers or {}
@@ -101,7 +108,7 @@ class APIError(Exception):
         return error_body(self.status, self.message, code=self.code, param=self.param)
 
     def anthropic_body(self) -> dict[str, Any]:
-        return anthropic_error_body(self.status, self.message)
+        return anthropic_error_body(self.status, self.anthropic_message)
 
     def response(self, path: str = "") -> JSONResponse:
         """The error for a request to ``path``: Anthropic's shape on its routes, else OpenAI's."""
@@ -151,12 +158,26 @@ def unknown_route(request: Request) -> str:
 
 def from_localinfer_error(exc: LocalinferError, param: str | None = None) -> APIError:
     headers = {"Retry-After": str(RETRY_AFTER_S)} if isinstance(exc, QueueFullError) else None
-    message = str(exc)
+    message, anthropic = str(exc), None
+    if isinstance(exc, ContextOverflowError):
+        # openai>=2 puts only the message in str(error), and LangChain's OpenAI client finds a
+        # context overflow (to trim and retry) by the code's name in that string. Anthropic's
+        # API words it "prompt is too long: N tokens > M maximum", which Claude Code acts on
+        # (it compacts the conversation).
+        anthropic = f"prompt is too long: {exc.requested} tokens > {exc.limit} maximum. {message}"
+        message = f"{message} ({exc.code})"
     if param is None and isinstance(exc, InvalidParameterError):
         # "messages[2].tool_calls[0].function.arguments: not valid JSON" names its field.
         named = FIELD_PREFIX.match(message)
         param = named.group(1) if named else None
-    return APIError(exc.http_status, message, code=exc.code, param=param, headers=headers)
+    return APIError(
+        exc.http_status,
+        message,
+        code=exc.code,
+        param=param,
+        headers=headers,
+        anthropic_message=anthropic,
+    )
 
 
 def _clean_loc(loc: tuple[Any, ...]) -> list[str]:
