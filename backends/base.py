@@ -85,6 +85,11 @@ class RunnerConfig:
     # by the budget); None: every layer. Ignored on the CPU and by the other runners.
     gpu_layers: int | None = None
     mmproj: str | None = None  # a vision projector (mmproj*.gguf) to load: llama.cpp only
+    # llama.cpp across machines: the RPC workers (HOST:PORT) holding the last gpu_layers layers
+    # (llama.cpp's count, the output layer included; budget/nodes.py sizes it), shared between
+    # them as rpc_split (empty: by their memory). Ignored by the other runners.
+    rpc: tuple[str, ...] = ()
+    rpc_split: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if self.slots < 1:

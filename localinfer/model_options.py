@@ -51,6 +51,22 @@ def add_model_options(parser: Parser, *, ctx: int | None = None) -> None:
         action="store_true",
         help="load the model even where the memory budget says it does not fit",
     )
+    add_rpc_options(parser)
+
+
+def add_rpc_options(parser: Parser) -> None:
+    """--rpc and --tensor-split: a GGUF model split across machines by llama.cpp's RPC."""
+    parser.add_argument(
+        "--rpc",
+        metavar="HOST:PORT,...",
+        help="split the model's layers between this machine and these `localinfer worker`s "
+        "(llama.cpp's RPC; in proportion to their free memory)",
+    )
+    parser.add_argument(
+        "--tensor-split",
+        metavar="N,N,...",
+        help="with --rpc: each machine's share of the layers, this machine's first",
+    )
 
 
 def add_draft_options(parser: Parser) -> None:
@@ -88,7 +104,18 @@ def add_mmproj_option(parser: Parser, help_text: str) -> None:
 def model_settings(args: argparse.Namespace) -> dict[str, Any]:
     """open_session's keywords for what add_model_options parsed."""
     names = ("backend", "ctx", "quant", "kv_dtype", "threads", "force")
-    return {name: getattr(args, name) for name in names}
+    settings = {name: getattr(args, name) for name in names}
+    rpc = _rpc(args)
+    if rpc is not None:
+        settings["rpc"] = rpc
+    return settings
+
+
+def _rpc(args: argparse.Namespace) -> Any:
+    """--rpc and --tensor-split as open_session's ``rpc`` (None without --rpc)."""
+    from localinfer.rpc_nodes import rpc_options
+
+    return rpc_options(getattr(args, "rpc", None), getattr(args, "tensor_split", None))
 
 
 def draft_settings(args: argparse.Namespace) -> dict[str, Any]:

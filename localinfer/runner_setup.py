@@ -28,6 +28,7 @@ from localinfer.loading.model import LoadedModel
 from localinfer.loading.rerank_spec import is_reranker
 from localinfer.model_hash import model_content_hash
 from localinfer.resolve import resolve_model
+from localinfer.rpc_nodes import RpcOptions, split_config
 
 if TYPE_CHECKING:
     from localinfer.budget.memory import DeviceMemory
@@ -53,6 +54,7 @@ class RunnerSettings:
     kv_ram: str | None = None  # budget a KV RAM tier: --kv-ram as typed, "auto"; None: none
     kv_dtype: str | None = None  # --kv-dtype: the KV cache's element type; None: the backend's
     memory: DeviceMemory | None = None  # what the budget counts against; None: free memory now
+    rpc: RpcOptions | None = None  # --rpc: llama.cpp split across machines (rpc_nodes.py)
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -109,7 +111,9 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
         kv_dtype=settings.kv_dtype,
     )
     report = None
-    if not settings.force:
+    if settings.rpc is not None:  # split across machines: the node plan decides (rpc_nodes.py)
+        config, choice = split_config(model, config, choice, settings.rpc, settings.force)
+    elif not settings.force:
         report = check_budget(model, config, choice.name, settings.kv_ram, settings.memory)
         if report.gpu_layers is not None and report.gpu_layers != report.layers:
             # llama.cpp on a GPU too small for every layer: the ones the budget fitted there.

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
     from localinfer.engine import EmbeddingResult
     from localinfer.kv_options import KVTierOptions
     from localinfer.loading.embedding_spec import EmbeddingSpec
+    from localinfer.rpc_nodes import RpcOptions
 
 __all__ = [
     "DEFAULT_CTX",
@@ -232,6 +233,7 @@ def open_session(
     draft: str | None = None,
     draft_backend: str | None = None,
     spec_config: SpecConfig | None = None,
+    rpc: RpcOptions | None = None,  # --rpc: the model split across machines (rpc_nodes.py)
     force: bool = False,
     budget_memory: DeviceMemory | None = None,
 ) -> Session:
@@ -263,6 +265,8 @@ def open_session(
                               kv_ram=budgeted_kv_ram(kv, prefix_reuse),  # checks the tier flags
                               kv_dtype=kv_dtype, memory=budget_memory)  # fmt: skip
     opened = open_model(model_spec, quant)
+    if rpc is not None:
+        settings = dataclasses.replace(settings, rpc=rpc)
     target = build_runner(opened.model, settings)
     speculator = None
     try:
@@ -325,6 +329,7 @@ def _speculator(
             dtype=target.config.dtype,
             quant=None,
             kv_ram=None,  # the target's tier is the session's only one
+            rpc=None,  # the draft runs here whole
             # The target's cache type where the draft runs on the same backend; another
             # backend keeps its own (torch and MLX have only their compute dtype).
             kv_dtype=settings.kv_dtype if draft_backend in (None, target.choice.name) else None,

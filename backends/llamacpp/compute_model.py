@@ -78,3 +78,42 @@ def compute_buffer_bytes(
     graph = max(layer + masks + scores, head)
     output = 0 if device_kind in ON_DEVICE else sequences * row
     return graph + copy + output
+
+
+def node_compute_bytes(
+    arch: ArchSpec,
+    ctx: int,
+    sequences: int,
+    ubatch: int,
+    fused: bool,
+    *,
+    layers: bool,
+    output: bool,
+    host: bool,
+) -> int:
+    """One device's share when the model is split by layers (llama.cpp RPC): every device
+    holding layers reserves a layer's peak and the masks for its graph split; the one with the
+    output layer the logits stage (rows written on a CPU: one per sequence); the host the token
+    embeddings' rows and the output buffer the logits are copied to.
+
+    A worker's split peaks lower than a whole graph: the MLP's three rows and two hidden rows a
+    token (the embedded model's worker splits reserve exactly that plus the masks, 12.26 MiB at
+    a 512-token ubatch); the host's split peaks as the whole graph's layers do."""
+    tokens = min(ubatch, ctx * sequences)
+    cells = cells_per_sequence(ctx, sequences)
+    stage = copy = 0
+    if layers:
+        scores = 0 if fused else tokens * arch.n_heads * cells * FLOAT
+        masks = mask_bytes(arch, ctx, sequences, tokens, ubatch, fused)
+        floats = (
+            activation_floats(arch) if host else 3 * active_ffn_width(arch) + 2 * arch.hidden_size
+        )
+        stage, copy = tokens * floats * FLOAT + masks + scores, scores // 2
+    if output:
+        row = arch.vocab_size * FLOAT
+        wide = max(arch.hidden_size, arch.n_heads * arch.head_dim)
+        stage = max(stage, min(tokens, sequences) * row + tokens * wide * FLOAT)
+    if host:
+        stage = max(stage, tokens * arch.hidden_size * FLOAT)  # the embeddings' rows
+        copy += sequences * arch.vocab_size * FLOAT  # the output buffer, cleared: resident
+    return stage + copy

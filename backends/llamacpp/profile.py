@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING
 
 from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
 from localinfer.backends.llamacpp.attention_plan import PREFILL_UBATCH, flash_attention
-from localinfer.backends.llamacpp.compute_model import RESERVED_ROWS_ON, compute_buffer_bytes
+from localinfer.backends.llamacpp.compute_model import (
+    RESERVED_ROWS_ON,
+    compute_buffer_bytes,
+    node_compute_bytes,
+)
 from localinfer.backends.llamacpp.context_shape import cells_per_sequence, sliding_cells
 from localinfer.errors import BackendUnavailableError
 
@@ -50,6 +54,25 @@ class LlamaCppProfile(BackendProfile):
         quantized_cache = cache is not None and cache.block > 1
         fused = quantized_cache or self.fused_attention(device_kind, arch.n_heads, ctx, chunk)
         return compute_buffer_bytes(arch, ctx, sequences, PREFILL_UBATCH, device_kind, fused)
+
+    def node_compute_bytes(
+        self,
+        arch: ArchSpec,
+        ctx: int,
+        sequences: int,
+        cache: KVDtype | None,
+        *,
+        layers: bool,
+        output: bool,
+        host: bool,
+    ) -> int:
+        """One CPU node's compute when the model is split across machines (compute_model.py),
+        with the flash attention choice this machine's runner makes."""
+        fused = (cache is not None and cache.block > 1) or self.fused_attention(
+            "cpu", arch.n_heads, ctx, PREFILL_UBATCH
+        )
+        return node_compute_bytes(arch, ctx, sequences, PREFILL_UBATCH, fused,
+                                  layers=layers, output=output, host=host)  # fmt: skip
 
     def runtime(self, device_kind: str, vocab_size: int, kept_blocks: bool = False) -> int:
         """The constant plus the tokenizer tables (VOCAB_TABLE_BYTES a token) in host memory;
@@ -168,3 +191,30 @@ def quantize_gguf(
         source, output, target,
         threads=threads, allow_requantize=allow_requantize, on_progress=on_progress,
     )  # fmt: skip
+
+
+def start_rpc_worker(
+    host: str,
+    port: int,
+    *,
+    mem: int | None,
+    allow: str | None,
+    threads: int | None,
+    available: Callable[[], tuple[int, int]],
+    log: Callable[[str], None],
+) -> object:
+    """`localinfer worker`: llama.cpp's RPC server here, behind its relay (rpc_worker.py; loads
+    llama_cpp when called). The Worker it returns serves until the process ends."""
+    from localinfer.backends.llamacpp.rpc_worker import WorkerOptions, start_worker
+
+    options = WorkerOptions(host, port, mem, allow, threads)
+    return start_worker(options, available, log)
+
+
+def rpc_worker_memory(endpoint: str, timeout: float = 5.0) -> tuple[str, int, int]:
+    """(protocol version, free, total bytes) an RPC worker at HOST:PORT reports (rpc_wire.py:
+    plain sockets, no llama_cpp). OSError or ConnectionError when it cannot be asked."""
+    from localinfer.backends.llamacpp.rpc_wire import device_memory
+
+    found = device_memory(endpoint, timeout)
+    return found.version, found.free, found.total

@@ -47,11 +47,11 @@ from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.backends.llamacpp.image_forward import ImageFeeder
 from localinfer.backends.llamacpp.kv_cache import LlamaCppKVCache, LlamaHandles, repeated_cells
-from localinfer.backends.llamacpp.offload import gpu_layer_count
 from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.llamacpp.quantize import quant_matches, requantize_advice
 from localinfer.backends.llamacpp.rerank import RankScoring
+from localinfer.backends.llamacpp.rpc_link import close_link, decode_checked, offload_params
 from localinfer.backends.llamacpp.sampling import SlotSamplers
 from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
@@ -138,9 +138,7 @@ class LlamaCppRunner(RankScoring):
     def _load_model(self, path: Path, device: str, gpu_layers: int | None) -> None:
         llama = self._llama
         params = native.weight_buffers(llama.llama_model_default_params())
-        params.n_gpu_layers = gpu_layer_count(
-            device, gpu_layers, llama.llama_supports_gpu_offload()
-        )
+        self._rpc = offload_params(params, self._config, llama)  # GPU layers, or RPC workers
         capture = native.LogCapture()
         with native.listen(capture):
             model_ptr = llama.llama_model_load_from_file(str(path).encode(), params)
@@ -363,6 +361,7 @@ class LlamaCppRunner(RankScoring):
         if getattr(self, "_model_ptr", None):
             llama.llama_model_free(self._model_ptr)
             self._model_ptr = None
+        close_link(getattr(self, "_rpc", None))  # after the model: its buffers are freed first
 
     def __del__(self) -> None:
         # At interpreter shutdown ctypes may already be torn down; never raise from __del__.
@@ -375,7 +374,7 @@ class LlamaCppRunner(RankScoring):
         self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray
     ) -> None:
         n = self._buffer.fill(tokens, pos, seq, want)
-        rc = self._llama.llama_decode(self._ctx, self._buffer.batch)
+        rc = decode_checked(self._llama, self._ctx, self._buffer.batch, self._rpc)
         if rc != 0:
             # Whatever llama.cpp kept of this call is dropped, so the caches match _lengths.
             for s in np.unique(seq):

@@ -72,6 +72,19 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "512MiB, or 'auto' for the share they take by default; its own row (default: not counted)",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
+    split = parser.add_argument_group("split across machines (llama.cpp RPC: `localinfer worker`)")
+    split.add_argument(
+        "--rpc", metavar="HOST:PORT,...", help="plan over this machine and these running workers "
+        "(each asked its free memory)",
+    )  # fmt: skip
+    split.add_argument(
+        "--nodes", metavar="SIZE,SIZE,...", help="plan offline over machines of these sizes, "
+        "this machine's first (like 16GiB,24GiB)",
+    )  # fmt: skip
+    split.add_argument(
+        "--tensor-split", metavar="N,N,...", help="each machine's share of the layers, this "
+        "machine's first (default: in proportion to free memory, as llama.cpp splits)",
+    )  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
@@ -91,6 +104,8 @@ def run(args: argparse.Namespace) -> int:
         mmproj=args.mmproj,
         kv_ram=args.kv_ram,
     )
+    if args.rpc or args.nodes:
+        return _split(args, request)
     report = compute_budget(request)
     check = None
     if args.verify:
@@ -112,3 +127,25 @@ def run(args: argparse.Namespace) -> int:
         if check is not None:
             console.print(check_table(check))
     return 0 if report.fits else 3
+
+
+def _split(args: argparse.Namespace, request: object) -> int:
+    """`budget --rpc` / `--nodes`: the node plan (budget/nodes.py)."""
+    from localinfer.budget.memory import parse_size
+    from localinfer.errors import InvalidParameterError
+    from localinfer.rpc_nodes import node_budget, parse_shares, parse_workers
+
+    if args.verify:
+        raise InvalidParameterError("--verify measures one machine; drop --rpc/--nodes")
+    workers = parse_workers(args.rpc) if args.rpc else ()
+    sizes = [parse_size(part) for part in args.nodes.split(",")] if args.nodes else None
+    plan = node_budget(request, workers, sizes, parse_shares(args.tensor_split))  # type: ignore[arg-type]
+    if args.json:
+        print(json.dumps(plan.model_dump()))
+    else:
+        from rich.console import Console
+
+        from localinfer.budget.nodes_render import print_node_plan
+
+        print_node_plan(plan, Console())
+    return 0 if plan.fits else 3
