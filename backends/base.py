@@ -22,18 +22,8 @@ from typing import Literal, Protocol, runtime_checkable
 import numpy as np
 
 # Re-exported: the engine reaches the backends through this module alone.
-from localinfer.backends.prompt_images import (  # noqa: F401
-    IMAGE_MARKER,
-    ImagePrompt,
-    PromptImage,
-    RGBImage,
-    VisionInput,
-    check_images,
-    image_safe_end,
-    images_within,
-    is_image_id,
-    runner_vision,
-)
+from localinfer.backends import prompt_images as prompt_images  # images in prompts (#37)
+from localinfer.backends.prompt_images import PromptImage
 from localinfer.backends.runner_sampling import RunnerSampling
 from localinfer.backends.runner_sampling import SamplesInRunner as SamplesInRunner
 from localinfer.facts.pooling import Pooling

@@ -108,7 +108,8 @@ def model_settings(args: argparse.Namespace) -> dict[str, Any]:
     rpc = _rpc(args)
     if rpc is not None:
         settings["rpc"] = rpc
-    return settings
+    # --mmproj where the command has it (generate, serve): the vision projector to load.
+    return {**settings, "mmproj": getattr(args, "mmproj", None)}
 
 
 def _rpc(args: argparse.Namespace) -> Any:

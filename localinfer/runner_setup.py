@@ -10,19 +10,23 @@ content hash.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from localinfer.backend_budget import compute_budget
 from localinfer.backends.base import Runner, RunnerConfig, kv_transfer
 from localinfer.backends.select import BackendChoice, choose_backend, create_runner
 from localinfer.budget.compute import BudgetRequest, ensure_fits
+from localinfer.budget.file_headers import read_projector
 from localinfer.budget.kv_tier import AUTO, kv_ram_bytes, parse_disk_cap, without_kv_ram
 from localinfer.budget.memory import cpu_memory
 from localinfer.budget.model_facts import facts_of_loaded
 from localinfer.budget.report import DEFAULT_CTX, BudgetReport
 from localinfer.engine.kv.tiers import DiskTierPlace, KVTiers, open_tiers, tiers_off
-from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
+from localinfer.errors import InvalidParameterError, ModelFileError, OutOfMemoryBudgetError
+from localinfer.facts.gguf_names import find_projector
 from localinfer.loading.loader import load_model
 from localinfer.loading.model import LoadedModel
 from localinfer.loading.rerank_spec import is_reranker
@@ -37,6 +41,7 @@ if TYPE_CHECKING:
 
 DEFAULT_MODEL = "smollm2-135m"
 DEFAULT_SLOTS = 4
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +60,7 @@ class RunnerSettings:
     kv_dtype: str | None = None  # --kv-dtype: the KV cache's element type; None: the backend's
     memory: DeviceMemory | None = None  # what the budget counts against; None: free memory now
     rpc: RpcOptions | None = None  # --rpc: llama.cpp split across machines (rpc_nodes.py)
+    mmproj: str | None = None  # --mmproj: a vision projector (find_projector; None: one beside)
 
     def __post_init__(self) -> None:
         if self.slots < 1:
@@ -109,6 +115,7 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
         threads=settings.threads,
         quant=settings.quant,
         kv_dtype=settings.kv_dtype,
+        mmproj=_projector(model, settings.mmproj, choice.name),
     )
     report = None
     if settings.rpc is not None:  # split across machines: the node plan decides (rpc_nodes.py)
@@ -119,7 +126,35 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
             # llama.cpp on a GPU too small for every layer: the ones the budget fitted there.
             config = replace(config, gpu_layers=report.gpu_layers)
             choice = replace(choice, reason=f"{choice.reason}; {report.offload_text}")
-    return BuiltRunner(model, create_runner(model, config, choice), choice, config, report)
+    try:
+        runner = create_runner(model, config, choice)
+    except ModelFileError as exc:
+        # A projector found beside the model (not asked for) that does not fit it: a folder of
+        # several models. The model runs without images rather than not at all.
+        if settings.mmproj is not None or exc.path != config.mmproj:
+            raise
+        log.warning("%s not loaded, %s runs without images: %s", exc.path, model.name, exc.reason)
+        config = replace(config, mmproj=None)
+        runner = create_runner(model, config, choice)
+    return BuiltRunner(model, runner, choice, config, report)
+
+
+def _projector(model: LoadedModel, asked: str | None, backend: str) -> str | None:
+    """The vision projector to load (``--mmproj``, or one found beside a GGUF); only llama.cpp
+    reads one, so for another backend an asked one is refused and a found one left."""
+    off = asked is None or asked.lower() == "none"
+    if model.format != "gguf":
+        if not off:
+            raise InvalidParameterError("--mmproj: a vision projector goes with a GGUF model")
+        return None
+    found = find_projector(Path(model.path), asked)
+    if found is None or backend == "llamacpp":
+        return None if found is None else str(found)
+    if not off:
+        raise InvalidParameterError(
+            f"--mmproj: images run on the llama.cpp runner, not {backend}; add --backend llamacpp"
+        )
+    return None
 
 
 def check_budget(
@@ -143,7 +178,11 @@ def check_budget(
         kv_dtype=config.kv_dtype,
         kv_ram=kv_ram,
     )
-    report = compute_budget(request, memory=memory, facts=facts_of_loaded(model))
+    facts = facts_of_loaded(model)
+    if config.mmproj is not None:  # counted with the weights, as `budget --mmproj` counts it
+        path = Path(config.mmproj)
+        facts = replace(facts, projector=read_projector(path, path.name))
+    report = compute_budget(request, memory=memory, facts=facts)
     try:
         return ensure_fits(report)
     except OutOfMemoryBudgetError as exc:

@@ -52,6 +52,7 @@ if TYPE_CHECKING:
     from localinfer.catalog import CatalogEntry
     from localinfer.constraints import CompiledConstraint, ConstraintCompiler, ConstraintSpec
     from localinfer.engine import EmbeddingResult
+    from localinfer.engine.images import ImagePrompt, RGBImage
     from localinfer.kv_options import KVTierOptions
     from localinfer.loading.embedding_spec import EmbeddingSpec
     from localinfer.rpc_nodes import RpcOptions
@@ -137,6 +138,14 @@ class Session:
     def raw_prompt_ids(self, text: str) -> list[int]:
         """Token ids of plain text (no chat template), with BOS when the model wants one."""
         return self.model.tokenizer.encode(text, add_special_tokens=True)
+
+    def image_prompt(self, text: str, images: Sequence[RGBImage]) -> ImagePrompt:
+        """``text`` (a rendered chat or plain text, IMAGE_MARKER where each image goes) as ids
+        and images for ``Request(ids, images=...)``, through the model's projector; refused
+        (UnsupportedModelError) when this session reads no images (engine/images.py)."""
+        from localinfer.engine.images import image_prompt
+
+        return image_prompt(self.engine.runner, self.model.tokenizer, text, images)
 
     def compile_constraint(self, spec: ConstraintSpec) -> CompiledConstraint:
         """``spec`` compiled for this model, ready for ``Request(constraint=...)``.
@@ -236,6 +245,7 @@ def open_session(
     rpc: RpcOptions | None = None,  # --rpc: the model split across machines (rpc_nodes.py)
     force: bool = False,
     budget_memory: DeviceMemory | None = None,
+    mmproj: str | None = None,
 ) -> Session:
     """Resolve, budget, load and start ``model_spec`` (default: the embedded SmolLM2-135M).
 
@@ -253,7 +263,8 @@ def open_session(
     None/``"off"``; a draft model runs on ``draft_backend`` (default: the target's);
     ``spec_config`` overrides the settings chosen for the backend. ``budget_memory``: what the
     budget counts against (serve's pool: --device SIZE or the free memory before its models
-    loaded); None: the device's free memory now.
+    loaded); None: the device's free memory now. ``mmproj``: the vision projector
+    (runner_setup's find_projector; None: one found beside the GGUF, "none": none).
     """
     if cache_reuse < 0:
         raise InvalidParameterError(f"--cache-reuse must be >= 0, got {cache_reuse}")
@@ -263,7 +274,8 @@ def open_session(
     runner_quant = quant if quant and quant.lower() != "none" else None
     settings = RunnerSettings(backend, ctx, slots, dtype, runner_quant, threads, force=force,
                               kv_ram=budgeted_kv_ram(kv, prefix_reuse),  # checks the tier flags
-                              kv_dtype=kv_dtype, memory=budget_memory)  # fmt: skip
+                              kv_dtype=kv_dtype, memory=budget_memory,
+                              mmproj=mmproj)  # fmt: skip
     opened = open_model(model_spec, quant)
     if rpc is not None:
         settings = dataclasses.replace(settings, rpc=rpc)
@@ -330,6 +342,7 @@ def _speculator(
             quant=None,
             kv_ram=None,  # the target's tier is the session's only one
             rpc=None,  # the draft runs here whole
+            mmproj="none",  # the target reads the images
             # The target's cache type where the draft runs on the same backend; another
             # backend keeps its own (torch and MLX have only their compute dtype).
             kv_dtype=settings.kv_dtype if draft_backend in (None, target.choice.name) else None,

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from localinfer.backends.base import RGBImage
 from localinfer.backends.llamacpp import native
+from localinfer.backends.prompt_images import RGBImage
 
 
 def mtmd_greedy(

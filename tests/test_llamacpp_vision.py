@@ -12,14 +12,9 @@ import pytest
 
 pytest.importorskip("llama_cpp")
 
-from localinfer.backends.base import (  # noqa: E402
-    IMAGE_MARKER,
-    RGBImage,
-    RunnerConfig,
-    SlotWork,
-    is_image_id,
-)
+from localinfer.backends.base import RunnerConfig, SlotWork  # noqa: E402
 from localinfer.backends.llamacpp.runner import LlamaCppRunner  # noqa: E402
+from localinfer.backends.prompt_images import IMAGE_MARKER, RGBImage, is_image_id  # noqa: E402
 from localinfer.engine import Engine, Request, SamplingParams  # noqa: E402
 from localinfer.errors import InvalidParameterError, UnsupportedModelError  # noqa: E402
 from localinfer.loading.loader import load_model  # noqa: E402

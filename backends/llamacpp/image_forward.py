@@ -125,12 +125,19 @@ class ImageFeeder:
         threads: int,
         samplers: SlotSamplers,
         kv_cache: Any,
+        on_failure: Callable[[], None],
     ) -> ImageFeeder | None:
-        """The feeder of the projector ``config.mmproj`` names; None without one."""
+        """The feeder of the projector ``config.mmproj`` names; None without one. When the
+        projector cannot load, ``on_failure`` (the runner's close) runs before the error goes on,
+        so a model loaded for nothing is freed at once."""
         if config.mmproj is None:
             return None
         gpu = config.device != "cpu"
-        vision = LlamaCppVision(handles.llama, handles.model, Path(config.mmproj), threads, gpu)
+        try:
+            vision = LlamaCppVision(handles.llama, handles.model, Path(config.mmproj), threads, gpu)
+        except Exception:
+            on_failure()
+            raise
         return cls(vision, handles, lengths, n_batch, samplers, kv_cache)
 
     def add_memory(self, weights: int, overhead: int) -> tuple[int, int]:

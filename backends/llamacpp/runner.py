@@ -124,9 +124,9 @@ class LlamaCppRunner(RankScoring):
             handles, self._lengths, config.max_ctx, self.kv_type, path, self.forward
         )
         self._max_outputs = 0
-        # With a projector (RunnerConfig.mmproj): images in prompts (image_forward.py).
-        self._images = ImageFeeder.load(config, handles, self._lengths, self._n_batch,
-                                        self._threads, self._samplers, self.kv_cache)  # fmt: skip
+        self._images = ImageFeeder.load(config, handles, self._lengths, self._n_batch,  # images
+                                        self._threads, self._samplers, self.kv_cache,
+                                        on_failure=self.close)  # fmt: skip
         self.vision = None if self._images is None else self._images.vision  # VisionInput
         # dtype: the activations'; weights keep the file's types, KV is kv_type (F16 by default).
         self.info = RunnerInfo.from_config(

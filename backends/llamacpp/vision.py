@@ -26,11 +26,16 @@ from types import ModuleType
 
 import numpy as np
 
-from localinfer.backends.base import IMAGE_MARKER, ImagePrompt, PromptImage, RGBImage
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.buffers import parse_buffers
-from localinfer.backends.prompt_images import image_token_ids
-from localinfer.errors import ModelFileError, UnsupportedModelError
+from localinfer.backends.prompt_images import (
+    IMAGE_MARKER,
+    ImagePrompt,
+    PromptImage,
+    RGBImage,
+    image_token_ids,
+)
+from localinfer.errors import ModelFileError
 
 TEXT_CHUNK, IMAGE_CHUNK = 0, 1  # mtmd_input_chunk_type
 ENCODED_KEPT = 4  # images whose embeddings stay cached (a prompt's few, or a turn's one)
@@ -72,10 +77,8 @@ class LlamaCppVision:
         if mrope or not mtmd.mtmd_support_vision(ctx):
             self.close()
             what = "places image tokens by M-RoPE" if mrope else "reads audio only"
-            raise UnsupportedModelError(
-                f"{projector.name}: its model {what}, which localinfer's llama.cpp runner does "
-                "not run yet"
-            )
+            why = f"its model {what}, which localinfer's llama.cpp runner does not run yet"
+            raise ModelFileError(projector, why)
         self.path = projector
         self.non_causal = bool(mtmd.mtmd_decode_use_non_causal(ctx, None))
         self.width = int(llama.llama_model_n_embd_inp(model_ptr))

@@ -12,6 +12,7 @@ from localinfer.command_help import command_parser
 from localinfer.errors import InvalidParameterError, LocalinferError
 from localinfer.model_options import (
     add_draft_options,
+    add_mmproj_option,
     add_model_options,
     draft_settings,
     model_settings,
@@ -19,6 +20,8 @@ from localinfer.model_options import (
 
 if TYPE_CHECKING:
     from localinfer.constraints import ConstraintSpec
+
+MEDIA_MARKER = "<__media__>"  # where --image goes in PROMPT (llama.cpp's mtmd marker)
 
 
 def register(subparsers: Any) -> None:
@@ -66,6 +69,17 @@ def register(subparsers: Any) -> None:
     )
     shape.add_argument("--regex", metavar="PATTERN", help="the whole answer matches PATTERN")
     shape.add_argument("--json-object", action="store_true", help="the answer is a JSON object")
+    p.add_argument(
+        "--image",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="an image the prompt is about (repeatable): each goes where PROMPT writes "
+        "<__media__>, else before it. Needs a vision projector on the llama.cpp runner",
+    )
+    add_mmproj_option(
+        p, "the vision projector to load (default: an mmproj*.gguf beside the model; none: none)"
+    )
     add_model_options(p)
     add_draft_options(p)
 
@@ -131,6 +145,7 @@ def run(args: argparse.Namespace) -> int:
         args.prompt = _stdin_prompt()
     if args.thinking_budget is not None and args.thinking_budget < 0:
         raise InvalidParameterError(f"--thinking-budget must be >= 0, got {args.thinking_budget}")
+    images = _read_images(args)  # before the model loads: a bad file is refused at once
 
     from localinfer.engine import Request
     from localinfer.session import open_session
@@ -144,9 +159,9 @@ def run(args: argparse.Namespace) -> int:
         **model_settings(args),
     )
     try:
-        ids, params, reasoning = _prompt(session, args, params)
+        ids, params, reasoning, shown = _prompt(session, args, params, images)
         constraint = None if spec is None else session.compile_constraint(spec)
-        request = Request(ids, params, constraint=constraint, reasoning=reasoning)
+        request = Request(ids, params, constraint=constraint, reasoning=reasoning, images=shown)
         handle = session.engine.submit(request)
         try:
             if args.json:
@@ -177,6 +192,26 @@ def run(args: argparse.Namespace) -> int:
         session.close()
 
 
+def _read_images(args: argparse.Namespace) -> list[Any]:
+    """``--image`` files decoded (localinfer/image_input.py), each marked in the prompt."""
+    if not args.image:
+        return []
+    from localinfer.engine.images import IMAGE_MARKER
+    from localinfer.image_input import check_image_count, read_image_file
+
+    if args.suffix is not None:
+        raise InvalidParameterError("--image: fill-in-the-middle takes no images")
+    check_image_count(len(args.image), "--image")
+    images = [read_image_file(Path(path)) for path in args.image]
+    marked = args.prompt.count(MEDIA_MARKER)
+    if marked and marked != len(images):
+        raise InvalidParameterError(f"--image: {len(images)} images, PROMPT marks {marked}")
+    # As llama-mtmd-cli: the images go where <__media__> stands, else before the text.
+    text = args.prompt.replace(MEDIA_MARKER, IMAGE_MARKER)
+    args.prompt = text if marked else IMAGE_MARKER * len(images) + text
+    return images
+
+
 def _stdin_prompt() -> str:
     """PROMPT '-': all of stdin, less the newline that ends a piped file or echo."""
     if sys.stdin.isatty():
@@ -187,29 +222,40 @@ def _stdin_prompt() -> str:
     return text
 
 
-def _prompt(session: Any, args: argparse.Namespace, params: Any) -> tuple[list[int], Any, Any]:
+def _prompt(
+    session: Any, args: argparse.Namespace, params: Any, images: list[Any]
+) -> tuple[list[int], Any, Any, tuple[Any, ...]]:
     """The prompt's token ids, the sampling parameters (with the tokens that end a middle when
-    it is a fill-in-the-middle prompt) and a thinking model's reasoning split (or None)."""
+    it is a fill-in-the-middle prompt), a thinking model's reasoning split (or None) and the
+    prompt's images (their places in the ids: the projector's tokenizer)."""
     if args.suffix is not None:
         from localinfer.fim import fim_format
 
         tokenizer = session.tokenizer
         fim = fim_format(tokenizer, field="--suffix", model=session.model.name)
         ids = fim.prompt_ids(tokenizer, args.prompt, args.suffix)
-        return ids, params.model_copy(update={"stop_token_ids": fim.stop_ids}), None
+        return ids, params.model_copy(update={"stop_token_ids": fim.stop_ids}), None, ()
     if args.raw or (session.base_model and not args.system):
         if not args.raw:  # a base model completes text: the prompt goes as is, and it says so
             print(f"{session.model.name} is a base model: the prompt is sent as is (--raw)",
                   file=sys.stderr)  # fmt: skip
-        return session.raw_prompt_ids(args.prompt), params, None
+        if images:
+            prompt = session.image_prompt(args.prompt, images)
+            return prompt.ids, params, None, prompt.images
+        return session.raw_prompt_ids(args.prompt), params, None, ()
     messages = [{"role": "user", "content": args.prompt}]
     if args.system:
         messages.insert(0, {"role": "system", "content": args.system})
     from localinfer.tools.thinking import Thinking, thinking_prompt
 
     enabled = None if args.thinking is None else args.thinking == "on"
-    prompt = thinking_prompt(session, messages, Thinking(enabled, args.thinking_budget))
-    return prompt.ids, params, prompt.reasoning
+    source = session
+    if images:
+        from localinfer.image_input import ImageChat
+
+        source = ImageChat(session, session.engine.runner, images)
+    prompt = thinking_prompt(source, messages, Thinking(enabled, args.thinking_budget))
+    return prompt.ids, params, prompt.reasoning, getattr(source, "images", ())
 
 
 def _metrics_line(session: Any, result: Any, max_tokens: int) -> str:

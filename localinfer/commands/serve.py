@@ -24,6 +24,7 @@ from localinfer.kv_options import add_kv_options, kv_settings
 from localinfer.model_options import (
     add_cache_reuse_option,
     add_draft_options,
+    add_mmproj_option,
     add_model_options,
     draft_settings,
     model_settings,
@@ -105,6 +106,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     add_model_options(p)
+    add_mmproj_option(p, "the vision projector to load (default: an mmproj*.gguf beside a GGUF "
+                      "model, which then reads images; none: none)")  # fmt: skip
     add_cache_reuse_option(p)
     add_draft_options(p)
     _add_pool_options(p)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence as Seq
 from dataclasses import dataclass
 
-from localinfer.backends.base import RunnerSampling, SlotWork, image_safe_end, images_within
+from localinfer.backends.base import RunnerSampling, SlotWork, prompt_images
 from localinfer.engine.runner_sampling import RunnerSamplingPolicy
 from localinfer.engine.sequence import Sequence
 from localinfer.engine.slots import SlotTable
@@ -63,11 +63,12 @@ def plan_batch(
             decodes.append(PlannedWork(seq, work, is_decode=True, proposal=proposal))
         elif budget > 0:
             images = seq.request.images  # never split between steps: image_safe_end
-            n = image_safe_end(images, start, start + min(pending, budget)) - start
+            end = prompt_images.image_safe_end(images, start, start + min(pending, budget))
+            n = end - start
             budget -= n
             due = sample(seq) if n == pending else None  # the last chunk gives the first token
-            work = SlotWork(slot.index, tuple(seq.tokens[start : start + n]), start, sample=due,
-                            images=images_within(images, start, start + n))  # fmt: skip
+            work = SlotWork(slot.index, tuple(seq.tokens[start:end]), start, sample=due,
+                            images=prompt_images.images_within(images, start, end))  # fmt: skip
             prefills.append(PlannedWork(seq, work, is_decode=False))
     return decodes + prefills
 

@@ -5,11 +5,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from localinfer.backends.base import check_images, is_image_id, runner_vision
+from localinfer.backends.base import prompt_images
 from localinfer.engine.types import Request
 from localinfer.errors import ContextOverflowError, InvalidParameterError, UnsupportedModelError
 
-IMAGES_NEED = "images need a vision projector on the llama.cpp runner (--backend llamacpp)"
+IMAGES_NEED = (
+    "this model reads no images here: images need its vision projector (an mmproj*.gguf beside "
+    "the GGUF, or --mmproj FILE) on the llama.cpp runner (--backend llamacpp)"
+)
 
 
 def check_request(request: Request, vocab_size: int, max_ctx: int, runner: object = None) -> None:
@@ -19,10 +22,10 @@ def check_request(request: Request, vocab_size: int, max_ctx: int, runner: objec
     if not ids:
         raise InvalidParameterError("the prompt has no tokens")
     if request.images:
-        if runner_vision(runner) is None:
+        if prompt_images.runner_vision(runner) is None:
             raise UnsupportedModelError(IMAGES_NEED)
         try:
-            check_images(ids, request.images)
+            prompt_images.check_images(ids, request.images)
         except ValueError as exc:
             raise InvalidParameterError(f"prompt: {exc}") from None
     _check_ids("prompt", text_ids(request), vocab_size)
@@ -39,7 +42,7 @@ def check_request(request: Request, vocab_size: int, max_ctx: int, runner: objec
 def text_ids(request: Request) -> list[int]:
     """The prompt's ids without its images' placeholders (the sampler's seen tokens)."""
     ids = request.prompt_ids
-    return [t for t in ids if not is_image_id(t)] if request.images else ids
+    return [t for t in ids if not prompt_images.is_image_id(t)] if request.images else ids
 
 
 def _check_ids(field: str, ids: Sequence[int], vocab_size: int) -> None:

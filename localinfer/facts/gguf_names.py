@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from pathlib import Path
 
 from localinfer.errors import InvalidParameterError
 
@@ -116,3 +117,22 @@ def pick_projector(names: Iterable[str], asked: str, where: str) -> str:
     if not chosen:
         raise InvalidParameterError(f"--mmproj: {where} has no {asked}; it has {', '.join(found)}")
     return chosen[0]
+
+
+def find_projector(model: Path, asked: str | None) -> Path | None:
+    """The vision projector to load with the GGUF at ``model``: ``asked`` None, the one beside
+    it if there is one (the F16 one first); "" the one beside it, which must exist; "none" no
+    projector; otherwise a file's path, or the name of one beside the model."""
+    if asked is not None and asked.lower() == "none":
+        return None
+    if asked:
+        path = Path(asked).expanduser()
+        if not path.is_file() and (model.parent / asked).is_file():
+            path = model.parent / asked
+        if not path.is_file():
+            raise InvalidParameterError(f"--mmproj: {asked} is not a file")
+        return path
+    names = [p.name for p in model.parent.glob("*.gguf") if p != model]
+    if asked is None and not projector_ggufs(names):
+        return None
+    return model.parent / pick_projector(names, "", str(model.parent))

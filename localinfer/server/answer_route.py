@@ -98,4 +98,5 @@ def chat_input(
         constraint=plan.constraint,
         shape=plan.shape,
         reasoning=plan.reasoning,
+        images=plan.images,
     )

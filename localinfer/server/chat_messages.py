@@ -13,16 +13,34 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from localinfer.engine.images import IMAGE_MARKER
+
 
 class _Part(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
 
 class TextPart(_Part):
-    """One element of an array ``content``; only text parts are supported."""
+    """One text element of an array ``content``."""
 
     type: Literal["text"]
     text: str
+
+
+class ImageURL(_Part):
+    url: str = Field(min_length=1)
+    detail: Literal["auto", "low", "high"] | None = None  # accepted; the projector sets the size
+
+
+class ImagePart(_Part):
+    """An image in a system, developer or user message: a ``data:`` URL or bare base64. Remote
+    URLs are refused (localinfer/image_input.py)."""
+
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+InputPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
 class CalledFunction(_Part):
@@ -43,15 +61,23 @@ class ToolCall(_Part):
 class _Message(_Part):
     """What every message of a chat history has."""
 
-    content: str | list[TextPart] | None = None
+    content: str | list[TextPart] | list[InputPart] | None = None
     name: str | None = None
 
     def text(self) -> str:
+        """The text; an image part stands as the image marker (engine/images.py)."""
         if self.content is None:
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(p.text if isinstance(p, TextPart) else IMAGE_MARKER for p in self.content)
+
+    def image_urls(self) -> list[tuple[int, str]]:
+        """The images' (part index, url), in order."""
+        if not isinstance(self.content, list):
+            return []
+        parts = enumerate(self.content)
+        return [(i, p.image_url.url) for i, p in parts if isinstance(p, ImagePart)]
 
     def as_openai(self) -> dict[str, Any]:
         """The message as an OpenAI client sent it (text parts joined, absent fields left out)."""
@@ -66,7 +92,7 @@ class InputMessage(_Message):
     for the system role (o1 and later)."""
 
     role: Literal["system", "developer", "user"]
-    content: str | list[TextPart]
+    content: str | list[InputPart]
 
 
 class ToolMessage(_Message):

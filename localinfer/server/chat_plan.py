@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from localinfer.constraints import ConstraintSpec
 from localinfer.engine import ConstraintSource
+from localinfer.engine.images import PromptImage
 from localinfer.engine.reasoning import ReasoningSpec
 from localinfer.loading.chat_template import ChatTemplateError
 from localinfer.loading.model import LoadedModel
@@ -28,6 +29,7 @@ from localinfer.server.answer_shape import (
 )
 from localinfer.server.capability import capability_refused
 from localinfer.server.errors import APIError
+from localinfer.server.image_parts import prompt_images, with_images
 from localinfer.server.schemas import ChatCompletionRequest
 from localinfer.server.structured_output import response_format_spec
 from localinfer.server.tool_schemas import choice_value, tool_dicts
@@ -61,6 +63,7 @@ class ChatPlan:
     constraint: ConstraintSource | None
     shape: ShapeFactory
     reasoning: ReasoningSpec | None = None  # a thinking model's: its reasoning split off
+    images: tuple[PromptImage, ...] = ()  # image_url parts (image_parts.py)
 
 
 # reasoning_effort -> a budget of reasoning tokens (None: no limit); "none" turns thinking off.
@@ -91,6 +94,7 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
     tools = parse_tools(tool_dicts(body.tools))
     choice = parse_tool_choice(choice_value(body.tool_choice), tools)
     template = source.model.chat_template  # None: the session refuses chat turns (a 404)
+    source = with_images(source, body.messages)  # the projector tokenizes a chat with images
     family = detect_family(template.source if template is not None else None)
     messages = template_messages([m.as_openai() for m in body.messages], family)
     inputs = prompt_inputs(family, messages, tools, choice)
@@ -129,4 +133,4 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
         shape = lambda: ToolAnswer(family, tools)  # noqa: E731
     else:
         shape = PlainAnswer
-    return ChatPlan(prompt.ids, constraint, shape, prompt.reasoning)
+    return ChatPlan(prompt.ids, constraint, shape, prompt.reasoning, prompt_images(source))

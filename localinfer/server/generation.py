@@ -18,6 +18,7 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from localinfer.engine import ConstraintSource
+from localinfer.engine.images import PromptImage
 from localinfer.engine.reasoning import ReasoningSpec
 from localinfer.engine.types import Request as EngineRequest
 from localinfer.engine.types import RequestMetrics, SamplingParams, StreamEvent, TokenLogprob
@@ -53,6 +54,7 @@ class GenerationInput:
     constraint: ConstraintSource | None = None  # JSON mode, a schema or a forced tool call
     shape: ShapeFactory = PlainAnswer  # how the answer's text becomes content or tool calls
     reasoning: ReasoningSpec | None = None  # a thinking model's reasoning, split off the answer
+    images: tuple[PromptImage, ...] = ()  # the prompt's images (image_parts.py)
 
 
 async def generate(
@@ -65,6 +67,7 @@ async def generate(
         request_id=given.renderer.id,
         constraint=given.constraint,
         reasoning=given.reasoning,
+        images=given.images,
     )
     try:
         # ``Engine.stream`` validates and queues the request at once: a full queue (or an engine
