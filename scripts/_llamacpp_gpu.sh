@@ -11,14 +11,16 @@ llamacpp_gpu_build() {
   command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 || return 0
   local py=.venv/bin/python
   "$py" -c "import llama_cpp" 2>/dev/null || return 0  # the llamacpp extra is not installed
-  if "$py" -c "import llama_cpp, sys; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() else 1)" 2>/dev/null; then
+  # A GPU device in ggml's registry (llama_supports_gpu_offload alone also says yes for the RPC
+  # backend every build has).
+  if "$py" -c "import ctypes, sys, llama_cpp; from llama_cpp import _ggml; f = _ggml.libggml.ggml_backend_dev_by_type; f.restype = ctypes.c_void_p; f.argtypes = [ctypes.c_int]; sys.exit(0 if llama_cpp.llama_supports_gpu_offload() and (f(1) or f(2)) else 1)" 2>/dev/null; then
     return 0
   fi
   local version args key dir nvcc="" library_only
   # Only the libraries the package loads (scripts/cmake/llamacpp-library-only.cmake says why).
   library_only="-DCMAKE_PROJECT_llama.cpp_INCLUDE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/cmake/llamacpp-library-only.cmake"
   version="$("$py" -c "from importlib.metadata import version; print(version('llama-cpp-python'))")"
-  args="-DGGML_CUDA=on"
+  args="-DGGML_CUDA=on -DGGML_RPC=ON -DGGML_RPC_RDMA=OFF"  # RPC: as _env.sh builds it
   key="$(printf '%s %s' "$version" "$args" | sha256sum | cut -c1-10)"
   dir="${XDG_CACHE_HOME:-$HOME/.cache}/localinfer-dev/llamacpp-cuda-$version-$key"
   local fix="CMAKE_ARGS=\"$args\" .venv/bin/pip install --force-reinstall --no-cache-dir llama-cpp-python==$version"

@@ -75,7 +75,8 @@ def test_with_a_toolkit_the_cuda_wheel_is_built_once_and_installed(tmp_path: Pat
 def test_without_a_toolkit_it_says_so_once_with_the_fix(tmp_path: Path) -> None:
     out, log = run(tmp_path, nvcc=False)
     assert out.returncode == 0
-    assert "no CUDA toolkit (nvcc)" in out.stderr and 'CMAKE_ARGS="-DGGML_CUDA=on"' in out.stderr
+    assert "no CUDA toolkit (nvcc)" in out.stderr
+    assert 'CMAKE_ARGS="-DGGML_CUDA=on -DGGML_RPC=ON' in out.stderr  # the RPC backend kept
     assert "pip wheel" not in log
     again, _ = run(tmp_path, nvcc=False)
     assert again.stderr == ""  # said once

@@ -29,6 +29,7 @@ AMX_ENV = "LOCALINFER_LLAMACPP_AMX"  # "1": let llama.cpp put weights in its AMX
 # the previous message). (llama_cpp/_logger.py still documents an older numbering.)
 LOG_ERROR = 4
 LOG_CONT = 5
+GGML_DEVICE_GPU, GGML_DEVICE_IGPU = 1, 2  # enum ggml_backend_dev_type
 
 _PREFIX_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_:]*: ")
 
@@ -96,7 +97,16 @@ def mtmd() -> ModuleType:
 
 def supports_gpu_offload() -> bool:
     """This llama-cpp-python build has a GPU backend (CUDA, Metal) that can hold layers."""
-    return bool(lib().llama_supports_gpu_offload())
+    llama = lib()
+    if not llama.llama_supports_gpu_offload():
+        return False
+    # llama.cpp also says yes for a build whose only offload backend is RPC (its workers hold
+    # layers as a GPU would): a GPU here means a GPU or integrated GPU device in ggml's registry.
+    from llama_cpp import _ggml
+
+    by_type = _ggml.libggml.ggml_backend_dev_by_type
+    by_type.restype, by_type.argtypes = ctypes.c_void_p, [ctypes.c_int]
+    return bool(by_type(GGML_DEVICE_GPU) or by_type(GGML_DEVICE_IGPU))
 
 
 def has_amx() -> bool:

@@ -152,12 +152,13 @@ PROFILE = LlamaCppProfile(
 
 
 # The rebuild that gives llama-cpp-python the device's GPU backend (scripts/run does it when it
-# finds the toolkit; --no-cache-dir so pip does not reuse the CPU wheel it cached).
+# finds the toolkit; --no-cache-dir so pip does not reuse the CPU wheel it cached), keeping the
+# RPC backend scripts/_env.sh builds in (`localinfer worker`, --rpc).
 GPU_REBUILD_HINT = {
-    "cuda": 'CMAKE_ARGS="-DGGML_CUDA=on" pip install --force-reinstall --no-cache-dir '
-    "llama-cpp-python",
-    "metal": 'CMAKE_ARGS="-DGGML_METAL=on" pip install --force-reinstall --no-cache-dir '
-    "llama-cpp-python",
+    "cuda": 'CMAKE_ARGS="-DGGML_CUDA=on -DGGML_RPC=ON" pip install --force-reinstall '
+    "--no-cache-dir llama-cpp-python",
+    "metal": 'CMAKE_ARGS="-DGGML_METAL=on -DGGML_RPC=ON" pip install --force-reinstall '
+    "--no-cache-dir llama-cpp-python",
 }
 
 

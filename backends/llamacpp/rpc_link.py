@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from localinfer.backends.llamacpp import rpc_wire as wire
+from localinfer.backends.llamacpp.native import supports_gpu_offload
 from localinfer.backends.llamacpp.offload import gpu_layer_count
 from localinfer.backends.llamacpp.rpc_ggml import rpc_functions
 from localinfer.backends.llamacpp.rpc_relay import Relay, RelayConfig
@@ -107,7 +108,7 @@ def offload_params(params: Any, config: Any, llama: Any) -> RpcLink | None:
     """Where ``llama_model_params`` put the layers for a runner built as ``config``: on its
     GPU (offload.py), or on its RPC workers (then the link to them, which the runner keeps)."""
     if not config.rpc:
-        offload = llama.llama_supports_gpu_offload()
+        offload = supports_gpu_offload()
         params.n_gpu_layers = gpu_layer_count(config.device, config.gpu_layers, offload)
         return None
     link = RpcLink(config.rpc)
