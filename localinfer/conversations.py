@@ -55,12 +55,17 @@ class ChatMessage:
     role: Role
     content: str
     reasoning: str = ""  # a thinking model's reasoning before this answer (kept apart)
+    # An answer's figures as the chat measured them (ttft_s, decode_tok_s, prompt_tokens, ...):
+    # saved with it so an export can quote them; never part of the prompt.
+    stats: dict[str, float] = field(default_factory=dict)
 
-    def as_dict(self) -> dict[str, str]:
+    def as_dict(self) -> dict[str, Any]:
         """The message as saved: the reasoning, where there is one, under ``reasoning``."""
-        out = {"role": self.role, "content": self.content}
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
         if self.reasoning:
             out["reasoning"] = self.reasoning
+        if self.stats:
+            out["stats"] = dict(self.stats)
         return out
 
     def as_prompt(self) -> dict[str, str]:
@@ -84,6 +89,7 @@ class Conversation:
     model: str = ""
     created: str = field(default_factory=_now)
     updated: str = field(default_factory=_now)
+    branched_from: str = ""  # the conversation this one was branched off (an edit, a regenerate)
 
     def add(self, role: Role, content: str, reasoning: str = "") -> ChatMessage:
         message = ChatMessage(role, content, reasoning)
@@ -107,7 +113,7 @@ class Conversation:
             "created": self.created,
             "updated": self.updated,
             "messages": [m.as_dict() for m in self.messages],
-        }
+        } | ({"branched_from": self.branched_from} if self.branched_from else {})
 
     @classmethod
     def from_json(cls, data: Any, conversation_id: str | None = None) -> Conversation:
@@ -125,7 +131,7 @@ class Conversation:
                 raise ValueError(f"bad message {item!r}")
             if not isinstance(reasoning, str):
                 raise ValueError(f"bad reasoning in {item!r}")
-            messages.append(ChatMessage(role, content, reasoning))
+            messages.append(ChatMessage(role, content, reasoning, _figures(item.get("stats"))))
         if conversation_id is None:
             conversation_id = _text(data.get("id"))
             if not conversation_id:
@@ -138,12 +144,25 @@ class Conversation:
             model=_text(data.get("model")),
             created=_text(data.get("created")),
             updated=_text(data.get("updated")),
+            branched_from=_text(data.get("branched_from")),
         )
 
 
 def _text(value: Any) -> str:
     """A string field of a saved file; a missing or wrong-typed one reads as empty."""
     return value if isinstance(value, str) else ""
+
+
+def _figures(value: Any) -> dict[str, float]:
+    """An answer's saved figures; anything but name -> number is dropped (figures are
+    optional: a damaged one must not make the conversation unreadable)."""
+    if not isinstance(value, dict):
+        return {}
+    return {
+        k: v
+        for k, v in value.items()
+        if isinstance(k, str) and isinstance(v, int | float) and not isinstance(v, bool)
+    }
 
 
 @dataclass(slots=True, frozen=True)
