@@ -112,3 +112,15 @@ def test_what_is_not_a_reranker_is_refused(tmp_path: Path, reranker: Path) -> No
 def weights_of(config) -> dict[str, np.ndarray]:  # type: ignore[no-untyped-def]
     source = tiny_weights(config)
     return {name: source.get(name) for name in source.names()}
+
+
+def test_a_context_smaller_than_a_pass_of_sequences(session: Session, reranker: Path) -> None:
+    """At --ctx 16 the scoring (and embedding) contexts hold fewer cells than a pass may hold
+    sequences: llama.cpp aborted the process there; short pairs score as at 1024."""
+    pairs = [[5] * 10, [6] * 5, [7] * 3]
+    wide = session.engine.embed(EmbeddingRequest(pairs, RANK)).result().vectors
+    with open_session(str(reranker), backend="llamacpp", slots=1, ctx=16, threads=1) as small:
+        narrow = small.engine.embed(EmbeddingRequest(pairs, RANK)).result().vectors
+        vectors = small.engine.embed(EmbeddingRequest(pairs, "mean")).result().vectors
+    np.testing.assert_allclose(narrow, wide, atol=1e-6)
+    np.testing.assert_allclose(np.linalg.norm(vectors, axis=1), 1.0, rtol=1e-5)

@@ -62,7 +62,10 @@ class EmbeddingContext:
         (None: NONE, per-token states) and ``shape`` (n_batch, n_ubatch): rerank.py's differ."""
         params = llama.llama_context_default_params()
         params.n_ctx = max_ctx
-        params.n_seq_max = EMBED_PASS_MAX_INPUTS
+        # llama.cpp reserves an output row per sequence within n_batch, which it clamps to n_ctx:
+        # more sequences than cells abort it (GGML_ASSERT at --ctx 32). A pass never holds more
+        # inputs than cells (plan_embedding_passes).
+        params.n_seq_max = min(EMBED_PASS_MAX_INPUTS, max_ctx)
         params.kv_unified = True  # a pass's sequences share the cells: their total <= max_ctx
         params.n_batch, params.n_ubatch = shape
         params.n_threads = threads
