@@ -190,7 +190,8 @@ class AnswerActions(ConversationActions, ThinkingActions):
             )
         elif progress.finish_reason == "length":
             self.view.end_answer(self._answer, "… hit the max-tokens limit (Ctrl+S to raise it)")
-        self.conversation.add("assistant", progress.text, progress.reasoning)
+        answer = self.conversation.add("assistant", progress.text, progress.reasoning)
+        answer.stats = progress.stats.saved_figures()
         self._last_answer_text = progress.text
         # The worker writes a copy: the next message may change this one meanwhile.
         self.save_conversation(Conversation.from_json(self.conversation.to_json()))

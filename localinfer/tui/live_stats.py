@@ -39,6 +39,19 @@ class StatsSnapshot:
     def answer_tokens(self) -> int:
         return self.completion_tokens - (self.reasoning_tokens or 0)
 
+    def saved_figures(self) -> dict[str, float]:
+        """The figures an answer is saved with (an export quotes them); unmeasured ones left out."""
+        figures: dict[str, float | None] = {
+            "ttft_s": self.ttft_s,
+            "decode_tok_s": self.average_tps,
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": self.completion_tokens,
+            "cached_tokens": self.cached_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+            "answer_ttft_s": self.answer_ttft_s,
+        }
+        return {k: round(v, 4) for k, v in figures.items() if v is not None}
+
 
 class LiveStats:
     """Accumulates token arrivals of one request; not thread-safe (one worker owns it)."""
