@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from localinfer.errors import ContextOverflowError
 
@@ -59,10 +59,15 @@ class Fit:
 
     def describe(self) -> str:
         """One line that says what was left out ('' when nothing was)."""
-        if not self.dropped:
-            return ""
-        s = "" if self.dropped == 1 else "s"
-        return f"{self.dropped} earlier message{s} are outside the model's context"
+        return describe_outside(self.dropped)
+
+
+def describe_outside(n: int) -> str:
+    """'12 earlier messages are outside the model's context' ('' for none)."""
+    if n <= 0:
+        return ""
+    messages = "message is" if n == 1 else "messages are"
+    return f"{n} earlier {messages} outside the model's context"
 
 
 def _system_count(messages: Sequence[Message]) -> int:
@@ -123,3 +128,104 @@ def fit_messages(
             lo = mid + 1
     dropped = starts[hi] - len(head)
     return Fit(kept(hi), tokens_of(hi), dropped=dropped, dropped_turns=hi)
+
+
+# -- the chat: room for the answer, and a conversation that remembers where its context begins --
+
+# Said before a summary of left-out turns where it joins the system prompt.
+SUMMARY_OPENING = "A summary of the earlier part of this conversation, which you no longer see:"
+
+
+def answer_reserve(ctx: int, max_tokens: int) -> int:
+    """The tokens a cut leaves free for the answer: the max-tokens setting, at most a quarter of
+    the context (a max-tokens near the context would leave no room for the conversation)."""
+    return max(1, min(max_tokens, ctx // 4))
+
+
+def cut_slack(ctx: int) -> int:
+    """How far below the room a cut goes: an eighth of the context, so that the next few turns
+    append to the cached prompt as they are (an exact prefix) before another cut is needed."""
+    return ctx // 8
+
+
+def summary_tokens(ctx: int) -> int:
+    """The most tokens a summary of left-out turns may take (it joins the system prompt)."""
+    return max(16, min(128, ctx // 16))
+
+
+def fit_with_room(
+    messages: Sequence[Message],
+    count: Callable[[Sequence[Message]], int],
+    ctx: int,
+    max_tokens: int,
+    policy: OverflowPolicy | str,
+) -> Fit:
+    """The chat's fit of ``messages`` into a context of ``ctx`` tokens under ``policy``.
+
+    Under ``stop`` nothing is left out (the engine refuses a prompt past the context, as before).
+    Otherwise a prompt that leaves less than :func:`answer_reserve` free is cut to fit with
+    :func:`cut_slack` to spare; where only the question fits, with whatever room is left. A
+    question that alone exceeds the context is refused (ContextOverflowError)."""
+    policy = OverflowPolicy(policy)
+    whole = list(messages)
+    counted: dict[int, int] = {}
+
+    def tokens(kept: Sequence[Message]) -> int:  # every candidate is a suffix after the head
+        if len(kept) not in counted:
+            counted[len(kept)] = count(kept)
+        return counted[len(kept)]
+
+    room = ctx - answer_reserve(ctx, max_tokens)
+    if policy is OverflowPolicy.STOP or tokens(whole) <= room:
+        return Fit(whole, tokens(whole))
+    for limit in (room - cut_slack(ctx), room):
+        try:
+            return fit_messages(whole, tokens, limit, OverflowPolicy.DROP_OLDEST)
+        except ContextOverflowError:
+            pass
+    # Even the question alone leaves less than the reserve: send it alone (the most room left
+    # for the answer), if it fits at all.
+    starts = turn_starts(whole)
+    alone = whole[: _system_count(whole)] + whole[starts[-1] :] if starts else whole
+    if tokens(alone) + 1 > ctx:
+        raise ContextOverflowError(
+            tokens(alone) + 1, ctx, what="the question alone, plus one new token"
+        )
+    return fit_messages(whole, tokens, tokens(alone), OverflowPolicy.DROP_OLDEST)
+
+
+class ShownMessage(Protocol):
+    """A saved message (conversations.ChatMessage): a "system" one inside the conversation is a
+    summary of the messages before it that the model no longer sees."""
+
+    role: str
+    content: str
+
+    def as_prompt(self) -> dict[str, str]: ...
+
+
+def window_start(messages: Sequence[ShownMessage], start: int) -> int:
+    """``start`` where it still points into ``messages``; 0 where it does not (the conversation
+    was cut shorter since, as a branch does)."""
+    return start if 0 <= start <= len(messages) else 0
+
+
+def window_messages(
+    system_prompt: str, messages: Sequence[ShownMessage], start: int = 0
+) -> list[dict[str, str]]:
+    """What the model sees of a conversation whose context begins at ``messages[start]``: the
+    system prompt, with the latest summary before ``start`` after it, then the turns from
+    ``start`` on."""
+    start = window_start(messages, start)
+    notes = [m.content for m in messages[:start] if m.role == "system"]
+    system = system_prompt
+    if notes:
+        system = "\n\n".join(filter(None, (system_prompt, f"{SUMMARY_OPENING} {notes[-1]}")))
+    head = [{"role": "system", "content": system}] if system else []
+    return head + [m.as_prompt() for m in messages[start:] if m.role != "system"]
+
+
+def outside_count(messages: Sequence[ShownMessage], start: int) -> int:
+    """How many of the conversation's messages the model no longer sees (summaries not counted)."""
+    start = window_start(messages, start)
+    return sum(1 for m in messages[:start] if m.role != "system")

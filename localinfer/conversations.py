@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, Literal
 
+from localinfer.context_fit import window_messages
 from localinfer.errors import LocalinferError
 from localinfer.stale_files import LeftoverSweep, writer_tag
 
@@ -90,6 +91,9 @@ class Conversation:
     created: str = field(default_factory=_now)
     updated: str = field(default_factory=_now)
     branched_from: str = ""  # the conversation this one was branched off (an edit, a regenerate)
+    # Where the model's context begins (#39): the messages before this index are shown and saved
+    # but no longer sent (context_fit.py); a "system" message among them summarises them.
+    context_start: int = 0
 
     def add(self, role: Role, content: str, reasoning: str = "") -> ChatMessage:
         message = ChatMessage(role, content, reasoning)
@@ -99,21 +103,25 @@ class Conversation:
         return message
 
     def prompt_messages(self) -> list[dict[str, str]]:
-        """The messages a chat template renders: the system prompt (when set) then the turns."""
-        head = [{"role": "system", "content": self.system_prompt}] if self.system_prompt else []
-        return head + [m.as_prompt() for m in self.messages]
+        """The messages a chat template renders: the system prompt (when set) then the turns the
+        model still sees (from ``context_start``; see context_fit.window_messages)."""
+        return window_messages(self.system_prompt, self.messages, self.context_start)
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "version": FORMAT_VERSION,
-            "id": self.id,
-            "title": self.title,
-            "system_prompt": self.system_prompt,
-            "model": self.model,
-            "created": self.created,
-            "updated": self.updated,
-            "messages": [m.as_dict() for m in self.messages],
-        } | ({"branched_from": self.branched_from} if self.branched_from else {})
+        return (
+            {
+                "version": FORMAT_VERSION,
+                "id": self.id,
+                "title": self.title,
+                "system_prompt": self.system_prompt,
+                "model": self.model,
+                "created": self.created,
+                "updated": self.updated,
+                "messages": [m.as_dict() for m in self.messages],
+            }
+            | ({"branched_from": self.branched_from} if self.branched_from else {})
+            | ({"context_start": self.context_start} if self.context_start else {})
+        )
 
     @classmethod
     def from_json(cls, data: Any, conversation_id: str | None = None) -> Conversation:
@@ -145,7 +153,14 @@ class Conversation:
             created=_text(data.get("created")),
             updated=_text(data.get("updated")),
             branched_from=_text(data.get("branched_from")),
+            context_start=_start(data.get("context_start"), len(messages)),
         )
+
+
+def _start(value: Any, n: int) -> int:
+    """A saved ``context_start``: an index into the messages; anything else reads as 0."""
+    ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= n
+    return value if ok else 0
 
 
 def _text(value: Any) -> str:
