@@ -41,6 +41,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--max-tokens", type=int, default=512, help="tokens per answer (default: 512)"
     )
+    parser.add_argument(
+        "--context-overflow",
+        choices=("drop-oldest", "summarize", "stop"),
+        default="drop-oldest",
+        help="a conversation past the context: leave out the oldest whole turns (a line marks "
+        "where the model's context begins), also have the model summarize them, or refuse the "
+        "question (default: drop-oldest)",
+    )
+    parser.add_argument(
+        "--cut-kv",
+        choices=("shift", "prefill"),
+        default="shift",
+        help="after a cut, move the kept turns' KV into place (fast; an approximation: it was "
+        "computed with the left-out turns before it) or compute it again (exact) (default: shift)",
+    )
     # The chat's disk tier is on by default (beside the conversations): see kv_tiers().
     add_kv_options(parser, disk_help=CHAT_KV_DISK_HELP, disk_metavar="DIR|off")
     parser.add_argument(
@@ -164,6 +179,8 @@ def run(args: argparse.Namespace) -> int:
         draft=args.draft,
         temperature=args.temperature,
         max_tokens=args.max_tokens,
+        context_overflow=args.context_overflow,
+        cut_kv=args.cut_kv,
     )
     settings.validated()
     host: ChatBackend

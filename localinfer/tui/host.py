@@ -84,6 +84,7 @@ def open_with_settings(
         force=force,
         kv=kv,
         kv_dtype=kv_dtype,
+        cache_reuse=settings.chunk_reuse,  # a cut's kept turns keep their KV (#39)
         **sizes,
     )
 

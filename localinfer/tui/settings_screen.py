@@ -11,7 +11,14 @@ from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
 from textual.widgets import Button, Input, Label, Select
 
-from localinfer.tui.settings import BACKENDS, QUANTS, SPECULATIVE_MODES, ChatSettings
+from localinfer.tui.settings import (
+    BACKENDS,
+    CUT_KV_MODES,
+    OVERFLOW_POLICIES,
+    QUANTS,
+    SPECULATIVE_MODES,
+    ChatSettings,
+)
 from localinfer.tui.think_switch import UNKNOWN, ThinkingSupport
 
 
@@ -45,6 +52,8 @@ def parse_settings(base: ChatSettings, form: dict[str, str]) -> ChatSettings:
         backend=None if form["backend"] == "auto" else form["backend"],
         speculative=speculative,
         draft=draft,
+        context_overflow=form.get("context_overflow", base.context_overflow),
+        cut_kv=form.get("cut_kv", base.cut_kv),
         **_thinking(base, form),
     )
 
@@ -73,6 +82,14 @@ def thinking_help(support: ThinkingSupport) -> str:
         "reasoning, from the next message; blank budget: no cap. /think and /no_think in a "
         "message set it for that message."
     )
+
+
+OVERFLOW_HELP = (
+    "Past the context: drop-oldest leaves out the oldest whole turns (a line marks where the "
+    "model's context begins), summarize also has the model summarize them, stop refuses. KV "
+    "after a cut: shift reuses the kept turns' cache (fast, approximate), prefill computes it "
+    "again (exact)."
+)
 
 
 def _choice(widget_id: str, options: Iterable[str], value: str) -> Select[str]:
@@ -118,7 +135,12 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 yield Label("backend (reload)")
                 yield _choice("backend", BACKENDS, s.backend or "auto")
                 yield from self._thinking_fields()
+                yield Label("past the context")
+                yield _choice("context_overflow", OVERFLOW_POLICIES, s.context_overflow)
+                yield Label("KV after a cut (reload)")
+                yield _choice("cut_kv", CUT_KV_MODES, s.cut_kv)
             yield Label(thinking_help(self.support), id="thinking-help", classes="dialog-help")
+            yield Label(OVERFLOW_HELP, id="overflow-help", classes="dialog-help")
             yield Label("", id="settings-error")
             with Horizontal(classes="dialog-buttons"):
                 yield Button("Apply", id="apply", variant="primary")
@@ -139,7 +161,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         names = ("temperature", "top_p", "max_tokens", "ctx", "slots", "draft", "thinking_budget")
         for name in names:
             values[name] = self.query_one(f"#{name}", Input).value
-        for name in ("quant", "speculative", "backend", "thinking"):
+        for name in ("quant", "speculative", "backend", "thinking", "context_overflow", "cut_kv"):
             values[name] = str(self.query_one(f"#{name}", Select).value)
         return values
 
