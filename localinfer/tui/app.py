@@ -2,9 +2,10 @@
 
 ``ChatApp`` is the layout and the keys; what the keys do lives in its parts: answering.py
 (send, stream, stop), conversation_actions.py (new, open, system prompt, copy, save),
-thinking_actions.py (a thinking model's reasoning key and /think, /no_think) and
-model_actions.py (settings, model picker, loading). app_base.py holds the state they share and
-the threading rule they follow.
+thinking_actions.py (a thinking model's reasoning key and /think, /no_think),
+model_actions.py (settings, model picker, loading) and chat_features.py (regenerate, edit and
+resend, copy, search, export, presets, help; help_screen.py lists every key). app_base.py
+holds the state they share and the threading rule they follow.
 """
 
 from __future__ import annotations
@@ -19,8 +20,8 @@ from textual.containers import Horizontal, Vertical
 from textual.widgets import Footer, Header, Label, Static
 from textual.worker import Worker
 
-from localinfer.tui.answering import AnswerActions
 from localinfer.tui.app_base import LOADING_PLACEHOLDER
+from localinfer.tui.chat_features import ChatFeatures
 from localinfer.tui.conversation_view import ConversationView
 from localinfer.tui.load_spinner import LoadSpinner
 from localinfer.tui.memory_bar import MemoryBar
@@ -48,11 +49,18 @@ CHAT_ACTIONS = frozenset(
         "system_prompt",
         "copy_answer",
         "toggle_thinking",
+        "help",
+        "regenerate",
+        "edit_message",
+        "copy_choice",
+        "search",
+        "export",
+        "presets",
     }
 )
 
 
-class ChatApp(AnswerActions, ModelActions):
+class ChatApp(ChatFeatures, ModelActions):
     CSS_PATH = Path(__file__).with_name("chat.tcss")  # absolute: subclasses live elsewhere
     TITLE = "localinfer chat"
     # Below NARROW_COLUMNS the figures panel (44 columns) is hidden: beside it the prompt had no
@@ -69,6 +77,17 @@ class ChatApp(AnswerActions, ModelActions):
         Binding("ctrl+r", "copy_answer", "Copy answer", priority=True),
         # Listed (and live) only where there is reasoning to show (refresh_thinking_key).
         Binding("ctrl+g", "toggle_thinking", "Thinking", priority=True),
+        # The rest are listed by the help (F1), not in the footer, which has no room for them.
+        # F-keys and Ctrl+F: the Ctrl letters left are the prompt's editing keys or the
+        # terminal's (Ctrl+Z, Ctrl+C, tmux's Ctrl+B).
+        Binding("f1", "help", "Help", priority=True),
+        Binding("question_mark", "help", "Help", show=False),  # the prompt types a ? instead
+        Binding("f5", "regenerate", "Regenerate", show=False, priority=True),
+        Binding("f2", "edit_message", "Edit", show=False, priority=True),
+        Binding("f3", "copy_choice", "Copy…", show=False, priority=True),
+        Binding("ctrl+f", "search", "Search", show=False, priority=True),
+        Binding("f8", "export", "Export", show=False, priority=True),
+        Binding("f4", "presets", "Presets", show=False, priority=True),
     ]
 
     def compose(self) -> ComposeResult:
