@@ -21,10 +21,11 @@ class SearchHit:
 
 
 def _texts(conversation: Conversation) -> list[str]:
+    # The title last: the list shows it anyway, a message's line says more.
     return [
-        conversation.title,
-        conversation.system_prompt,
         *(m.content for m in conversation.messages),
+        conversation.system_prompt,
+        conversation.title,
     ]
 
 

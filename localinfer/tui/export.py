@@ -25,8 +25,9 @@ FIGURES = (
     "ttft_s", "answer_ttft_s", "decode_tok_s", "prompt_tokens", "cached_tokens",
     "completion_tokens", "reasoning_tokens",
 )  # fmt: skip
-# Not printable in YAML (C1 controls, DEL, BOM, non-characters, lone surrogates): escaped.
-_NOT_YAML = re.compile("[\x7f-\x84\x86-\x9f\ufeff\ufffe\uffff\ud800-\udfff]")
+# Escaped: what YAML does not allow printed (DEL, C1 controls, BOM, non-characters, lone
+# surrogates) and what it reads as a line break inside quotes, folding it (NEL, LS, PS).
+_NOT_YAML = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
 
 
 def yaml_scalar(value: Any) -> str:

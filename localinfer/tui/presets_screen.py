@@ -65,7 +65,9 @@ class PresetsScreen(ModalScreen[str | None]):
         options = self.query_one("#preset-options", OptionList)
         options.clear_options()
         options.add_options([Option(preset_label(n, p)) for n, p in presets.items()])
-        if not presets:
+        if presets:
+            options.highlighted = 0
+        else:
             self._say("No presets yet: name the current system prompt below to save it.")
 
     def _say(self, text: str) -> None:
