@@ -129,3 +129,14 @@ def test_key_names():
     assert [key_name(k) for k in ("ctrl+r", "f5", "escape", "question_mark")] == [
         "Ctrl+R", "F5", "Esc", "?",
     ]  # fmt: skip
+
+
+def test_readme_chat_section_has_every_key():
+    from pathlib import Path
+
+    from localinfer.tui.help_screen import CHAT_KEYS
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### The chat\n", 1)[1].split("\n### ", 1)[0]
+    rows = [line.split("|")[1].strip() for line in section.splitlines() if line.startswith("| ")]
+    assert [keys for keys, _ in CHAT_KEYS] == rows[1:]  # the header row first
