@@ -33,6 +33,9 @@ def test_branch_keeps_the_messages_before_and_marks_the_title():
     assert branch_of(branch, 2, "x").title == "↳ q1"
     with pytest.raises(IndexError):
         branch_of(old, 5, "x")
+    old.context_start = 2  # the model sees from q2 on
+    assert branch_of(old, 4, "q3").context_start == 2
+    assert branch_of(old, 1, "q1 again").context_start == 0  # cut before it: measured again
 
 
 def test_code_blocks_are_the_fences_in_order():
@@ -73,6 +76,8 @@ def test_export_markdown_parts():
     answer = conversation.add("assistant", "It is 4.", reasoning="2+2 is 4")
     answer.stats = {"ttft_s": 0.5, "decode_tok_s": 20.0, "completion_tokens": 9}
     conversation.add("system", "Summary of earlier turns.")
+    conversation.add("user", "next")
+    conversation.context_start = 3
     text = conversation_markdown(conversation, ChatSettings(), exported="2025-01-01T00:00:00")
     _, head, body = text.split("---\n", 2)
     meta = yaml.safe_load(head)
@@ -84,6 +89,9 @@ def test_export_markdown_parts():
     }  # fmt: skip
     assert "<details><summary>Reasoning</summary>\n\n2+2 is 4\n\n</details>" in body
     assert body.index("## You") < body.index("## Assistant") < body.index("## Note")
+    marker = body.index("*— 2 earlier messages are outside the model's context —*")
+    assert body.index("## Note") < marker < body.rindex("## You")
+    assert meta["context_start"] == 3
     assert default_export_path(conversation, folder=None).name == f"a-title-{conversation.id}.md"
 
 

@@ -1,7 +1,9 @@
 """Branching a conversation (an edited message resent, an answer regenerated): the conversation
 as it was stays saved, untouched, and reachable from the list (Ctrl+O) and search (Ctrl+F); the
 branch is a new conversation holding the messages before the one resent, marked in its title
-and pointing back with ``branched_from``."""
+and pointing back with ``branched_from``. Where the model's context began (``context_start``)
+carries over when the branch keeps it; a branch cut before it starts at 0 and the overflow policy
+measures it again on the next message."""
 
 from __future__ import annotations
 

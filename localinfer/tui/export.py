@@ -17,6 +17,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from localinfer.context_fit import outside_count, window_start
 from localinfer.conversations import ChatMessage, Conversation
 from localinfer.tui.settings import ChatSettings
 
@@ -70,6 +71,9 @@ def front_matter(conversation: Conversation, settings: ChatSettings, exported: s
     }
     if conversation.branched_from:
         head["branched_from"] = conversation.branched_from
+    start = window_start(conversation.messages, conversation.context_start)
+    if start:
+        head["context_start"] = start  # the messages before it are outside the model's context
     head["system_prompt"] = conversation.system_prompt
     lines = ["---", *_mapping(head, ""), "settings:", *_mapping(asdict(settings), "  ")]
     timing = timing_summary(conversation.messages)
@@ -106,7 +110,13 @@ def conversation_markdown(
     parts = [front_matter(conversation, settings, exported), f"# {conversation.title or 'Chat'}\n"]
     if conversation.system_prompt:
         parts.append(f"## System prompt\n\n{conversation.system_prompt}\n")
-    parts += [_turn(m) for m in conversation.messages]
+    messages = conversation.messages
+    start = window_start(messages, conversation.context_start)
+    parts += [_turn(m) for m in messages[:start]]
+    if start:
+        outside = outside_count(messages, start)
+        parts.append(f"*— {outside} earlier messages are outside the model's context —*\n")
+    parts += [_turn(m) for m in messages[start:]]
     return "\n".join(parts)
 
 
