@@ -1,6 +1,11 @@
 """A tiny random vision-language model made offline: a Gemma 3 text model (tests/model_files.py's
-tiny checkpoint) and its vision projector, a ``clip`` GGUF of projector type ``gemma3`` as
-llama.cpp's multimodal library (tools/mtmd/clip.cpp) loads it.
+tiny Gemma 3, with an LM head of its own) and its vision projector, a ``clip`` GGUF of projector
+type ``gemma3`` as llama.cpp's multimodal library (tools/mtmd/clip.cpp) loads it.
+
+The LM head is untied, and the weights drawn from seed 1: with the tiny checkpoint's tied
+embeddings (scaled up 8 times) the model echoes its last input token whatever came before, so a
+greedy answer would be one token repeated, and the same for every image; here the answer's
+tokens vary and the image changes them.
 
 The projector is a one-layer SigLIP encoder over a 32x32 image in 4x4 patches (an 8x8 grid),
 average-pooled 2x2 (``clip.vision.projector.scale_factor``, which clip.cpp reads for its own tiny
@@ -20,7 +25,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from tests.model_files import tiny_checkpoint, write_gguf
+from tests.model_files import TINY_VOCAB_SIZE, gemma3_extra_norms, write_gguf
+from tests.tiny import tiny_config, tiny_weights
 
 IMAGE_SIZE = 32
 PATCH = 4
@@ -99,7 +105,14 @@ def write_vlm(folder: Path) -> tuple[Path, Path]:
     """The text model and its projector side by side in ``folder`` (the projector found beside
     the model by its ``mmproj`` name): (model, projector)."""
     folder.mkdir(parents=True, exist_ok=True)
-    config, weights = tiny_checkpoint("gemma3")
+    config = tiny_config(
+        "gemma3", vocab_size=TINY_VOCAB_SIZE, qk_norm=True, tied_embeddings=False, n_layers=6,
+        sliding_window=16, sliding_layers=(0, 1, 2, 3, 4), rope_local_theta=10000.0,
+        query_pre_attn_scalar=16.0,
+    )  # fmt: skip
+    source = tiny_weights(config, seed=1)
+    weights = {name: source.get(name) for name in source.names()}
+    gemma3_extra_norms(config, weights, seed=2)
     model = write_gguf(folder / MODEL_NAME, config, weights)
     return model, write_projector(folder / PROJECTOR_NAME, config.hidden_size)
 

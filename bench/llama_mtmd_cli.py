@@ -1,0 +1,115 @@
+"""llama.cpp's own multimodal CLI (``llama-mtmd-cli``), built from the installed
+llama-cpp-python's vendored sources into the user's cache, once: the reference the vision tests
+hold localinfer's image answers to (tests/test_vision_mtmd_cli.py, a slow test).
+
+Built like bench/llama_server.py builds llama-server (same sdist, static, offline), in a sibling
+folder renamed into place when finished, one build at a time (a lock beside it).
+
+    python -m bench.llama_mtmd_cli          # builds it if needed; prints its path
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from bench.llamacpp_source import (
+    PACKAGE,
+    BuildFailed,
+    cmake_build,
+    dev_cache,
+    fetch_source,
+    installed_version,
+    locked,
+)
+
+CMAKE_ARGS = (
+    "-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF "
+    "-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_SERVER=OFF "
+    "-DBUILD_SHARED_LIBS=OFF -DGGML_NATIVE=ON"
+)
+BINARY = "llama-mtmd-cli"
+MARKER = "localinfer-llama-mtmd-cli-build.txt"  # written last: without it, an unfinished build
+
+
+def build_dir(version: str) -> Path:
+    key = hashlib.sha256(f"{version} {CMAKE_ARGS}".encode()).hexdigest()[:10]
+    return dev_cache() / f"llama-mtmd-cli-{version}-{key}"
+
+
+def _marker(version: str) -> str:
+    return f"{PACKAGE} {version}\n{BINARY}\nCMAKE_ARGS={CMAKE_ARGS}\n"
+
+
+def _built(folder: Path, version: str) -> bool:
+    marker = folder / MARKER
+    finished = marker.is_file() and marker.read_text() == _marker(version)
+    return finished and (folder / BINARY).is_file()
+
+
+def ensure_built(log: Callable[[str], None] = print) -> Path:
+    """The llama-mtmd-cli binary, built first when missing; BuildFailed otherwise."""
+    version = installed_version()
+    if version is None:
+        raise BuildFailed(f"{PACKAGE} is not installed: no llama.cpp version to build")
+    folder = build_dir(version)
+    if _built(folder, version):
+        return folder / BINARY
+    folder.parent.mkdir(parents=True, exist_ok=True)
+    with locked(folder.parent / f"{folder.name}.lock"):
+        if _built(folder, version):
+            return folder / BINARY
+        jobs = os.cpu_count() or 2
+        log(f"building {BINARY} from {PACKAGE} {version}'s llama.cpp into {folder} (once)")
+        start = time.perf_counter()
+        with tempfile.TemporaryDirectory(prefix="llama-mtmd-cli-", dir=folder.parent) as tmp:
+            work = Path(tmp)
+            source = fetch_source(version, work) / "vendor" / "llama.cpp"
+            cmake_build(source, work / "build", CMAKE_ARGS.split(), BINARY, jobs)
+            built = work / "build" / "bin" / BINARY
+            if not built.is_file():
+                raise BuildFailed(f"the build made no {built}")
+            staged = work / "out"
+            staged.mkdir()
+            shutil.copy2(built, staged / BINARY)
+            (staged / MARKER).write_text(_marker(version))
+            shutil.rmtree(folder, ignore_errors=True)
+            staged.rename(folder)
+        log(f"built {BINARY} in {time.perf_counter() - start:.0f} s")
+    return folder / BINARY
+
+
+def run_greedy(
+    binary: Path, model: Path, projector: Path, images: Sequence[Path], prompt: str, n: int
+) -> bytes:
+    """What ``llama-mtmd-cli`` answers ``prompt`` about ``images``, greedy, ``n`` tokens at most,
+    on one thread: its stdout's bytes (each token's piece as printed: a NUL byte prints nothing),
+    without the newlines it writes around the answer. Its log goes to stderr."""
+    command = [str(binary), "-m", str(model), "--mmproj", str(projector), "-p", prompt,
+               "-n", str(n), "--temp", "0", "-t", "1", "-c", "256", "--no-warmup"]  # fmt: skip
+    for image in images:
+        command += ["--image", str(image)]
+    done = subprocess.run(command, capture_output=True, timeout=300, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"{BINARY} failed ({done.returncode}): {done.stderr[-2000:]!r}")
+    return done.stdout.strip(b"\n")
+
+
+def main() -> int:
+    try:
+        print(ensure_built(lambda line: print(line, file=sys.stderr)))
+    except BuildFailed as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
