@@ -92,6 +92,8 @@ async def test_f5_regenerates_in_a_branch_and_keeps_the_old_one(scripted, tmp_pa
         new = app.conversation
         assert new.id != old.id and new.branched_from == old.id
         assert new.title == "↳ How do I reverse a list?"
+        said = "Regenerating in a new branch; the conversation as it was stays saved (Ctrl+O)."
+        assert said in await toasts(pilot)
         assert [(m.role, m.content) for m in new.messages] == [
             ("user", "How do I reverse a list?"),
             ("assistant", SCRIPT),

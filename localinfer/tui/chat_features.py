@@ -78,8 +78,7 @@ class ChatFeatures(AnswerActions):
         self.refresh_thinking_key()
         answers = [m.content for m in branch.messages if m.role == "assistant"]
         self._last_answer_text = answers[-1] if answers else ""
-        saved = " (saved)" if any(m.role == "assistant" for m in old.messages) else ""
-        self.notify(f"{doing} in a new branch; the conversation as it was stays{saved}: Ctrl+O.")
+        self.notify(f"{doing} in a new branch; the conversation as it was stays saved (Ctrl+O).")
         self.send(text)
 
     # -- copy ----------------------------------------------------------------------------------
