@@ -20,9 +20,11 @@ from localinfer.facts.arch import ArchFields, ArchSpec
 from localinfer.facts.pooling import declares_rank_pooling
 
 # GGUF general.architecture -> Hugging Face model_type, where the two differ.
-_HF_MODEL_TYPES = {"qwen3moe": "qwen3_moe", "deepseek2": "deepseek_v2"}
-# llama.cpp hard-codes Gemma 3's pattern (every sixth layer attends globally) when none is stored.
+_HF_MODEL_TYPES = {"qwen3moe": "qwen3_moe", "deepseek2": "deepseek_v2", "gpt-oss": "gpt_oss"}
+# llama.cpp hard-codes Gemma 3's pattern (every sixth layer attends globally) when none is stored,
+# and gpt-oss's (every other layer).
 GEMMA3_SLIDING_PATTERN = 6
+_DEFAULT_SLIDING_PATTERNS = {"gemma3": GEMMA3_SLIDING_PATTERN, "gpt-oss": 2}
 _REQUIRED = ("block_count", "embedding_length", "attention.head_count")
 _LAYER = re.compile(r"^blk\.(\d+)\.")
 
@@ -136,6 +138,6 @@ def _sliding(metadata: Mapping[str, Any], arch: str, n_layers: int) -> ArchField
         }
     if isinstance(pattern, int) and not isinstance(pattern, bool) and pattern > 0:
         return {"sliding_window": window, "sliding_pattern": pattern}
-    if arch == "gemma3":
-        return {"sliding_window": window, "sliding_pattern": GEMMA3_SLIDING_PATTERN}
+    if arch in _DEFAULT_SLIDING_PATTERNS:
+        return {"sliding_window": window, "sliding_pattern": _DEFAULT_SLIDING_PATTERNS[arch]}
     return {"sliding_window": window}  # every layer slides

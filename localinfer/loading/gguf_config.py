@@ -12,6 +12,13 @@ from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.facts.gguf_header import arch_fields_from_gguf
 from localinfer.loading.gguf_checks import check_config_numbers, check_layers
 from localinfer.loading.gguf_file import GGUFFile
+from localinfer.loading.gpt_oss import (
+    GPT_OSS,
+    GPT_OSS_GGUF,
+    LLAMACPP_ONLY_ARCHS,
+    check_gpt_oss_layers,
+    harmony_end_ids,
+)
 from localinfer.loading.model_config import (
     SUPPORTED_ARCHS,
     ModelConfig,
@@ -26,6 +33,7 @@ GGUF_ARCHS = {
     "qwen2": "qwen2",
     "qwen3": "qwen3",
     "gemma3": "gemma3",
+    GPT_OSS_GGUF: GPT_OSS,  # llama.cpp only (loading/gpt_oss.py)
 }
 
 # llama.cpp marks these texts end-of-generation as well as the declared eos/eot ids.
@@ -38,6 +46,8 @@ EOG_TEXTS = frozenset(
         "<end_of_turn>",
         "<|end|>",
         "<|end_of_text|>",
+        "<|return|>",  # o200k_harmony (gpt-oss), whose <|end|> is not one (gpt_oss.py)
+        "<|call|>",
     }
 )
 TOKEN_TYPE_CONTROL = 3
@@ -55,7 +65,7 @@ def gguf_arch(gguf: GGUFFile) -> str:
     if arch not in GGUF_ARCHS:
         raise UnsupportedModelError(
             f"{gguf.path}: architecture '{arch}' is not supported "
-            f"(supported: {', '.join(SUPPORTED_ARCHS)})"
+            f"(supported: {', '.join(SUPPORTED_ARCHS + LLAMACPP_ONLY_ARCHS)})"
         )
     return GGUF_ARCHS[arch]
 
@@ -108,7 +118,10 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
         query_pre_attn_scalar=float(head_dim) if arch == "gemma3" else None,
     )
     check_config_numbers(gguf.path, config, gguf.get(f"{a}.rope.dimension_count"))
-    check_layers(gguf.path, config, gguf.tensors)
+    if arch == GPT_OSS:
+        check_gpt_oss_layers(gguf.path, config, gguf.tensors, gguf.metadata)
+    else:
+        check_layers(gguf.path, config, gguf.tensors)
     return config
 
 
@@ -187,4 +200,5 @@ def gguf_special_ids(gguf: GGUFFile) -> tuple[int | None, tuple[int, ...]]:
                 continue
             if int(types[i]) == TOKEN_TYPE_CONTROL and i not in eos:
                 eos.append(i)
+        eos = harmony_end_ids(tokens, eos)
     return (int(bos) if bos is not None else None), tuple(eos)

@@ -14,6 +14,7 @@ import numpy as np
 
 from localinfer.errors import UnsupportedModelError
 from localinfer.loading.gguf_file import GGUFFile
+from localinfer.loading.gpt_oss import LLAMACPP_ONLY_ARCHS
 from localinfer.loading.model_config import ModelConfig
 
 _GLOBAL_NAMES = {
@@ -93,6 +94,8 @@ class GGUFWeights:
         self.gguf = gguf
         self.config = config
         self._hf_to_gguf: dict[str, str] = {}
+        if config.arch in LLAMACPP_ONLY_ARCHS:
+            return  # llama.cpp reads the file itself; no runner here reads these weights
         unknown: list[str] = []
         for name in gguf.tensors:
             hf = gguf_to_hf_name(name, config.arch)

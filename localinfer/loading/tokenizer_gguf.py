@@ -42,8 +42,18 @@ _QWEN2 = (
     r"(?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD])|[^\r\n\p{L}\p{N}]?\p{L}+"
     r"|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
 )
+# o200k (gpt-oss) as its tokenizer.json writes it: llama.cpp spells the case classes
+# with lookaheads its regex engine lacks; Oniguruma reads the original.
+_GPT4O = (
+    r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*"
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)?"
+    r"|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
 # llama.cpp's split regexes per tokenizer.ggml.pre, applied in order (llama-vocab.cpp).
 PRE_TOKENIZER_REGEXES: dict[str, tuple[str, ...]] = {
+    "gpt-4o": (_GPT4O,),
     "llama3": (_LLAMA3,),
     "qwen2": (_QWEN2,),
     "smollm": (r"\p{N}", _GPT2),
