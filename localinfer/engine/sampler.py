@@ -90,6 +90,11 @@ class TokenSampler:
         if self._deferred is not None:
             self._masked, self._deferred = self._deferred, None
 
+    @property
+    def waiting(self) -> bool:
+        """A constraint is held back for the reasoning to end."""
+        return self._deferred is not None
+
     def force(self, token_ids: Sequence[int]) -> None:
         """Emit ``token_ids`` next, one per step (a thinking budget's closing tag)."""
         self._forced.extend(token_ids)

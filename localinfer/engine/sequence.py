@@ -96,22 +96,27 @@ class Sequence:
         """``text`` as (reasoning, answer). Counts a token that came inside the reasoning
         block; forces the closing tag once the budget's count is reached (the tokens after the
         opening tag: a budget of N gives exactly N before the tag); starts the constraint when
-        the answer begins."""
+        the answer begins, forcing the header that opens it first where the format has one
+        (harmony's final channel)."""
         splitter = self.reasoning
         if splitter is None:
             return "", text
         reasoning, answer = splitter.feed(text)
         if token_in_reasoning:
             self.reasoning_tokens += 1
+        spec = self.request.reasoning
         if splitter.answering:
             self.sampler.start_constraint()
+        elif splitter.closed:
+            if self.sampler.waiting and not self.sampler.forcing and spec is not None:
+                self.sampler.force(spec.header_ids)
         elif (
             splitter.in_reasoning
             and self.thinking_budget is not None
             and self.reasoning_tokens >= self.thinking_budget
             and not self.sampler.forcing
         ):
-            self.sampler.force(self.request.reasoning.end_ids)  # type: ignore[union-attr]
+            self.sampler.force(spec.end_ids)  # type: ignore[union-attr]
         return reasoning, answer
 
     def release_held(self, text: str, held: str) -> tuple[str, str]:

@@ -66,26 +66,17 @@ class ChatPlan:
     images: tuple[PromptImage, ...] = ()  # image_url parts (image_parts.py)
 
 
-# reasoning_effort -> a budget of reasoning tokens (None: no limit); "none" turns thinking off.
-REASONING_BUDGETS: dict[str, int | None] = {
-    "minimal": 256,
-    "low": 1024,
-    "medium": 4096,
-    "high": None,
-    "xhigh": None,
-    "max": None,
-}
-
-
 def requested_thinking(body: ChatCompletionRequest) -> Thinking:
-    """What the request asks of a thinking model: thinking_budget, else reasoning_effort, else
-    the template's default; off by reasoning_effort "none" or enable_thinking false."""
+    """What the request asks of a thinking model: thinking_budget, and reasoning_effort (a
+    budget, or the template's own effort where it takes one: tools/thinking.py), else the
+    template's default; off by reasoning_effort "none" or enable_thinking false."""
     kwargs = body.chat_template_kwargs or {}
     off = body.reasoning_effort == "none" or kwargs.get("enable_thinking") is False
-    budget = body.thinking_budget
-    if budget is None and body.reasoning_effort not in (None, "none"):
-        budget = REASONING_BUDGETS[body.reasoning_effort]
-    return Thinking(enabled=False if off else None, budget=budget)
+    return Thinking(
+        enabled=False if off else None,
+        budget=body.thinking_budget,
+        effort=body.reasoning_effort,
+    )
 
 
 def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:

@@ -125,8 +125,8 @@ class ReasoningItem(BaseModel):
 
 class ReasoningConfig(BaseModel):
     """``reasoning``: ``effort`` as chat's ``reasoning_effort`` (``none`` turns thinking off;
-    the others cap it, chat_plan.REASONING_BUDGETS). ``summary`` is accepted and ignored: the
-    reasoning item carries the reasoning itself, never a summary."""
+    the others cap it or set gpt-oss's effort: tools/thinking.py). ``summary`` is accepted and
+    ignored: the reasoning item carries the reasoning itself, never a summary."""
 
     model_config = ConfigDict(extra="ignore")
 

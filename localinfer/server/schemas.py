@@ -111,7 +111,8 @@ class ChatCompletionRequest(SamplingFields):
     tool_choice: ChatToolChoice | None = None
     parallel_tool_calls: StrictBool = True
     # Thinking models (tools/thinking.py): "none" turns thinking off; the others set a budget
-    # of reasoning tokens (REASONING_BUDGETS). thinking_budget (localinfer's) sets one exactly.
+    # of reasoning tokens (EFFORT_BUDGETS), or gpt-oss's template's own reasoning_effort.
+    # thinking_budget (localinfer's) sets one exactly.
     reasoning_effort: ReasoningEffort | None = None
     thinking_budget: Annotated[int, JsonInt(ge=0, le=1_000_000)] | None = None
     # Variables for the chat template (vLLM, llama-server): {"enable_thinking": false}.
