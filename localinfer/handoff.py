@@ -36,6 +36,7 @@ VLLM_TOOL_PARSERS = {
     ToolFamily.HERMES: "hermes",
     ToolFamily.LLAMA3: "llama3_json",
     ToolFamily.MISTRAL: "mistral",
+    ToolFamily.HARMONY: "openai",
 }
 # A model not on disk has no template to read: the catalog architecture's family.
 ARCH_FAMILIES = {"qwen2": ToolFamily.HERMES, "qwen3": ToolFamily.HERMES,
@@ -279,11 +280,14 @@ def _arch_family(resolved: ResolvedModel) -> ToolFamily:
 def _reasoning(template: str | None, resolved: ResolvedModel) -> str | None:
     """vLLM's reasoning parser for a thinking model (None: it does not think): ``qwen3`` for a
     template with the enable_thinking switch (Qwen3, SmolLM3), ``deepseek_r1`` for one without
-    (R1 distills, QwQ: the output starts inside the block)."""
+    (R1 distills, QwQ: the output starts inside the block), ``openai_gptoss`` for harmony's
+    channels (gpt-oss)."""
     if template is None:
         entry = resolved.entry
         return "qwen3" if entry is not None and entry.thinks else None
     found = detect_thinking(template)
     if found is None:
         return None
+    if found.headers:
+        return "openai_gptoss"
     return "qwen3" if found.toggle is not None else "deepseek_r1"

@@ -7,6 +7,9 @@ template, and the ids its calls carry.
   ``<|python_tag|>`` (Llama 3.1/3.2/3.3);
 * MISTRAL — ``[TOOL_CALLS][{"name": ..., "arguments": {...}}]``, or
   ``[TOOL_CALLS]name[ARGS]{...}`` in the newer tokenizers (Nemo, Small 3.x, Devstral);
+* HARMONY — gpt-oss: a message on the commentary channel addressed to the function,
+  ``<|channel|>commentary to=functions.NAME <|constrain|>json<|message|>{...}<|call|>``
+  (harmony_calls.py);
 * GENERIC — a template without tool support, or one whose call syntax is not parsed here: the
   tools are described in a system prompt (prompt.py) and calls read with the HERMES syntax.
 """
@@ -25,6 +28,7 @@ class ToolFamily(StrEnum):
     HERMES = "hermes"
     LLAMA3 = "llama3"
     MISTRAL = "mistral"
+    HARMONY = "harmony"
     GENERIC = "generic"
 
 
@@ -51,6 +55,8 @@ def detect_family(template_source: str | None) -> ToolFamily:
     """The family of a chat template's tool-call syntax (GENERIC when it has none we parse)."""
     if not template_source:
         return ToolFamily.GENERIC
+    if "<|channel|>commentary" in template_source and "<|call|>" in template_source:
+        return ToolFamily.HARMONY
     if any(marker in template_source for marker in _XML_ARGUMENT_MARKERS):
         return ToolFamily.GENERIC
     if "<tool_call>" in template_source and _JSON_NAME_KEY.search(template_source):

@@ -21,6 +21,7 @@ from localinfer.tools.call_json import (
     read_call,
 )
 from localinfer.tools.family import ToolFamily
+from localinfer.tools.harmony_calls import HarmonyFormat
 
 
 class CallFormat(Protocol):
@@ -202,4 +203,6 @@ def format_for(family: ToolFamily) -> CallFormat:
         return LlamaFormat()
     if family == ToolFamily.MISTRAL:
         return MistralFormat()
+    if family == ToolFamily.HARMONY:
+        return HarmonyFormat()
     return TaggedFormat()

@@ -117,6 +117,8 @@ def template_messages(messages: list[dict[str, Any]], family: ToolFamily) -> lis
             reasoning = message.get("reasoning_content")
             if isinstance(reasoning, str) and reasoning:
                 turn["reasoning_content"] = reasoning  # the template keeps or drops it (Qwen3)
+                if family == ToolFamily.HARMONY:
+                    _harmony_thinking(turn, reasoning)
             out.append(turn)
         elif role == "tool":
             out.append(_tool_result(where, message, text, names, family))
@@ -128,6 +130,8 @@ def template_messages(messages: list[dict[str, Any]], family: ToolFamily) -> lis
         return _as_plain_text(out)
     if family == ToolFamily.LLAMA3:
         out = _one_call_per_turn(out)
+    if family == ToolFamily.HARMONY:
+        out = _harmony_turns(out)
     for message in out:
         if message["role"] == "assistant" and not message["tool_calls"]:
             # Llama's templates test ``'tool_calls' in message``: an empty list would count.
@@ -160,6 +164,40 @@ def _one_call_per_turn(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         for n, call in enumerate(calls):
             content = message["content"] if n == 0 else ""
             out.append({**message, "content": content, "tool_calls": [call]})
+    return out
+
+
+def _harmony_thinking(turn: dict[str, Any], reasoning: str) -> None:
+    """gpt-oss's template reads a turn's reasoning as ``thinking`` (its analysis message, kept
+    for a tool-call turn with no later answer). With calls it refuses content and thinking
+    together: the reasoning is kept (the content of such a turn is a preamble)."""
+    turn["thinking"] = reasoning
+    if turn["tool_calls"]:
+        turn["content"] = ""
+
+
+def _harmony_turns(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """gpt-oss's template renders one call per assistant turn and names a tool result after the
+    call just before it: a turn of several calls becomes one turn per call, each followed by
+    its result."""
+    out: list[dict[str, Any]] = []
+    i = 0
+    while i < len(messages):
+        message = messages[i]
+        calls = message.get("tool_calls") or []
+        i += 1
+        if message["role"] != "assistant" or len(calls) <= 1:
+            out.append(message)
+            continue
+        results: dict[str, list[dict[str, Any]]] = {}
+        while i < len(messages) and messages[i]["role"] == "tool":
+            results.setdefault(messages[i]["tool_call_id"], []).append(messages[i])
+            i += 1
+        for n, call in enumerate(calls):
+            part = {"role": "assistant", "content": "", "tool_calls": [call]}
+            out.append({**message, "tool_calls": [call]} if n == 0 else part)
+            out.extend(results.pop(call["id"], []))
+        out.extend(result for rest in results.values() for result in rest)
     return out
 
 

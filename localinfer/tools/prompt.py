@@ -61,6 +61,12 @@ def prompt_inputs(
     """``messages``: the history as ``template_messages`` returned it for ``family``."""
     if not tools or choice.mode == "none":
         return PromptInputs(list(messages), None)
+    if family == ToolFamily.HARMONY:
+        # gpt-oss's template writes every tool's description, and fails on one without.
+        described = [t.as_template_tool() for t in tools]
+        for tool in described:
+            tool["function"].setdefault("description", "")
+        return PromptInputs(list(messages), described)
     if family != ToolFamily.GENERIC:
         return PromptInputs(list(messages), [t.as_template_tool() for t in tools])
     instructions = generic_tool_prompt(tools, choice)
