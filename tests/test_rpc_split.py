@@ -194,3 +194,21 @@ def test_mem_caps_what_a_worker_reports_and_what_a_forced_load_may_take() -> Non
         with pytest.raises(LocalinferError, match="failed to allocate"):
             open_session(None, force=True, **kw)  # the worker refuses the buffer: no crash
         _wait(lambda: any("past --mem" in line for line in ws[0].log), "the refused buffer")
+
+
+def test_chat_with_rpc_answers_as_unsplit(two_workers: list) -> None:
+    """`localinfer chat --rpc` opens its sessions through the same opener (tui/host.py)."""
+    from localinfer.tui.host import open_with_settings
+    from localinfer.tui.settings import ChatSettings
+
+    settings = ChatSettings(backend="llamacpp", ctx=256, threads=1)
+    rpc = RpcOptions(tuple(w.endpoint for w in two_workers), tuple(THIRDS))
+    texts = []
+    for split in (None, rpc):
+        session = open_with_settings(settings, rpc=split)
+        try:
+            ids = session.chat_prompt_ids([{"role": "user", "content": "Say a colour."}])
+            texts.append(_run(session, ids, SamplingParams(max_tokens=8)).text)
+        finally:
+            session.close()
+    assert texts[0] and texts[1] == texts[0]

@@ -157,6 +157,7 @@ def run(args: argparse.Namespace) -> int:
     from functools import partial
 
     from localinfer.errors import InvalidParameterError
+    from localinfer.rpc_nodes import rpc_options
     from localinfer.tui.answer_source import ChatBackend
     from localinfer.tui.host import ChatHost, open_with_settings
     from localinfer.tui.settings import ChatSettings
@@ -166,6 +167,8 @@ def run(args: argparse.Namespace) -> int:
     if args.slots < 1:
         raise InvalidParameterError(f"--slots must be at least 1, got {args.slots}")
     api_key = _api_key(args)
+    if args.url is not None and args.rpc:
+        raise InvalidParameterError("--rpc splits a model loaded here; --url uses the server's")
     _no_kv_flags_with_url(args)
     check_flags_before_loading(args)
     settings = ChatSettings(
@@ -194,7 +197,9 @@ def run(args: argparse.Namespace) -> int:
         from localinfer.conversations import default_root
 
         kv = kv_tiers(args, default_root())
-        opener = partial(open_with_settings, force=args.force, kv=kv, kv_dtype=args.kv_dtype)
+        rpc = rpc_options(args.rpc, args.tensor_split)  # refused now, not in the window
+        opener = partial(open_with_settings, force=args.force, kv=kv, kv_dtype=args.kv_dtype,
+                         rpc=rpc)  # fmt: skip
         local = ChatHost(settings, opener=opener)
         local.load_in_background(settings)
         host = local

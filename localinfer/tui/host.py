@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # the engine package is heavy; `localinfer chat` imports it i
     from localinfer.budget.measured import LoadGrowth
     from localinfer.engine.types import EngineMetrics, Request, SamplingParams
     from localinfer.kv_options import KVTierOptions
+    from localinfer.rpc_nodes import RpcOptions
     from localinfer.tools.thinking import Thinking
 
 
@@ -68,6 +69,7 @@ def open_with_settings(
     force: bool = False,
     kv: KVTierOptions | None = None,
     kv_dtype: str | None = None,
+    rpc: RpcOptions | None = None,
 ) -> SessionLike:
     """Open a session the way `localinfer chat` does (imports the engine stack on first call);
     ``force``: load even what the budget says does not fit (`chat --force`); ``kv``: the KV
@@ -84,6 +86,7 @@ def open_with_settings(
         force=force,
         kv=kv,
         kv_dtype=kv_dtype,
+        rpc=rpc,  # `chat --rpc`: the model split across machines (rpc_nodes.py)
         cache_reuse=settings.chunk_reuse,  # a cut's kept turns keep their KV (#39)
         **sizes,
     )
