@@ -22,6 +22,8 @@ TOOLS = parse_tools(
     ]
 )
 H, L, M, G = ToolFamily.HERMES, ToolFamily.LLAMA3, ToolFamily.MISTRAL, ToolFamily.GENERIC
+HY = ToolFamily.HARMONY
+HY_CALL = "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>"
 PARIS = ("get_weather", '{"city":"Paris"}')
 ROME = ("get_weather", '{"city":"Rome","unit":"celsius"}')
 
@@ -189,6 +191,36 @@ CASES = {
     "mistral v11 unknown tool": Case(M, "[TOOL_CALLS]drop_db[ARGS]{}", SAME),
     "mistral v11 bad args": Case(M, '[TOOL_CALLS]get_weather[ARGS]{"city": Paris}', SAME),
     "mistral empty array": Case(M, "[TOOL_CALLS][]", SAME),
+    # HARMONY (gpt-oss; the engine already took the analysis channel and the final header away)
+    "harmony call": Case(HY, f'{HY_CALL}{{"city": "Paris"}}<|call|>', None, (PARIS,)),
+    "harmony recipient in the role": Case(
+        HY,
+        "<|start|>assistant to=functions.get_weather<|channel|>commentary json<|message|>"
+        '{"city": "Paris"}',
+        None,
+        (PARIS,),
+    ),
+    "harmony preamble then call": Case(
+        HY,
+        "<|channel|>commentary<|message|>Checking.<|end|><|start|>assistant"
+        f'{HY_CALL}{{"city": "Paris"}}',
+        "Checking.",
+        (PARIS,),
+    ),
+    "harmony no arguments": Case(
+        HY,
+        "<|channel|>commentary to=functions.now <|constrain|>json<|message|>",
+        None,
+        (("now", "{}"),),
+    ),  # fmt: skip
+    "harmony plain": Case(HY, "Paris is sunny.", SAME),
+    "harmony unknown tool": Case(
+        HY, "<|channel|>commentary to=functions.drop_db <|constrain|>json<|message|>{}", SAME
+    ),
+    "harmony bad args": Case(HY, f'{HY_CALL}{{"city": Paris}}', SAME),
+    "harmony other recipient": Case(
+        HY, "<|channel|>analysis to=python<|message|>print(1)", "print(1)"
+    ),
 }
 
 
