@@ -55,6 +55,8 @@ class ExportRequest:
     draft: str = "off"  # off | ngram | a draft model (catalog name or file)
     host: str = "127.0.0.1"
     port: int | None = None
+    rpc: tuple[str, ...] = ()  # llama-server: these `localinfer worker`s hold layers (--rpc)
+    shares: tuple[float, ...] | None = None  # their shares, this machine's first (--tensor-split)
 
 
 @dataclass(slots=True)
@@ -210,7 +212,9 @@ def _llama_server(
         argv += ["-ctk", report.kv_dtype, "-ctv", report.kv_dtype]
         if kv_dtype(report.kv_dtype).block > 1:
             argv += ["-fa", "on"]  # llama.cpp reads a quantized V cache only in flash attention
-    if report.gpu_layers is not None and report.gpu_layers != report.layers:
+    if request.rpc:
+        argv += _rpc_args(request)
+    elif report.gpu_layers is not None and report.gpu_layers != report.layers:
         argv += ["-ngl", str(report.gpu_layers)]
     if thinks is not None:
         argv += ["--reasoning-format", "deepseek"]  # reasoning_content, as localinfer serves it
@@ -221,6 +225,20 @@ def _llama_server(
         argv += ["-md", str(draft), "--spec-draft-n-max", str(NGRAM_TOKENS)]
     notes = [_budget_note(report)]
     return HandoffPlan("llama-server", alias, "", argv, notes=notes)
+
+
+def _rpc_args(request: ExportRequest) -> list[str]:
+    """llama-server's own --rpc with the node plan's split (a `localinfer worker` speaks
+    llama.cpp's RPC protocol, so llama-server uses it as it would rpc-server)."""
+    from localinfer.rpc_nodes import node_budget
+
+    shares = list(request.shares) if request.shares else None
+    budget = BudgetRequest(request.model, request.ctx, request.concurrency,
+                           kv_dtype=request.kv_dtype)  # fmt: skip
+    plan = node_budget(budget, request.rpc, None, shares)
+    total = sum(plan.split) or 1.0
+    split = ",".join(f"{share / total:.4g}" for share in plan.split)
+    return ["--rpc", ",".join(request.rpc), "-ngl", str(plan.gpu_layers), "-ts", split]
 
 
 def _ollama(request: ExportRequest, resolved: ResolvedModel, alias: str) -> HandoffPlan:

@@ -212,3 +212,16 @@ def test_chat_with_rpc_answers_as_unsplit(two_workers: list) -> None:
         finally:
             session.close()
     assert texts[0] and texts[1] == texts[0]
+
+
+def test_the_llama_server_export_carries_the_split(two_workers: list) -> None:
+    """llama-server's own --rpc reaches a `localinfer worker` as it would llama.cpp's
+    rpc-server: the plan gives it the workers, the layers they hold and their shares."""
+    from localinfer.handoff import ExportRequest, export_plan
+
+    endpoints = tuple(w.endpoint for w in two_workers)
+    plan = export_plan(ExportRequest("smollm2-135m", "llama-server", ctx=512, rpc=endpoints,
+                                     shares=tuple(THIRDS)))  # fmt: skip
+    argv = plan.command
+    assert argv[argv.index("--rpc") + 1] == ",".join(endpoints)
+    assert argv[argv.index("-ngl") + 1] == "21" and argv[argv.index("-ts") + 1] == "0.5,0.5"

@@ -31,11 +31,20 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "-o", "--output", metavar="FILE", help="write the plan as a shell script to FILE"
     )
     p.add_argument("--json", action="store_true", help="print the plan as one JSON object")
+    p.add_argument("--rpc", metavar="HOST:PORT,...", help="llama-server: split the model over "
+                   "these `localinfer worker`s as `serve --rpc` would")  # fmt: skip
+    p.add_argument("--tensor-split", metavar="N,N,...", help="with --rpc: each machine's share, "
+                   "this machine's first")  # fmt: skip
 
 
 def run(args: argparse.Namespace) -> int:
+    from localinfer.errors import InvalidParameterError
     from localinfer.handoff import ExportRequest, export_plan
+    from localinfer.rpc_nodes import rpc_options
 
+    rpc = rpc_options(args.rpc, args.tensor_split)
+    if rpc is not None and args.to != "llama-server":
+        raise InvalidParameterError(f"--rpc splits the model for llama-server, not {args.to}")
     plan = export_plan(
         ExportRequest(
             model=args.model,
@@ -47,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
             draft=args.draft,
             host=args.host,
             port=args.port,
+            rpc=rpc.workers if rpc else (),
+            shares=rpc.shares if rpc else None,
         )
     )
     if args.output:
