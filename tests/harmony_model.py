@@ -149,6 +149,9 @@ def _header(w: gguf.GGUFWriter, template: str) -> None:
     w.add_expert_feed_forward_length(EXPERT_FFN)
     w.add_sliding_window(WINDOW)
     w.add_uint32(f"{a}.rope.dimension_count", HEAD_DIM)
+    w.add_rope_scaling_type(gguf.RopeScalingType.YARN)  # as the real ones: YaRN past 1/4 of it
+    w.add_rope_scaling_factor(4.0)
+    w.add_rope_scaling_orig_ctx_len(CTX // 4)
     w.add_file_type(gguf.LlamaFileType.MOSTLY_MXFP4_MOE)
     tokens, types, merges = harmony_vocab()
     w.add_tokenizer_model("gpt2")

@@ -20,7 +20,7 @@ from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.loading.loader import load_model
 from localinfer.server import ServerThread, create_app
 from localinfer.session import open_session
-from tests.harmony_model import HARMONY_CALLER, HARMONY_THINKER, write_harmony_gguf
+from tests.harmony_model import CTX, HARMONY_CALLER, HARMONY_THINKER, write_harmony_gguf
 from tests.test_server_support import client_for
 
 pytest.importorskip("llama_cpp")
@@ -91,6 +91,7 @@ def test_localinfer_reads_a_gpt_oss_gguf(root: Path) -> None:
     tok = model.tokenizer
     assert model.config.arch == "gpt_oss" and model.file_quant == "MXFP4_MOE"
     assert model.config.sliding_layers == (0,)  # every other layer slides, as llama.cpp reads
+    assert model.config.max_ctx == CTX  # llama.cpp applies YaRN: no cap at the original window
     ends = {tok.id_to_token(i) for i in model.config.eos_token_ids}
     assert ends == {"<|return|>", "<|call|>", "<|endoftext|>"}  # <|end|> ends a message only
     ids = tok.encode("a to=functions.lookup", add_special_tokens=False)

@@ -102,9 +102,11 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
             "(the runners need one head size)"
         )
     rope_theta = float(gguf.get(f"{a}.rope.freq_base", 10000.0))
-    rope_scaling, fields["max_ctx"] = _rope_scaling(
-        gguf, a, head_dim, rope_theta, fields["max_ctx"]
-    )
+    rope_scaling = None  # llama.cpp applies a llama.cpp-only architecture's scaling (YaRN) itself
+    if arch not in LLAMACPP_ONLY_ARCHS:
+        rope_scaling, fields["max_ctx"] = _rope_scaling(
+            gguf, a, head_dim, rope_theta, fields["max_ctx"]
+        )
     bos, eos = gguf_special_ids(gguf)
     config = config_from_arch_fields(
         arch,
