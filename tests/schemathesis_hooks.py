@@ -41,6 +41,16 @@ UNSTATABLE = {
     # A JSON schema (a tool's parameters) whose keywords contradict each other: satisfiable
     # is a property of the whole schema, which the constraint engine proves.
     "Unsatisfiable schema": "a tool's parameters schema can be satisfied",
+    # A string whose contents must be an image (#37): an image_url part holds one inline, a
+    # data: URL or base64 that decodes to a picture of a size localinfer reads.
+    "not an image localinfer reads": "an image_url holds an image",
+    "not valid base64": "an image_url holds base64",
+    "must hold base64": "an image_url's data: URL holds base64",
+    "only data: URLs and base64": "an image_url is a data: URL or base64",
+    "remote image URLs are not fetched": "an image_url is inline, never a remote address",
+    "a broken or truncated image": "an image_url holds a whole image",
+    "larger than localinfer reads": "an image within localinfer's size limits",
+    "images in one request": "at most 16 images across a request's messages",
     # The model's: its vocabulary and the context it is served with.
     "is outside the vocabulary": "token ids within the served model's vocabulary",
     "maximum context length is": "the prompt fits the context the model is served with",

@@ -66,6 +66,18 @@ def test_generate_reads_the_image_as_llama_cpp_does(
     assert answer["token_ids"] == want and answer["backend"] == "llamacpp"
 
 
+def test_generate_raw_with_an_image(
+    capsys: pytest.CaptureFixture[str], vlm: tuple[Path, Path], picture: Path
+) -> None:
+    """--raw: no chat template, the image before the text; mtmd's tokens for the same text."""
+    rc, out, err = generate(capsys, str(vlm[0]), "A picture of", "--image", str(picture),
+                            "--raw", "--json")  # fmt: skip
+    assert rc == 0, err
+    image = RGBImage(PIXELS.shape[1], PIXELS.shape[0], PIXELS.tobytes())
+    _, want = mtmd_greedy(vlm[0], vlm[1], "<__media__>A picture of", [image], 6)
+    assert json.loads(out)["token_ids"] == want
+
+
 def test_bad_images_are_one_line_errors(
     capsys: pytest.CaptureFixture[str], vlm: tuple[Path, Path], picture: Path, tmp_path: Path
 ) -> None:

@@ -159,7 +159,10 @@ def run(args: argparse.Namespace) -> int:
         **model_settings(args),
     )
     try:
-        ids, params, reasoning, shown = _prompt(session, args, params, images)
+        if images:
+            ids, params, reasoning, shown = _image_prompt(session, args, params, images)
+        else:
+            (ids, params, reasoning), shown = _prompt(session, args, params), ()
         constraint = None if spec is None else session.compile_constraint(spec)
         request = Request(ids, params, constraint=constraint, reasoning=reasoning, images=shown)
         handle = session.engine.submit(request)
@@ -222,40 +225,47 @@ def _stdin_prompt() -> str:
     return text
 
 
-def _prompt(
+def _image_prompt(
     session: Any, args: argparse.Namespace, params: Any, images: list[Any]
 ) -> tuple[list[int], Any, Any, tuple[Any, ...]]:
+    """``_prompt``'s answer for a prompt with images, tokenized by the model's projector, and
+    the images placed in it."""
+    from localinfer.image_input import ImageChat
+
+    if args.raw or (session.base_model and not args.system):
+        prompt = session.image_prompt(args.prompt, images)
+        return prompt.ids, params, None, prompt.images
+    chat = ImageChat(session, session.engine.runner, images)
+    ids, params, reasoning = _prompt(session, args, params, source=chat)
+    return ids, params, reasoning, chat.images
+
+
+def _prompt(
+    session: Any, args: argparse.Namespace, params: Any, source: Any = None
+) -> tuple[list[int], Any, Any]:
     """The prompt's token ids, the sampling parameters (with the tokens that end a middle when
-    it is a fill-in-the-middle prompt), a thinking model's reasoning split (or None) and the
-    prompt's images (their places in the ids: the projector's tokenizer)."""
+    it is a fill-in-the-middle prompt) and a thinking model's reasoning split (or None); a chat
+    is rendered by ``source`` (default: the session)."""
     if args.suffix is not None:
         from localinfer.fim import fim_format
 
         tokenizer = session.tokenizer
         fim = fim_format(tokenizer, field="--suffix", model=session.model.name)
         ids = fim.prompt_ids(tokenizer, args.prompt, args.suffix)
-        return ids, params.model_copy(update={"stop_token_ids": fim.stop_ids}), None, ()
+        return ids, params.model_copy(update={"stop_token_ids": fim.stop_ids}), None
     if args.raw or (session.base_model and not args.system):
         if not args.raw:  # a base model completes text: the prompt goes as is, and it says so
             print(f"{session.model.name} is a base model: the prompt is sent as is (--raw)",
                   file=sys.stderr)  # fmt: skip
-        if images:
-            prompt = session.image_prompt(args.prompt, images)
-            return prompt.ids, params, None, prompt.images
-        return session.raw_prompt_ids(args.prompt), params, None, ()
+        return session.raw_prompt_ids(args.prompt), params, None
     messages = [{"role": "user", "content": args.prompt}]
     if args.system:
         messages.insert(0, {"role": "system", "content": args.system})
     from localinfer.tools.thinking import Thinking, thinking_prompt
 
     enabled = None if args.thinking is None else args.thinking == "on"
-    source = session
-    if images:
-        from localinfer.image_input import ImageChat
-
-        source = ImageChat(session, session.engine.runner, images)
-    prompt = thinking_prompt(source, messages, Thinking(enabled, args.thinking_budget))
-    return prompt.ids, params, prompt.reasoning, getattr(source, "images", ())
+    prompt = thinking_prompt(source or session, messages, Thinking(enabled, args.thinking_budget))
+    return prompt.ids, params, prompt.reasoning
 
 
 def _metrics_line(session: Any, result: Any, max_tokens: int) -> str:
