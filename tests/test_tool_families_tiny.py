@@ -154,20 +154,25 @@ def test_named_call_streams_id_and_name_first(served: FamilyServer) -> None:
 
 
 @pytest.mark.parametrize("parallel", [False, True], ids=["single", "parallel"])
-def test_forced_call_cut_by_max_tokens_is_the_start_of_its_json(
+def test_forced_call_cut_by_max_tokens_never_comes_back_as_content(
     served: FamilyServer, parallel: bool
 ) -> None:
+    """Cut before its JSON closes, a forced call is the call being written (its name, the
+    arguments so far) or nothing, finish length, as OpenAI and vLLM answer: never the half-written
+    JSON as ordinary content, which a client would show or parse as the answer."""
     options = {"tool_choice": "required", "parallel_tool_calls": parallel, "max_tokens": CUT}
     reply = ask(served, **options)
     choice = reply.choices[0]
-    assert choice.finish_reason == "length" and not choice.message.tool_calls
+    assert choice.finish_reason == "length" and not choice.message.content
     assert reply.usage.completion_tokens == CUT
-    text = choice.message.content
-    assert text.lstrip()[:1] == ("[" if parallel else "{")
-    with pytest.raises(json.JSONDecodeError):
-        json.loads(text)
+    whole = [(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []]
+    for name, arguments in whole:
+        assert name in {tool["function"]["name"] for tool in TOOLS}
+        with pytest.raises(json.JSONDecodeError):
+            json.loads(arguments)  # cut: not yet a whole object
     streamed = read_stream(ask(served, stream=True, **options))
-    assert (streamed.content, streamed.calls, streamed.finish) == (text, [], "length")
+    assert (streamed.content, streamed.finish) == ("", "length")
+    assert [(c.name, c.arguments) for c in streamed.calls] == whole
 
 
 # -- 2. the calls and their results back as history ------------------------------------------
