@@ -69,6 +69,16 @@ def test_cli_table_and_not_fitting_exit_code(capsys: pytest.CaptureFixture[str])
     assert "does not fit" in capsys.readouterr().out
 
 
+def test_a_thinking_models_budget_says_its_reasoning_needs_context(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    main(["budget", "qwen3-8b", "--ctx", "8k", "--device", "24GiB"])
+    out = " ".join(capsys.readouterr().out.split())
+    assert "qwen3-8b thinks before it answers" in out and "8,192-token context" in out
+    main(["budget", "llama3.1-8b", "--device", "24GiB"])  # a model that does not think
+    assert "thinks" not in capsys.readouterr().out
+
+
 @pytest.mark.parametrize(
     ("argv", "needle"),
     [

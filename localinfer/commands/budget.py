@@ -124,9 +124,27 @@ def run(args: argparse.Namespace) -> int:
 
         console = Console()
         print_report(report, console)
+        note = thinking_note(args.model, report.ctx)
+        if note is not None:
+            console.print("  " + note, highlight=False, markup=False)
         if check is not None:
             console.print(check_table(check))
     return 0 if report.fits else 3
+
+
+def thinking_note(model: str, ctx: int) -> str | None:
+    """For a model the catalog knows thinks: its reasoning is ordinary tokens in the KV cache
+    (the figures above hold), but it comes before the answer, so the context must hold both."""
+    from localinfer.catalog import catalog_entry_for
+
+    entry = catalog_entry_for(model)
+    if entry is None or not entry.thinks:
+        return None
+    return (
+        f"{model} thinks before it answers: its reasoning takes the same KV cache as the answer, "
+        f"often thousands of tokens, so leave room for it in the {ctx:,}-token context "
+        "(or cap it: --thinking-budget, reasoning_effort, thinking.budget_tokens)"
+    )
 
 
 def _split(args: argparse.Namespace, request: object) -> int:
