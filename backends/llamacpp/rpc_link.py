@@ -96,7 +96,7 @@ class RpcLink:
         if failure is not None:
             raise RpcWorkerLost(
                 f"{failure}; the model split across it cannot answer until the worker is back "
-                "and the model is loaded again"
+                "and the model is loaded again (a worker serves one loaded model at a time)"
             )
 
     def close(self) -> None:

@@ -119,8 +119,8 @@ class ServeSupply:
     def need(self, source: ModelSource) -> BudgetNeed | None:
         """The budget of ``source`` as the session will ask it: same backend, device, dtype,
         quantization, slots and context."""
-        if self.settings.force:
-            return None
+        if self.settings.force or self.settings.options.get("rpc") is not None:
+            return None  # --rpc: split across machines, the session's node plan decides
         s = self.settings
         resolved = resolve_model(source.spec, s.quant)
         facts = model_facts(resolved)
