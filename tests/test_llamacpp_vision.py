@@ -172,3 +172,20 @@ def test_a_projector_for_another_model_is_refused(vlm: tuple[Path, Path], tmp_pa
     config = RunnerConfig(slots=1, max_ctx=64, threads=1, mmproj=str(wrong))
     with pytest.raises(ModelFileError, match="not a vision projector for this model"):
         LlamaCppRunner(file_model(model, "F32"), config)
+
+
+def test_requests_with_images_never_speculate() -> None:
+    """A proposal copied from the prompt could hold an image's placeholder ids."""
+    from types import SimpleNamespace
+
+    from localinfer.engine.batch_plan import speculation_candidates
+
+    def decoding(images: tuple) -> SimpleNamespace:
+        return SimpleNamespace(
+            sampler=SimpleNamespace(constraint=None), thinking_budget=None, slot=0,
+            request=SimpleNamespace(images=images), tokens=[5, 6, 7, 5, 6],
+            params=SimpleNamespace(max_tokens=16), num_output=1,
+        )  # fmt: skip
+
+    assert len(speculation_candidates([decoding(())], 64)) == 1  # type: ignore[list-item]
+    assert speculation_candidates([decoding((object(),))], 64) == []  # type: ignore[list-item]
