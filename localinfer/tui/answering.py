@@ -10,6 +10,7 @@ from textual import on, work
 
 from localinfer.conversations import Conversation
 from localinfer.engine.types import EngineMetrics, SamplingParams
+from localinfer.tui.context_actions import ContextActions
 from localinfer.tui.conversation_actions import ConversationActions
 from localinfer.tui.conversation_view import AnswerTurn
 from localinfer.tui.failure_text import error_text
@@ -29,9 +30,10 @@ if TYPE_CHECKING:
     from localinfer.tools.thinking import Thinking
 
 
-class AnswerActions(ConversationActions, ThinkingActions):
+class AnswerActions(ConversationActions, ThinkingActions, ContextActions):
     """Answers; a finished one is saved with the conversation (hence ConversationActions), with
-    thinking as Settings or a typed switch asks (ThinkingActions)."""
+    thinking as Settings or a typed switch asks (ThinkingActions), cut to the context under the
+    overflow policy (ContextActions)."""
 
     @on(PromptInput.Submitted)
     def on_prompt_submitted(self, event: PromptInput.Submitted) -> None:
@@ -80,7 +82,7 @@ class AnswerActions(ConversationActions, ThinkingActions):
     ) -> None:
         stats = LiveStats(clock=self.clock)
         try:
-            prompt = self.host.prepare(messages, thinking)
+            prompt = self.prepare_in_context(messages, thinking, request_id)
             stats.start(prompt.prompt_tokens)
             handle = self.host.stream(prompt, params, request_id)
         except Exception as exc:  # noqa: BLE001 - every failure becomes a message in the UI

@@ -12,6 +12,7 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from localinfer.conversations import Conversation
+from localinfer.tui.context_marker import SummaryNote, marker_for
 from localinfer.tui.thinking_block import ThinkingBlock
 
 
@@ -217,8 +218,13 @@ class ConversationView(VerticalScroll):
         """``conversation``'s turns; a saved answer's reasoning above it, folded to one line
         unless ``reasoning_shown``."""
         self.clear()
-        for message in conversation.messages:
-            if message.role == "user":
+        for index, message in enumerate(conversation.messages):
+            marker = marker_for(conversation, index)  # where the model's context begins (#39)
+            if marker is not None:
+                self.mount(marker)
+            if message.role == "system":
+                self.mount(SummaryNote(message.content))
+            elif message.role == "user":
                 self.mount(UserTurn(message.content))
             elif message.role == "assistant":
                 if message.reasoning:
