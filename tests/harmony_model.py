@@ -3,12 +3,12 @@ writes it (attention with biases and sinks, every other layer sliding, a router 
 the experts' gate/up/down in MXFP4), a byte-level BPE vocabulary with o200k_harmony's special
 tokens, and gpt-oss's real chat template (tests/fixtures/templates/openai-gpt-oss-120b.jinja).
 
-The weights are random and small, except for a planted next-token table (``chain``): the
-embeddings of the chain's tokens are orthonormal and the LM head maps each to its successor, so
-a greedy decode follows the chain from the prompt's last token (``assistant``) whatever came
-before. That is what makes a random model write harmony's channels: ``HARMONY_THINKER`` opens
-the analysis channel and reasons (`` the the ...``) until a budget closes it; ``HARMONY_CALLER``
-calls ``lookup`` on the commentary channel.
+The weights are random and small, except for a planted next-token table (``chain``,
+tests/planted_model.py): the embeddings of the chain's tokens are orthonormal and the LM head
+maps each to its successor, so a greedy decode follows the chain from the prompt's last token
+(``assistant``) whatever came before. That is what makes a random model write harmony's
+channels: ``HARMONY_THINKER`` opens the analysis channel and reasons (`` the the ...``) until a
+budget closes it; ``HARMONY_CALLER`` calls ``lookup`` on the commentary channel.
 """
 
 from __future__ import annotations
@@ -18,8 +18,8 @@ from pathlib import Path
 import gguf
 import numpy as np
 
-from localinfer.loading.tokenizer import byte_level_decoder
 from tests.gguf_writer import finish_gguf
+from tests.planted_model import plant_chain, planted_vocab
 
 TEMPLATE = Path(__file__).parent / "fixtures" / "templates" / "openai-gpt-oss-120b.jinja"
 SPECIALS = [
@@ -68,38 +68,20 @@ LOGIT_SCALE = 2.0  # the chain's logit is about 16 (8 x this) above every other
 def harmony_vocab() -> tuple[list[str], list[int], list[str]]:
     """Tokens (the specials, 256 byte-level characters, the words and their prefixes), GGUF
     token types (3: control) and merges."""
-    byte_chars = sorted(byte_level_decoder(), key=byte_level_decoder().__getitem__)
-    tokens = SPECIALS + byte_chars
-    merges: list[str] = []
-    for word in WORDS:
-        for cut in range(1, len(word)):
-            merge = f"{word[:cut]} {word[cut]}"
-            if merge not in merges:
-                merges.append(merge)
-            if word[: cut + 1] not in tokens:
-                tokens.append(word[: cut + 1])
-    types = [3] * len(SPECIALS) + [1] * (len(tokens) - len(SPECIALS))
-    return tokens, types, merges
+    return planted_vocab(SPECIALS, WORDS)
 
 
 def _weights(vocab: list[str], chain: dict[str, str], seed: int) -> dict[str, np.ndarray]:
     """Every tensor but the experts, float32 in numpy order ([out, in])."""
     rng = np.random.default_rng(seed)
-    ids = {t: i for i, t in enumerate(vocab)}
-    planted = sorted({ids[t] for pair in chain.items() for t in pair})
-    embd = rng.normal(size=(len(vocab), HIDDEN)).astype(np.float32)
-    basis, _ = np.linalg.qr(rng.normal(size=(HIDDEN, HIDDEN)))
-    embd[planted] = basis[: len(planted)] * np.sqrt(HIDDEN)  # orthogonal, rms 1
-    head = np.zeros((len(vocab), HIDDEN), dtype=np.float32)
-    for token, successor in chain.items():
-        head[ids[successor]] += LOGIT_SCALE * embd[ids[token]] / np.sqrt(HIDDEN)
+    planted = plant_chain(rng, vocab, chain, HIDDEN, LOGIT_SCALE)
     q, kv = HEADS * HEAD_DIM, KV_HEADS * HEAD_DIM
 
     def small(*shape: int, std: float = 0.02) -> np.ndarray:
         return (std * rng.normal(size=shape)).astype(np.float32)
 
-    out = {"token_embd.weight": embd, "output_norm.weight": np.ones(HIDDEN, np.float32)}
-    out["output.weight"] = head
+    out = {"token_embd.weight": planted.embd, "output_norm.weight": np.ones(HIDDEN, np.float32)}
+    out["output.weight"] = planted.head
     for i in range(LAYERS):
         layer = {
             "attn_norm.weight": np.ones(HIDDEN, np.float32),
