@@ -41,6 +41,15 @@ DEFAULT_PORT = 8000
 API_KEY_ENV = "LOCALINFER_API_KEY"
 
 
+def _add_overflow_option(p: Any) -> None:
+    p.add_argument(
+        "--context-overflow", choices=("stop", "drop-oldest"), default="stop",
+        help="a chat past the context: refused with context_length_exceeded (stop, OpenAI's "
+        "way; default) or answered without its oldest whole turns (drop-oldest; the response "
+        "says how many in X-Context-Dropped-Messages and usage.dropped_messages)",
+    )  # fmt: skip
+
+
 def register(subparsers: Any) -> None:
     p = command_parser(subparsers, "serve", run)
     p.add_argument(
@@ -104,6 +113,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--max-queue", type=int, default=64, help="waiting requests before 503 (default: 64)"
     )
+    _add_overflow_option(p)
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     add_model_options(p)
     add_mmproj_option(p, "the vision projector to load (default: an mmproj*.gguf beside a GGUF "
@@ -260,6 +270,7 @@ def run(args: argparse.Namespace) -> int:
         cors_origins=args.cors_origin,
         allowed_hosts=allowed_hosts,
         limits=limits,
+        context_overflow=args.context_overflow,
     )
     if not api_key and not _is_loopback(args.host):
         print(

@@ -23,6 +23,7 @@ from localinfer.server.answer_render import AnswerRenderer
 from localinfer.server.chat_plan import ChatPlan
 from localinfer.server.generation import GenerationInput, generate
 from localinfer.server.openapi_doc import STREAMED, error_responses
+from localinfer.server.overflow import REQUEST_OVERFLOW, OverflowSetting
 from localinfer.server.schemas import SamplingFields
 from localinfer.server.state import ServedSession, ServerState
 from localinfer.server.translate import sampling_params
@@ -58,7 +59,13 @@ def add_answer_route(
 
     async def handler(body: Any, request: Request) -> Response:
         session = await state.session_for(request, body.model)
-        given = await run_in_threadpool(prepare, session, state.name_of(session), body)
+        # The worker thread planning it sees this request's overflow policy (overflow.py).
+        overflow = OverflowSetting(state.context_overflow, session.engine.max_ctx)
+        token = REQUEST_OVERFLOW.set(overflow)
+        try:
+            given = await run_in_threadpool(prepare, session, state.name_of(session), body)
+        finally:
+            REQUEST_OVERFLOW.reset(token)
         return await generate(state, session, request, given)
 
     # FastAPI validates the body against, and documents, the type annotated here.
@@ -99,4 +106,5 @@ def chat_input(
         shape=plan.shape,
         reasoning=plan.reasoning,
         images=plan.images,
+        dropped=plan.dropped,
     )

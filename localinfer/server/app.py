@@ -29,6 +29,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from localinfer import __version__
+from localinfer.context_fit import OverflowPolicy
 from localinfer.errors import InvalidParameterError
 from localinfer.server.anthropic_routes import add_anthropic_routes
 from localinfer.server.auth import APIKeyMiddleware
@@ -67,13 +68,15 @@ def create_app(
     aliases: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
     limits: RequestLimits | None = None,
+    context_overflow: str = "stop",
 ) -> FastAPI:
     """The app for ``session`` (owned by the caller), or for the session ``loader`` builds in a
     background thread once the server starts (owned, and closed, by the app), or for ``pool``
     (several models, loaded on demand; ``start_up`` loads its first ones in that thread).
 
     ``allowed_hosts`` adds names to the Host rule (``host_guard``; ``"*"`` turns it off and
-    needs ``api_key``); ``limits`` bound what a request may send (``limits``)."""
+    needs ``api_key``); ``limits`` bound what a request may send (``limits``);
+    ``context_overflow`` is what a chat past the context gets (``overflow``)."""
     if sum(x is not None for x in (session, loader, pool)) != 1:
         raise ValueError("pass exactly one of session=, loader= or pool=")
     if api_key is not None and not api_key.strip():
@@ -87,6 +90,7 @@ def create_app(
     if pool is None:
         pool, start_up = handed_pool(session, loader, served_name, aliases)
     state = ServerState(pool)
+    state.context_overflow = OverflowPolicy(context_overflow)
     app = FastAPI(
         title="localinfer",
         version=__version__,

@@ -30,6 +30,7 @@ from localinfer.server.answer_shape import (
 from localinfer.server.capability import capability_refused
 from localinfer.server.errors import APIError
 from localinfer.server.image_parts import prompt_images, with_images
+from localinfer.server.overflow import fit_for_request
 from localinfer.server.schemas import ChatCompletionRequest
 from localinfer.server.structured_output import response_format_spec
 from localinfer.server.tool_schemas import choice_value, tool_dicts
@@ -64,6 +65,7 @@ class ChatPlan:
     shape: ShapeFactory
     reasoning: ReasoningSpec | None = None  # a thinking model's: its reasoning split off
     images: tuple[PromptImage, ...] = ()  # image_url parts (image_parts.py)
+    dropped: int = 0  # messages left out under serve --context-overflow drop-oldest
 
 
 def requested_thinking(body: ChatCompletionRequest) -> Thinking:
@@ -85,6 +87,7 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
     tools = parse_tools(tool_dicts(body.tools))
     choice = parse_tool_choice(choice_value(body.tool_choice), tools)
     template = source.model.chat_template  # None: the session refuses chat turns (a 404)
+    plain = source
     source = with_images(source, body.messages)  # the projector tokenizes a chat with images
     family = detect_family(template.source if template is not None else None)
     messages = template_messages([m.as_openai() for m in body.messages], family)
@@ -95,9 +98,17 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
     try:
         # A base model, or one with no template and no turn tokens, takes no chat turns.
         with capability_refused(source.model.name, "chat"):
-            prompt = thinking_prompt(
-                source, inputs.messages, requested_thinking(body), **template_vars
-            )
+            thinking = requested_thinking(body)
+
+            def render(messages: Sequence[Mapping[str, Any]]) -> Any:
+                return thinking_prompt(source, messages, thinking, **template_vars)
+
+            max_tokens = body.max_completion_tokens or body.max_tokens
+            # A chat with images is left whole: its images and their markers go together.
+            fit = None
+            if source is plain:
+                fit = fit_for_request(inputs.messages, lambda m: len(render(m).ids), max_tokens)
+            prompt = render(inputs.messages if fit is None else fit.messages)
     except ChatTemplateError as exc:
         # The model's template refused this conversation (its raise_exception): the
         # client's messages are at fault, so the error names them.
@@ -124,4 +135,5 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
         shape = lambda: ToolAnswer(family, tools)  # noqa: E731
     else:
         shape = PlainAnswer
-    return ChatPlan(prompt.ids, constraint, shape, prompt.reasoning, prompt_images(source))
+    dropped = 0 if fit is None else fit.dropped
+    return ChatPlan(prompt.ids, constraint, shape, prompt.reasoning, prompt_images(source), dropped)

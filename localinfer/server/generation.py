@@ -27,6 +27,7 @@ from localinfer.server.answer_render import AnswerRenderer, FinishedAnswer
 from localinfer.server.answer_shape import PlainAnswer, ShapeFactory
 from localinfer.server.errors import APIError, from_localinfer_error
 from localinfer.server.json_response import SafeJSONResponse
+from localinfer.server.overflow import DROPPED_HEADER
 from localinfer.server.state import ServedSession, ServerState
 from localinfer.server.streaming import (
     ClientGone,
@@ -55,6 +56,7 @@ class GenerationInput:
     shape: ShapeFactory = PlainAnswer  # how the answer's text becomes content or tool calls
     reasoning: ReasoningSpec | None = None  # a thinking model's reasoning, split off the answer
     images: tuple[PromptImage, ...] = ()  # the prompt's images (image_parts.py)
+    dropped: int = 0  # messages left out to fit the context (serve --context-overflow)
 
 
 async def generate(
@@ -106,8 +108,12 @@ class _Exchange:
             await self.events.aclose()
             return self._client_gone()
         if not self.given.stream:
-            return await self._whole_answer(first, request)
-        return EventStreamResponse(self._sse_chunks(first), self._on_stream_closed)
+            response = await self._whole_answer(first, request)
+        else:
+            response = EventStreamResponse(self._sse_chunks(first), self._on_stream_closed)
+        if self.given.dropped:
+            response.headers[DROPPED_HEADER] = str(self.given.dropped)
+        return response
 
     async def _first_event(self) -> StreamEvent:
         return await anext(self.events)

@@ -53,18 +53,23 @@ def _rate(value: float | None) -> float | None:
     return None if value is None or not math.isfinite(value) else round(value, 3)
 
 
-def usage(metrics: RequestMetrics | None, prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(
+    metrics: RequestMetrics | None, prompt_tokens: int, completion_tokens: int, dropped: int = 0
+) -> dict:
     if metrics is not None:
         prompt_tokens, completion_tokens = metrics.prompt_tokens, metrics.completion_tokens
     cached = metrics.cached_tokens if metrics is not None else 0
     reasoning = metrics.reasoning_tokens if metrics is not None else 0
-    return {
+    out = {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
         "prompt_tokens_details": {"cached_tokens": cached},
         "completion_tokens_details": {"reasoning_tokens": reasoning},
     }
+    if dropped:  # an extension: messages serve --context-overflow left out of the prompt
+        out["dropped_messages"] = dropped
+    return out
 
 
 def timings(metrics: RequestMetrics | None) -> dict[str, Any] | None:
@@ -143,6 +148,7 @@ class ResponseBuilder:
     token_bytes: TokenBytes
     want_logprobs: bool = False
     include_usage: bool = False  # streaming: stream_options.include_usage
+    dropped_messages: int = 0  # left out to fit the context (serve --context-overflow)
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     _text_pos: int = 0  # characters streamed so far (completion logprobs text_offset)
@@ -192,7 +198,7 @@ class ResponseBuilder:
         return {
             **self._head(whole=True),
             "choices": [choice],
-            "usage": usage(metrics, prompt_tokens, completion_tokens),
+            "usage": usage(metrics, prompt_tokens, completion_tokens, self.dropped_messages),
             "timings": timings(metrics),
         }
 
@@ -261,7 +267,7 @@ class ResponseBuilder:
         return {
             **self._head(whole=False),
             "choices": [],
-            "usage": usage(metrics, prompt_tokens, completion_tokens),
+            "usage": usage(metrics, prompt_tokens, completion_tokens, self.dropped_messages),
         }
 
     # -- shared parts ----------------------------------------------------------------------------

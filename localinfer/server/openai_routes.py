@@ -50,8 +50,9 @@ def chat_completion(
     plan = plan_chat(session, body)
     max_tokens = body.max_completion_tokens or body.max_tokens
     params = engine_params(body, session, plan.prompt_ids, logprobs=logprobs, max_tokens=max_tokens)
-    renderer = OpenAIRenderer(openai_builder("chat", body, model, session, logprobs))
-    return chat_input(plan, params, body.stream, renderer)
+    builder = openai_builder("chat", body, model, session, logprobs)
+    builder.dropped_messages = plan.dropped
+    return chat_input(plan, params, body.stream, OpenAIRenderer(builder))
 
 
 def text_completion(session: ServedSession, model: str, body: CompletionRequest) -> GenerationInput:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable
 from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from localinfer.context_fit import OverflowPolicy
 from localinfer.errors import LocalinferError
 from localinfer.server.errors import RETRY_AFTER_S, APIError
 from localinfer.server.model_pool import Lease, ModelPool, PoolSettings
@@ -39,6 +40,8 @@ class ServerState:
         self.starting = False
         self.load_error: str | None = None
         self.load_exception: Exception | None = None
+        # serve --context-overflow: a chat past the context refused (stop) or cut (overflow.py)
+        self.context_overflow = OverflowPolicy.STOP
 
     # -- lifecycle ---------------------------------------------------------------------------
 
