@@ -10,7 +10,7 @@ import openai
 import pytest
 
 from localinfer.server.overflow import DROPPED_HEADER, answer_room
-from localinfer.session import Session
+from localinfer.session import Session, open_session
 from tests.test_server_support import SHORT, client_for, make_session, serving
 
 CTX = 256
@@ -104,3 +104,30 @@ def test_drop_oldest_on_anthropic_messages_and_a_question_too_long_alone(
     error = caught.value.body
     assert error["code"] == "context_length_exceeded"
     assert "the system prompt and the last message alone" in error["message"]
+
+
+def test_with_cache_reuse_a_cut_keeps_the_kept_turns_kv() -> None:
+    """The conversation grows by a turn and the cut moves: the turns kept in both requests were
+    computed for the first and are moved (chunk reuse), not prefilled again."""
+    s = open_session(
+        None, backend="torch", slots=1, ctx=CTX, threads=1, prefix_reuse=True, cache_reuse=16
+    )
+    messages = long_chat()
+    try:
+        with serving(s, context_overflow="drop-oldest") as server:
+            client = client_for(server)
+            first = client.chat.completions.create(
+                model=MODEL, messages=messages, max_tokens=SHORT, temperature=0
+            )
+            more = long_chat(14)[-5:-1]  # two more long turns: the cut moves
+            grown = [*messages[:-1], *more, messages[-1]]
+            second = client.chat.completions.create(
+                model=MODEL, messages=grown, max_tokens=SHORT, temperature=0
+            )
+    finally:
+        s.close()
+    assert (
+        second.usage.model_extra["dropped_messages"] > first.usage.model_extra["dropped_messages"]
+    )
+    cached = second.usage.prompt_tokens_details.cached_tokens
+    assert cached > second.usage.prompt_tokens // 3, second.usage
