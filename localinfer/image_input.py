@@ -6,8 +6,9 @@ header claiming 50,000 x 50,000 pixels is refused without the 7.5 GB it would un
 common still formats are taken; a file that is no image, a truncated one, an empty one, or one
 too large is an InvalidParameterError naming the field it came in. A decoded image is scaled
 down to :data:`MAX_SIDE_KEPT` on its longest side (projectors work at a few hundred pixels:
-Gemma 3 at 896). Remote ``http(s)`` URLs are refused: a local server must not fetch addresses
-for whoever can reach it.
+Gemma 3 at 896). Remote ``http(s)`` URLs are refused here: a local server must not fetch
+addresses for whoever can reach it (``serve --allow-image-urls`` fetches them instead:
+localinfer/server/image_fetch.py).
 
 The pixels are handed to llama.cpp as RGB, never the file: its image loader (stb_image) never
 sees client bytes. :class:`ImageChat` is how a chat with images becomes a prompt (the server's
@@ -89,7 +90,8 @@ def image_url_bytes(url: str, field: str) -> bytes:
     if text.lower().startswith(("http://", "https://")):
         raise InvalidParameterError(
             f"{field}: remote image URLs are not fetched (a local server fetches no address a "
-            "client names); send the image inline as a data: URL (data:image/png;base64,...)"
+            "client names, unless it runs with --allow-image-urls); send the image inline as a "
+            "data: URL (data:image/png;base64,...)"
         )
     found = _DATA_URL.match(text)
     if found is not None:

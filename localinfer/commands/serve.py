@@ -19,6 +19,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from localinfer.command_help import command_parser
+from localinfer.commands._serve_options import add_request_options
 from localinfer.errors import InvalidParameterError, LocalinferError
 from localinfer.kv_options import add_kv_options, kv_settings
 from localinfer.model_options import (
@@ -39,15 +40,6 @@ DEFAULT_LOAD_WAIT_S = 120.0
 _DURATION_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
 DEFAULT_PORT = 8000
 API_KEY_ENV = "LOCALINFER_API_KEY"
-
-
-def _add_overflow_option(p: Any) -> None:
-    p.add_argument(
-        "--context-overflow", choices=("stop", "drop-oldest"), default="stop",
-        help="a chat past the context: refused with context_length_exceeded (stop, OpenAI's "
-        "way; default) or answered without its oldest whole turns (drop-oldest; the response "
-        "says how many in X-Context-Dropped-Messages and usage.dropped_messages)",
-    )  # fmt: skip
 
 
 def register(subparsers: Any) -> None:
@@ -113,7 +105,7 @@ def register(subparsers: Any) -> None:
     p.add_argument(
         "--max-queue", type=int, default=64, help="waiting requests before 503 (default: 64)"
     )
-    _add_overflow_option(p)
+    add_request_options(p)
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"))
     add_model_options(p)
     add_mmproj_option(p, "the vision projector to load (default: an mmproj*.gguf beside a GGUF "
@@ -249,6 +241,7 @@ def run(args: argparse.Namespace) -> int:
 
     from localinfer.server import create_app
     from localinfer.server.host import uvicorn_config
+    from localinfer.server.image_fetch import ImageFetch
     from localinfer.server.model_loading import named_source
     from localinfer.server.model_pool import ModelPool, PoolSettings
 
@@ -271,6 +264,7 @@ def run(args: argparse.Namespace) -> int:
         allowed_hosts=allowed_hosts,
         limits=limits,
         context_overflow=args.context_overflow,
+        image_fetch=ImageFetch.from_option(args.allow_image_urls),
     )
     if not api_key and not _is_loopback(args.host):
         print(

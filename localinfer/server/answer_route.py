@@ -22,6 +22,7 @@ from localinfer.engine.types import SamplingParams
 from localinfer.server.answer_render import AnswerRenderer
 from localinfer.server.chat_plan import ChatPlan
 from localinfer.server.generation import GenerationInput, generate
+from localinfer.server.image_fetch import image_fetch_for_request
 from localinfer.server.openapi_doc import STREAMED, error_responses
 from localinfer.server.overflow import REQUEST_OVERFLOW, OverflowSetting
 from localinfer.server.schemas import SamplingFields
@@ -63,7 +64,8 @@ def add_answer_route(
         overflow = OverflowSetting(state.context_overflow, session.engine.max_ctx)
         token = REQUEST_OVERFLOW.set(overflow)
         try:
-            given = await run_in_threadpool(prepare, session, state.name_of(session), body)
+            with image_fetch_for_request(state.image_fetch):  # serve --allow-image-urls
+                given = await run_in_threadpool(prepare, session, state.name_of(session), body)
         finally:
             REQUEST_OVERFLOW.reset(token)
         return await generate(state, session, request, given)

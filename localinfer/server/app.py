@@ -37,6 +37,7 @@ from localinfer.server.embedding_routes import add_embedding_routes
 from localinfer.server.errors import install_error_handlers
 from localinfer.server.fim_routes import add_fim_routes
 from localinfer.server.host_guard import HostGuardMiddleware, HostPolicy
+from localinfer.server.image_fetch import ImageFetch
 from localinfer.server.json_response import SafeJSONResponse
 from localinfer.server.limits import BodyLimitMiddleware, RequestLimits
 from localinfer.server.model_pool import ModelPool
@@ -69,6 +70,7 @@ def create_app(
     allowed_hosts: Iterable[str] = (),
     limits: RequestLimits | None = None,
     context_overflow: str = "stop",
+    image_fetch: ImageFetch | None = None,
 ) -> FastAPI:
     """The app for ``session`` (owned by the caller), or for the session ``loader`` builds in a
     background thread once the server starts (owned, and closed, by the app), or for ``pool``
@@ -76,7 +78,8 @@ def create_app(
 
     ``allowed_hosts`` adds names to the Host rule (``host_guard``; ``"*"`` turns it off and
     needs ``api_key``); ``limits`` bound what a request may send (``limits``);
-    ``context_overflow`` is what a chat past the context gets (``overflow``)."""
+    ``context_overflow`` is what a chat past the context gets (``overflow``); ``image_fetch``
+    how image URLs are fetched (``image_fetch``; None, the default: they are refused)."""
     if sum(x is not None for x in (session, loader, pool)) != 1:
         raise ValueError("pass exactly one of session=, loader= or pool=")
     if api_key is not None and not api_key.strip():
@@ -91,6 +94,7 @@ def create_app(
         pool, start_up = handed_pool(session, loader, served_name, aliases)
     state = ServerState(pool)
     state.context_overflow = OverflowPolicy(context_overflow)
+    state.image_fetch = image_fetch
     app = FastAPI(
         title="localinfer",
         version=__version__,

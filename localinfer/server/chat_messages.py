@@ -34,7 +34,7 @@ class ImageURL(_Part):
 
 class ImagePart(_Part):
     """An image in a system, developer or user message: a ``data:`` URL or bare base64. Remote
-    URLs are refused (localinfer/image_input.py)."""
+    URLs are refused, unless the server runs with ``--allow-image-urls`` (image_fetch.py)."""
 
     type: Literal["image_url"]
     image_url: ImageURL

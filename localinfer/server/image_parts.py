@@ -1,6 +1,6 @@
 """Images in a chat request (issue #37): OpenAI's ``image_url`` parts, decoded and checked
-(localinfer/image_input.py: a 400 naming the part for a bad one, remote URLs refused), then the
-prompt made by the model's projector.
+(localinfer/image_input.py: a 400 naming the part for a bad one; remote URLs refused, or fetched
+under ``serve --allow-image-urls``: image_fetch.py), then the prompt made by the model's projector.
 
 Each image part stands in the message's text as the image marker (chat_messages.py), so the chat
 template places it like any text; ``ImageChat`` (localinfer/image_input.py) then tokenizes the
@@ -25,6 +25,12 @@ from localinfer.image_input import (
 )
 from localinfer.server.capability import capability_refused
 from localinfer.server.chat_messages import ChatMessage
+from localinfer.server.image_fetch import (
+    REQUEST_IMAGE_FETCH,
+    ImageFetch,
+    fetch_image,
+    is_remote,
+)
 
 
 def with_images(source: ChatSource, messages: Sequence[ChatMessage]) -> ChatSource:
@@ -37,14 +43,28 @@ def with_images(source: ChatSource, messages: Sequence[ChatMessage]) -> ChatSour
     ]
     if not found:
         return source
-    # A bad image is a 400 whatever the model (capability.py), so it is checked first.
+    # A bad image is a 400 whatever the model (capability.py), so it is checked first; but
+    # nothing is fetched for a model that reads no images.
     check_image_count(len(found), "messages")
-    images = [decode_image(image_url_bytes(url, field), field) for field, url in found]
+    fetch = REQUEST_IMAGE_FETCH.get()
     runner = getattr(getattr(source, "engine", None), "runner", None)
-    with capability_refused(source.model.name, "read images", param="messages"):
+    if fetch is not None and any(is_remote(url) for _, url in found):
+        _check_reads(source.model.name, runner)
+    images = [decode_image(_image_bytes(url, field, fetch), field) for field, url in found]
+    _check_reads(source.model.name, runner)
+    return ImageChat(source, runner, images)
+
+
+def _image_bytes(url: str, field: str, fetch: ImageFetch | None) -> bytes:
+    if fetch is not None and is_remote(url):
+        return fetch_image(url, field, fetch)  # serve --allow-image-urls
+    return image_url_bytes(url, field)
+
+
+def _check_reads(model: str, runner: object) -> None:
+    with capability_refused(model, "read images", param="messages"):
         if not reads_images(runner):
             raise UnsupportedModelError(IMAGES_NEED)
-    return ImageChat(source, runner, images)
 
 
 def prompt_images(source: ChatSource) -> tuple[PromptImage, ...]:

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from localinfer.context_fit import OverflowPolicy
 from localinfer.errors import LocalinferError
 from localinfer.server.errors import RETRY_AFTER_S, APIError
+from localinfer.server.image_fetch import ImageFetch
 from localinfer.server.model_pool import Lease, ModelPool, PoolSettings
 from localinfer.server.pool_model import ModelSource
 from localinfer.server.prometheus import ServerMetrics
@@ -42,6 +43,8 @@ class ServerState:
         self.load_exception: Exception | None = None
         # serve --context-overflow: a chat past the context refused (stop) or cut (overflow.py)
         self.context_overflow = OverflowPolicy.STOP
+        # serve --allow-image-urls: how image URLs are fetched; None: they are refused
+        self.image_fetch: ImageFetch | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
