@@ -339,8 +339,12 @@ IMAGE = {"type": "image", "source": {"type": "base64", "media_type": "image/png"
             "messages[1].role",
         ),
         (
-            {"messages": [{"role": "user", "content": [{"type": "image"}]}]},
-            "messages[0].content[0]",
+            {"messages": [{"role": "user", "content": [{"type": "document"}]}]},
+            "messages[0].content[0]: document blocks are not supported",
+        ),
+        (
+            {"messages": [{"role": "user", "content": [IMAGE]}]},  # (checked before the model)
+            "messages[0].content[0].source.data: not an image",
         ),
         ({"tools": [{"name": "bad name!", "input_schema": {}}]}, "tools[0].name: String should"),
         ({"tools": [{"name": "web_search", "type": "web_search_20250305"}]}, "tools[0].type"),

@@ -27,6 +27,7 @@ from localinfer.server.anthropic_schemas import (
 from localinfer.server.anthropic_translate import anthropic_fields, chat_request
 from localinfer.server.chat_plan import ChatPlan, plan_chat
 from localinfer.server.generation import GenerationInput
+from localinfer.server.image_fetch import image_fetch_for_request
 from localinfer.server.openapi_doc import error_responses
 from localinfer.server.state import ServedSession, ServerState
 
@@ -45,7 +46,8 @@ def add_anthropic_routes(app: FastAPI, state: ServerState) -> None:
     @app.post(count_path, responses=error_responses(count_path, *ANSWER_ERRORS))
     async def count_tokens(body: CountTokensRequest, request: Request) -> TokenCount:
         current = await state.session_for(request, body.model)
-        plan = await run_in_threadpool(plan_prompt, current, body)
+        with image_fetch_for_request(state.image_fetch):  # an image URL is counted fetched
+            plan = await run_in_threadpool(plan_prompt, current, body)
         return TokenCount(input_tokens=len(plan.prompt_ids))
 
 
@@ -53,14 +55,14 @@ def plan_prompt(session: ServedSession, body: CountTokensRequest) -> ChatPlan:
     """The prompt (with its tools), constraint and answer shape of ``body``; a 400 names the
     field of the Anthropic request at fault."""
     chat = chat_request(body)
-    with anthropic_fields(chat.origins):
+    with anthropic_fields(chat.origins, chat.parts):
         return plan_chat(session, chat.request)
 
 
 def message(session: ServedSession, model: str, body: MessagesRequest) -> GenerationInput:
     """``plan_prompt``, the engine's parameters for the answer and its renderer."""
     chat = chat_request(body)
-    with anthropic_fields(chat.origins):
+    with anthropic_fields(chat.origins, chat.parts):
         plan = plan_chat(session, chat.request)
         params = engine_params(
             chat.request, session, plan.prompt_ids, logprobs=None, max_tokens=body.max_tokens

@@ -2,11 +2,12 @@
 
 Validated with pydantic at the HTTP edge, like the OpenAI bodies in ``schemas``: unknown fields
 are ignored (Claude Code sends ``cache_control`` on blocks), every field this server acts on
-is type-checked. Content blocks are told apart by ``type``; image and document blocks are
-accepted here so that translation can refuse them with a message that names the block, rather
-than a bare "tag not expected". What is parsed only to be refused (image and document blocks,
-server tools) is left out of /openapi.json (``SkipJsonSchema``): the document lists what the
-server takes.
+is type-checked. Content blocks are told apart by ``type``. A user turn's image blocks are read
+(issue #37: translation makes them OpenAI ``image_url`` parts); document blocks, and images where
+Anthropic's API takes none, are accepted here so that translation can refuse them with a message
+that names the block, rather than a bare "tag not expected". What is parsed only to be refused
+(those blocks, other image sources, server tools) is left out of /openapi.json
+(``SkipJsonSchema``): the document lists what the server takes.
 """
 
 from __future__ import annotations
@@ -16,9 +17,11 @@ from typing import Annotated, Any, Literal
 from pydantic import (
     BaseModel,
     ConfigDict,
+    Discriminator,
     Field,
     StrictBool,
     StrictFloat,
+    Tag,
     model_validator,
 )
 from pydantic.json_schema import SkipJsonSchema
@@ -40,10 +43,56 @@ class TextBlock(_Block):
     text: str
 
 
-class MediaBlock(_Block):
-    """An image or a document (PDF): refused by translation, this server reads text only."""
+class Base64Source(_Block):
+    """An image inline: a JPEG, PNG, GIF or WebP file in base64."""
 
-    type: Literal["image", "document"]
+    type: Literal["base64"]
+    media_type: Literal["image/jpeg", "image/png", "image/gif", "image/webp"]
+    data: str = Field(min_length=1)
+
+
+class URLSource(_Block):
+    """An image at a URL: fetched only by a server run with ``--allow-image-urls``."""
+
+    type: Literal["url"]
+    url: str = Field(min_length=1)
+
+
+class OtherSource(_Block):
+    """Another source (``file``: Anthropic's Files API, which this server does not keep)."""
+
+    type: str
+
+
+def _source_tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    # Tags spelled with brackets, which error messages leave out of the field's path.
+    return f"source[{kind if kind in ('base64', 'url') else 'other'}]"
+
+
+ImageSource = Annotated[
+    Annotated[Base64Source, Tag("source[base64]")]
+    | Annotated[URLSource, Tag("source[url]")]
+    | SkipJsonSchema[Annotated[OtherSource, Tag("source[other]")]],
+    Discriminator(_source_tag),
+]
+
+
+class ImageBlock(_Block):
+    """An image in a user turn, read by a model with a vision projector."""
+
+    type: Literal["image"]
+    source: ImageSource
+
+
+class DocumentBlock(_Block):
+    """A document (PDF): refused by translation, this server reads no documents."""
+
+    type: Literal["document"]
+
+
+# Blocks parsed only to be refused where they stand (an assistant's image, a tool result's).
+MediaBlock = ImageBlock | DocumentBlock
 
 
 class ThinkingBlock(_Block):
@@ -71,19 +120,26 @@ class ToolResultBlock(_Block):
     type: Literal["tool_result"]
     tool_use_id: str = Field(min_length=1)
     content: (
-        str | list[Annotated[TextBlock | SkipJsonSchema[MediaBlock], Field(discriminator="type")]]
+        str
+        | list[
+            Annotated[
+                TextBlock | SkipJsonSchema[ImageBlock | DocumentBlock], Field(discriminator="type")
+            ]
+        ]
     ) | None = None
     is_error: StrictBool = False
 
 
-# The blocks each role's turns hold, as in Anthropic's API: a user turn answers tool calls
-# (tool_result), an assistant turn makes them (tool_use) and carries its reasoning (thinking).
+# The blocks each role's turns hold, as in Anthropic's API: a user turn shows images and answers
+# tool calls (tool_result), an assistant turn makes them (tool_use) and carries its reasoning
+# (thinking).
 # Stating it per role puts the rule in the document; the translation relies on it.
 UserBlock = Annotated[
-    TextBlock | SkipJsonSchema[MediaBlock] | ToolResultBlock, Field(discriminator="type")
+    TextBlock | ImageBlock | SkipJsonSchema[DocumentBlock] | ToolResultBlock,
+    Field(discriminator="type"),
 ]
 AssistantBlock = Annotated[
-    TextBlock | SkipJsonSchema[MediaBlock] | ThinkingBlock | ToolUseBlock,
+    TextBlock | SkipJsonSchema[ImageBlock | DocumentBlock] | ThinkingBlock | ToolUseBlock,
     Field(discriminator="type"),
 ]
 

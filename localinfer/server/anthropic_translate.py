@@ -3,6 +3,9 @@
 
 * ``system`` (a string or text blocks) -> a system message;
 * a user turn's ``tool_result`` blocks -> ``tool`` messages, its text -> one user message after;
+* a user turn's ``image`` blocks -> ``image_url`` parts of that message, in place among its text
+  (a base64 source as a ``data:`` URL, a ``url`` source as its URL: image_parts.py decodes or
+  fetches them);
 * an assistant turn's ``tool_use`` blocks -> ``tool_calls`` (``input`` as JSON arguments);
 * an assistant turn's ``thinking`` blocks -> its ``reasoning_content`` (the chat template keeps
   or drops earlier reasoning: Qwen3 keeps it only after the last user message);
@@ -13,14 +16,16 @@
 
 What only Anthropic's shape can get wrong is refused here, naming the Anthropic field
 (``messages[2].content[0].tool_use_id: ...``); errors raised later by planning name the OpenAI
-message a turn became, so ``anthropic_fields`` renames them back through ``origins``.
+message a turn became, so ``anthropic_fields`` renames them back through ``origins`` (and an
+image part's through ``parts``: ``messages[0].content[1].source.data``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
@@ -32,7 +37,10 @@ from localinfer.server.anthropic_schemas import (
     AnthropicTool,
     AnthropicToolChoice,
     AssistantMessage,
+    Base64Source,
     CountTokensRequest,
+    DocumentBlock,
+    ImageBlock,
     MediaBlock,
     MessagesRequest,
     TextBlock,
@@ -40,6 +48,7 @@ from localinfer.server.anthropic_schemas import (
     ThinkingConfig,
     ToolResultBlock,
     ToolUseBlock,
+    URLSource,
     UserMessage,
 )
 from localinfer.server.errors import FIELD_PREFIX, APIError
@@ -55,14 +64,34 @@ ERROR_RESULT_PREFIX = "Error: "
 class TranslatedChat:
     request: ChatCompletionRequest
     origins: list[str]  # per message of ``request``: the Anthropic field it came from
+    # (message, part) of ``request`` -> the Anthropic field of the image it came from
+    parts: dict[tuple[int, int], str] = dataclasses.field(default_factory=dict)
 
 
 def _bad(field: str, message: str) -> InvalidParameterError:
     return InvalidParameterError(f"{field}: {message}")
 
 
-def _refuse_media(where: str, block: MediaBlock) -> InvalidParameterError:
-    return _bad(where, f"{block.type} blocks are not supported: this server reads text only")
+def _refuse_media(where: str, block: MediaBlock, turn: str) -> InvalidParameterError:
+    if isinstance(block, ImageBlock):
+        return _bad(where, f"image blocks are not supported in {turn}; put it in a user turn")
+    return _bad(where, "document blocks are not supported: this server reads no documents")
+
+
+def _image_part(at: str, block: ImageBlock) -> tuple[dict[str, Any], str]:
+    """The OpenAI ``image_url`` part of an image block, and the field that holds the image."""
+    source = block.source
+    if isinstance(source, Base64Source):
+        url, where = f"data:{source.media_type};base64,{source.data}", f"{at}.source.data"
+    elif isinstance(source, URLSource):
+        url, where = source.url, f"{at}.source.url"
+    else:
+        raise _bad(
+            f"{at}.source.type",
+            f"{source.type[:80]!r} image sources are not supported (this server keeps no "
+            "files); send the image as base64 (or a url source)",
+        )
+    return {"type": "image_url", "image_url": {"url": url}}, where
 
 
 class _History:
@@ -71,6 +100,7 @@ class _History:
     def __init__(self) -> None:
         self.messages: list[dict[str, Any]] = []
         self.origins: list[str] = []
+        self.parts: dict[tuple[int, int], str] = {}  # TranslatedChat.parts
         self.call_ids: set[str] = set()
 
     def add(self, message: dict[str, Any], origin: str) -> None:
@@ -82,18 +112,25 @@ class _History:
         if isinstance(message.content, str):
             self.add({"role": "user", "content": message.content}, where)
             return
-        texts: list[str] = []
+        parts: list[dict[str, Any]] = []
+        images: dict[int, str] = {}  # part index -> the image's field
         for j, block in enumerate(message.content):
             at = f"{where}.content[{j}]"
             if isinstance(block, TextBlock):
-                texts.append(block.text)
+                parts.append({"type": "text", "text": block.text})
             elif isinstance(block, ToolResultBlock):
                 self.add(self._tool_result(at, block), at)
-            elif isinstance(block, MediaBlock):
-                raise _refuse_media(at, block)
+            elif isinstance(block, ImageBlock):
+                part, images[len(parts)] = _image_part(at, block)  # (its index, before append)
+                parts.append(part)
+            else:
+                raise _refuse_media(at, block, "a user turn")
             # (tool_use and thinking blocks are an assistant's: the body's model refused them)
-        if texts or not message.content:
-            self.add({"role": "user", "content": "".join(texts)}, where)
+        if not images and (parts or not message.content):
+            self.add({"role": "user", "content": "".join(p["text"] for p in parts)}, where)
+        elif images:
+            self.parts.update({(len(self.messages), k): name for k, name in images.items()})
+            self.add({"role": "user", "content": parts}, where)
 
     def _tool_result(self, at: str, block: ToolResultBlock) -> dict[str, Any]:
         if block.tool_use_id not in self.call_ids:
@@ -105,8 +142,8 @@ class _History:
         if isinstance(content, list):
             pieces = []
             for k, part in enumerate(content):
-                if isinstance(part, MediaBlock):
-                    raise _refuse_media(f"{at}.content[{k}]", part)
+                if isinstance(part, ImageBlock | DocumentBlock):
+                    raise _refuse_media(f"{at}.content[{k}]", part, "a tool_result")
                 pieces.append(part.text)
             content = "".join(pieces)
         text = content or ""
@@ -134,8 +171,8 @@ class _History:
                 arguments = json.dumps(block.input, ensure_ascii=False)
                 function = {"name": block.name, "arguments": arguments}
                 calls.append({"id": block.id, "type": "function", "function": function})
-            elif isinstance(block, MediaBlock):
-                raise _refuse_media(at, block)
+            elif isinstance(block, ImageBlock | DocumentBlock):
+                raise _refuse_media(at, block, "an assistant turn")
             else:
                 assert isinstance(block, ThinkingBlock)
                 thoughts.append(block.thinking)  # a redacted block's text is ""
@@ -241,18 +278,22 @@ def chat_request(body: CountTokensRequest) -> TranslatedChat:
         err = exc.errors()[0]
         field = ".".join(str(part) for part in err.get("loc", ())) or "body"
         raise _bad(field, err.get("msg", "invalid value")) from None
-    return TranslatedChat(request, history.origins)
+    return TranslatedChat(request, history.origins, history.parts)
 
 
 # Field names as planning writes them -> as the Anthropic request has them.
 _TOOL_FIELD = re.compile(r"^tools\[(\d+)\]\.function\.(name|parameters|description)")
 _TOOL_NAMES = {"name": "name", "parameters": "input_schema", "description": "description"}
 _MESSAGE_FIELD = re.compile(r"^messages\[(\d+)\][\w.\[\]-]*")
+_PART_FIELD = re.compile(r"^messages\[(\d+)\]\.content\[(\d+)\]")
 
 
-def anthropic_field(field: str, origins: Sequence[str]) -> str:
+def anthropic_field(
+    field: str, origins: Sequence[str], parts: Mapping[tuple[int, int], str] | None = None
+) -> str:
     """An OpenAI request field (``messages[3].tool_calls[0].function.arguments``) as the field
-    of the Anthropic request it came from (``messages[2].content[1]``)."""
+    of the Anthropic request it came from (``messages[2].content[1]``); an image part's
+    (``messages[0].content[1].image_url.url``) as its block's (``...content[1].source.data``)."""
     if field == "stop":
         return "stop_sequences"
     if field == "thinking_budget":
@@ -260,6 +301,9 @@ def anthropic_field(field: str, origins: Sequence[str]) -> str:
     tool = _TOOL_FIELD.match(field)
     if tool:
         return f"tools[{tool.group(1)}].{_TOOL_NAMES[tool.group(2)]}" + field[tool.end() :]
+    part = _PART_FIELD.match(field)
+    if part and parts and (int(part[1]), int(part[2])) in parts:
+        return parts[int(part[1]), int(part[2])]
     message = _MESSAGE_FIELD.match(field)
     if message and int(message.group(1)) < len(origins):
         return origins[int(message.group(1))]
@@ -267,7 +311,9 @@ def anthropic_field(field: str, origins: Sequence[str]) -> str:
 
 
 @contextmanager
-def anthropic_fields(origins: Sequence[str]) -> Iterator[None]:
+def anthropic_fields(
+    origins: Sequence[str], parts: Mapping[tuple[int, int], str] | None = None
+) -> Iterator[None]:
     """Planning's 400s re-raised with the field they name renamed for the Anthropic request."""
     try:
         yield
@@ -276,7 +322,7 @@ def anthropic_fields(origins: Sequence[str]) -> Iterator[None]:
         named = FIELD_PREFIX.match(message)
         if not named:
             raise
-        field = anthropic_field(named.group(1), origins)
+        field = anthropic_field(named.group(1), origins, parts)
         renamed = f"{field}: {message[named.end() :]}"
         if isinstance(exc, APIError):
             raise APIError(
