@@ -316,8 +316,12 @@ ROUND = [
         ({"input": [{"type": "item_reference", "id": "msg_1"}]}, "input[0]"),
         ({"input": [{"type": "web_search_call", "id": "ws_1"}]}, "input[0].type"),
         (
-            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            {"input": [{"role": "user", "content": [{"type": "input_file", "file_id": "f"}]}]},
             "input[0].content[0].type",
+        ),
+        (  # an image is checked before the model (this one reads none)
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0].image_url",
         ),
         ({"input": [*ROUND[:1], {**ROUND[1], "arguments": "{not json"}]}, "input[1].arguments"),
         (

@@ -61,17 +61,40 @@ REFUSED = {
 # The item types this server reads; anything else is an OtherItem.
 HISTORY_ITEM_TYPES = ("message", "function_call", "function_call_output", "reasoning")
 TEXT_PARTS = ("input_text", "output_text")
+IMAGE_PART = "input_image"
 
 
 class ContentPart(BaseModel):
-    """One part of a message's content. Only text parts (``input_text``, ``output_text``) are
-    supported; other types are checked by the translation so that its error says so."""
+    """One part of a function call's output: text parts (``input_text``, ``output_text``) only;
+    other types are checked by the translation so that its error says so."""
 
     # The document: a text part, with its text.
     model_config = ConfigDict(extra="ignore", json_schema_extra={"required": ["type", "text"]})
 
     type: Literal["input_text", "output_text"] | SkipJsonSchema[str]
     text: str | SkipJsonSchema[None] = None
+
+
+# The document: an input_image part has its image_url, a text part its text.
+IMAGE_OR_TEXT = {
+    "required": ["type"],
+    "if": {"properties": {"type": {"const": IMAGE_PART}}, "required": ["type"]},
+    "then": {"required": ["image_url"]},
+    "else": {"required": ["text"]},
+}
+
+
+class MessagePart(ContentPart):
+    """One part of a message's content: text, or an image (``input_image``: a ``data:`` URL or
+    base64 in ``image_url``, or an http(s) URL that a server run with ``--allow-image-urls``
+    fetches). A ``file_id`` is refused by the translation: this server keeps no files."""
+
+    model_config = ConfigDict(extra="ignore", json_schema_extra=IMAGE_OR_TEXT)
+
+    type: Literal["input_text", "output_text", "input_image"] | SkipJsonSchema[str]
+    image_url: str | SkipJsonSchema[None] = None
+    file_id: SkipJsonSchema[str | None] = None
+    detail: Literal["auto", "low", "high"] | None = None  # accepted; the projector sets the size
 
 
 class MessageItem(BaseModel):
@@ -81,7 +104,7 @@ class MessageItem(BaseModel):
 
     type: Literal["message"] = "message"
     role: Literal["user", "assistant", "system", "developer"]
-    content: str | list[ContentPart]
+    content: str | list[MessagePart]
 
 
 class FunctionCallItem(BaseModel):

@@ -2,7 +2,8 @@
 
 The Responses API is chat completions with other names: ``instructions`` is a system message,
 ``input`` items are messages, ``function_call`` items are an assistant's ``tool_calls`` and
-``function_call_output`` items are tool messages; tools are flat (``{type, name, parameters}``),
+``function_call_output`` items are tool messages, ``input_image`` parts are ``image_url`` parts
+(image_parts.py decodes or fetches them); tools are flat (``{type, name, parameters}``),
 ``text.format`` is ``response_format`` and ``reasoning.effort`` is ``reasoning_effort``; a
 ``reasoning`` item's text is the ``reasoning_content`` of the assistant turn that follows it.
 Translated, the request goes through ``plan_chat`` and ``sampling_params`` unchanged, so no
@@ -29,6 +30,7 @@ from localinfer.errors import LocalinferError
 from localinfer.server.chat_plan import ChatPlan, ChatSource, plan_chat
 from localinfer.server.errors import APIError, from_localinfer_error
 from localinfer.server.responses_api_schemas import (
+    IMAGE_PART,
     NO_STORAGE,
     TEXT_PARTS,
     BuiltInTool,
@@ -36,6 +38,7 @@ from localinfer.server.responses_api_schemas import (
     FunctionCallItem,
     FunctionCallOutputItem,
     MessageItem,
+    MessagePart,
     OtherItem,
     ReasoningItem,
     ResponsesRequest,
@@ -63,6 +66,7 @@ class MessageSource:
 _CALL_FIELDS = {".function.arguments": ".arguments", ".function.name": ".name", ".id": ".call_id"}
 _MESSAGE = re.compile(r"^messages\[(\d+)\](.*)$")
 _CALL = re.compile(r"^\.tool_calls\[(\d+)\](.*)$")
+_IMAGE = re.compile(r"^\.content\[(\d+)\]\.image_url")
 _TOOL = re.compile(r"^tools\[(\d+)\]\.function(.*)$")
 _FORMAT = (("response_format.json_schema", "text.format"), ("response_format", "text.format"))
 
@@ -93,6 +97,9 @@ class FieldNames:
             return source.calls[int(call[1])] + _CALL_FIELDS.get(call[2], "")
         if rest == ".tool_call_id":
             return source.path + ".call_id"
+        image = _IMAGE.match(rest)
+        if image is not None:  # a message's parts are translated one for one
+            return f"{source.path}.content[{image[1]}].image_url"
         if rest.startswith(".content") and source.path.startswith("input["):
             return f"{source.path}.{source.content_key}"
         return source.path
@@ -186,8 +193,8 @@ class _History:
     ) -> None:
         where = f"input[{i}]"
         if isinstance(item, MessageItem):
-            text = _text(f"{where}.content", item.content)
-            self.add({"role": item.role, "content": text}, MessageSource(where))
+            content = _content(f"{where}.content", item.content)
+            self.add({"role": item.role, "content": content}, MessageSource(where))
         elif isinstance(item, FunctionCallItem):
             self._call(where, item)
         elif isinstance(item, FunctionCallOutputItem):
@@ -231,17 +238,42 @@ def _other(where: str, item: OtherItem) -> None:
 def _text(where: str, content: str | list[ContentPart]) -> str:
     if isinstance(content, str):
         return content
-    pieces = []
-    for j, part in enumerate(content):
-        if part.type not in TEXT_PARTS:
-            raise bad(
-                f"{where}[{j}].type",
-                f"only text parts ({', '.join(TEXT_PARTS)}) are supported, not {part.type[:80]!r}",
-            )
-        if part.text is None:
-            raise bad(f"{where}[{j}].text", "a text part needs its text")
-        pieces.append(part.text)
-    return "".join(pieces)
+    return "".join(_text_part(f"{where}[{j}]", part, TEXT_PARTS) for j, part in enumerate(content))
+
+
+def _text_part(at: str, part: ContentPart, takes: tuple[str, ...]) -> str:
+    if part.type not in takes:
+        raise bad(
+            f"{at}.type", f"only {', '.join(takes)} parts are supported, not {part.type[:80]!r}"
+        )
+    if part.text is None:
+        raise bad(f"{at}.text", "a text part needs its text")
+    return part.text
+
+
+def _content(where: str, content: str | list[MessagePart]) -> str | list[dict[str, Any]]:
+    """A message's content: its text, or with images chat's parts, one for each of its own (so
+    that an image's field maps back by index: FieldNames)."""
+    if isinstance(content, str):
+        return content
+    parts = [_chat_part(f"{where}[{j}]", part) for j, part in enumerate(content)]
+    if any(part["type"] == "image_url" for part in parts):
+        return parts
+    return "".join(part["text"] for part in parts)
+
+
+def _chat_part(at: str, part: MessagePart) -> dict[str, Any]:
+    if part.type != IMAGE_PART:
+        return {"type": "text", "text": _text_part(at, part, (*TEXT_PARTS, IMAGE_PART))}
+    if part.file_id is not None and part.image_url is None:
+        raise bad(
+            f"{at}.file_id",
+            "images by file_id are not supported: this server keeps no files; send the image "
+            "in image_url as a data: URL (data:image/png;base64,...)",
+        )
+    if part.image_url is None:
+        raise bad(f"{at}.image_url", "an input_image part needs its image_url")
+    return {"type": "image_url", "image_url": {"url": part.image_url}}
 
 
 def chat_tools(tools: list[FlatTool | BuiltInTool] | None) -> list[dict[str, Any]] | None:
