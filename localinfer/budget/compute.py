@@ -8,7 +8,7 @@ CLI, the session before it loads anything and the TUI call). The arithmetic live
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from localinfer.budget.kv_tier import KVRamTier, kv_ram_tier
 from localinfer.budget.memory import DeviceMemory, cpu_memory, device_memory, human_bytes
@@ -20,8 +20,10 @@ from localinfer.budget.report import (
     BudgetReport,
     BudgetRequest,
     Suggestion,
+    VisionReport,
     VllmPlan,
 )
+from localinfer.budget.vision import tokens_text
 from localinfer.errors import (
     InvalidParameterError,
     OutOfMemoryBudgetError,
@@ -178,8 +180,7 @@ def compute_budget(
         max_context=planner.max_context(budget, quant, request.concurrency, kv),
         max_concurrency=planner.max_sequences(budget, quant, ctx, kv),
         model_max_ctx=arch.max_ctx,
-        mmproj=facts.projector.name if facts.projector else None,
-        mmproj_files=list(facts.projectors),
+        **_projector_fields(planner),
         download_bytes=facts.download_bytes,
         reranker=arch.reranker,
     )
@@ -191,6 +192,38 @@ def compute_budget(
         if not report.suggestions and not fits:
             report.vllm = vllm_plan_for(facts, ctx, request.concurrency, kv)
     return report
+
+
+def _projector_fields(planner: Planner) -> dict[str, Any]:
+    """The report's projector fields: the one counted, those beside the model, its figures."""
+    facts = planner.facts
+    return {
+        "mmproj": facts.projector.name if facts.projector else None,
+        "mmproj_files": list(facts.projectors),
+        "vision": _vision_report(planner),
+    }
+
+
+def _vision_report(planner: Planner) -> VisionReport | None:
+    """The counted projector's figures (budget/vision.py), or None without one."""
+    projector, cost = planner.facts.projector, planner.vision_cost()
+    if projector is None or projector.vision is None or cost is None:
+        return None
+    shape = projector.vision
+    return VisionReport(
+        projector_bytes=projector.weight_bytes,
+        compute_bytes=cost.total,
+        graph_bytes=cost.graph,
+        work_bytes=cost.work,
+        context_bytes=cost.context,
+        image_bytes=cost.image,
+        projector_type=shape.projector_type,
+        image_size=shape.image_size,
+        patches=shape.patches,
+        image_tokens=shape.image_tokens,
+        tokens_text=tokens_text(shape),
+        modelled=shape.modelled,
+    )
 
 
 def _kv_type(planner: Planner, profile: BackendProfile, asked: str | None) -> KVDtype:

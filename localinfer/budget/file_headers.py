@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from localinfer.budget.gguf_prefix import file_reader, read_header
+from localinfer.budget.vision import VisionShape, vision_shape
 from localinfer.facts.arch import ArchSpec
 from localinfer.facts.gguf_header import arch_from_gguf
 from localinfer.facts.held_weights import StoredTensor
@@ -90,18 +91,26 @@ class SafetensorsTensor:
 
 @dataclass(frozen=True, slots=True)
 class Projector:
-    """A vision projector (mmproj*.gguf) as llama.cpp's multimodal code loads it: every tensor."""
+    """A vision projector (mmproj*.gguf) as llama.cpp's multimodal code loads it: every tensor,
+    and its encoder's shape (budget/vision.py; None: no vision encoder the budget can cost)."""
 
     name: str
     weight_bytes: int
     params: int
+    vision: VisionShape | None = None
 
 
 def projector_header(name: str, gguf: GGUFFile) -> Projector:
-    """The tensor bytes of a projector's GGUF (its directory only: a CLIP header has no LM
-    architecture to read)."""
+    """The tensor bytes of a projector's GGUF and its encoder's shape (its metadata and
+    directory only: a CLIP header has no LM architecture to read)."""
     tensors = gguf.tensors.values()
-    return Projector(name, sum(t.nbytes for t in tensors), sum(t.n_elements for t in tensors))
+    types = {t.name: (t.type_name, int(t.nbytes)) for t in tensors}
+    return Projector(
+        name,
+        sum(t.nbytes for t in tensors),
+        sum(t.n_elements for t in tensors),
+        vision_shape(gguf.metadata, types),
+    )
 
 
 def read_projector(path: Path, name: str) -> Projector:

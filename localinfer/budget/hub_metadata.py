@@ -16,6 +16,7 @@ metadata was never fetched is a clear error.
 
 from __future__ import annotations
 
+import contextlib
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -35,6 +36,7 @@ from localinfer.budget.metadata_cache import (
     header_from_json,
     header_to_json,
 )
+from localinfer.budget.vision import shape_from_dict
 from localinfer.errors import InvalidParameterError, ModelFileError
 from localinfer.facts.gguf_names import (
     model_ggufs,
@@ -263,10 +265,19 @@ def _projector(record: RepoRecord, asked: str, fetch: _Fetcher | None, why: str)
     name = pick_projector(record.sizes, asked, record.repo_id)
     summary = record.projectors.get(name)
     if summary is None:
-        projector = _need(fetch, record, None, why).projector(name)
-        summary = {"weight_bytes": projector.weight_bytes, "params": projector.params}
+        summary = _projector_summary(_need(fetch, record, None, why), name)
         record.projectors[name] = summary
-    return Projector(name, int(summary["weight_bytes"]), int(summary["params"]))
+    elif "vision" not in summary and fetch is not None:  # cached before the encoder's shape was
+        with contextlib.suppress(HubError):
+            summary = record.projectors[name] = _projector_summary(fetch, name)
+    vision = shape_from_dict(summary.get("vision"))
+    return Projector(name, int(summary["weight_bytes"]), int(summary["params"]), vision)
+
+
+def _projector_summary(fetch: _Fetcher, name: str) -> dict[str, Any]:
+    projector = fetch.projector(name)
+    vision = projector.vision.as_dict() if projector.vision is not None else None
+    return {"weight_bytes": projector.weight_bytes, "params": projector.params, "vision": vision}
 
 
 def cached_hub_models() -> list[str]:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from localinfer.backend_profile import BackendProfile
 from localinfer.budget.memory import human_bytes
 from localinfer.budget.model_facts import ModelFacts
+from localinfer.budget.vision import VisionCost, vision_cost
 from localinfer.facts.arch import ArchSpec, active_ffn_width
 from localinfer.facts.kv_dtype import DTYPES, KVDtype
 from localinfer.facts.quant import mlx_quant_bytes, torch_quant_bytes
@@ -238,11 +239,23 @@ class Planner:
             kv=kv_cache_bytes(arch, ctx, sequences, kv, self.profile) + rank_kv,
             compute=promoted
             + rank_compute
+            + self.vision_bytes()  # the projector's encoder: its buffers, one image's pixels
             + compute_buffer_bytes(
                 arch, ctx, sequences, self.chunk, self.profile, self.device_kind, kv
             ),
             runtime=self.profile.runtime(self.device_kind, arch.vocab_size, kept_blocks),
         )
+
+    def vision_cost(self) -> VisionCost | None:
+        """The projector's encoder beside its weights (budget/vision.py); None without one."""
+        projector = self.facts.projector
+        if projector is None or projector.vision is None:
+            return None
+        return vision_cost(projector.vision, self.device_kind)
+
+    def vision_bytes(self) -> int:
+        cost = self.vision_cost()
+        return 0 if cost is None else cost.total
 
     def _rank_context(self, ctx: int, kv: KVDtype) -> tuple[int, int]:
         """A reranker's scoring context (backends/llamacpp/rerank.py), as (KV, compute) bytes:

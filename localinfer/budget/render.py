@@ -7,7 +7,7 @@ from rich.table import Table
 from rich.text import Text
 
 from localinfer.budget.memory import human_bytes
-from localinfer.budget.report import BudgetReport, MemoryCheck
+from localinfer.budget.report import BudgetReport, MemoryCheck, VisionReport
 
 BAR_WIDTH = 60
 _COLORS = {
@@ -26,12 +26,17 @@ def breakdown_table(report: BudgetReport) -> Table:
     table.add_column("bytes", justify="right")
     table.add_column("how")
     kv_how = f"{report.ctx:,} ctx x {report.concurrency} seq, {report.kv_dtype}"
+    vision = report.vision
+    encoder = vision.compute_bytes if vision is not None else 0
     rows = [
         ("weights", report.weights_bytes, _weights_how(report)),
         ("KV cache", report.kv_cache_bytes, kv_how),
-        ("compute buffers", report.compute_bytes, f"prefill chunk {report.prefill_chunk} + logits"),
-        ("runtime", report.runtime_bytes, f"{report.backend} library and tokenizer tables"),
-    ]
+        ("compute buffers", report.compute_bytes - encoder,
+         f"prefill chunk {report.prefill_chunk} + logits"),
+    ]  # fmt: skip
+    if vision is not None:
+        rows.append(("vision encoder", encoder, _vision_how(vision)))
+    rows.append(("runtime", report.runtime_bytes, f"{report.backend} library and tokenizer tables"))
     if report.kv_ram_bytes:
         rows.append(("KV RAM tier", report.kv_ram_bytes, _kv_ram_how(report)))
     for name, value, how in rows:
@@ -41,6 +46,24 @@ def breakdown_table(report: BudgetReport) -> Table:
     table.add_row("total", human_bytes(report.total_bytes), f"{share:.0f}% of available")
     table.add_row("available", human_bytes(report.available_bytes), report.device)
     return table
+
+
+def _vision_how(vision: VisionReport) -> str:
+    """The encoder's graph for one image at the projector's size, and what else it holds."""
+    size = vision.image_size
+    how = f"{vision.projector_type} graph at {size}x{size} ({vision.patches:,} patches)"
+    parts = [
+        name
+        for name, value in (
+            ("CPU work buffer", vision.work_bytes),
+            ("mtmd's tables", vision.context_bytes),
+            ("one image's pixels", vision.image_bytes),
+        )
+        if value
+    ]
+    if parts:
+        how += " + " + ", ".join(parts)
+    return how if vision.modelled else how + "; an estimate for this projector type"
 
 
 def _kv_ram_how(report: BudgetReport) -> str:
@@ -157,6 +180,13 @@ def projector_note(report: BudgetReport) -> str | None:
     return f"vision projector(s) not counted: {', '.join(report.mmproj_files)} (add --mmproj)"
 
 
+def vision_note(report: BudgetReport) -> str | None:
+    """How much of the context an image takes: its tokens are ordinary KV cells."""
+    if report.vision is None:
+        return None
+    return f"vision: {report.vision.tokens_text} ({report.ctx:,} here), in the KV cache row"
+
+
 def reranker_note(report: BudgetReport) -> str | None:
     """What a reranker's rows hold beyond a generating model's."""
     if not report.reranker:
@@ -170,7 +200,7 @@ def reranker_note(report: BudgetReport) -> str | None:
 def print_report(report: BudgetReport, console: Console | None = None) -> None:
     console = console or Console()
     console.print(Group(breakdown_table(report), stacked_bar(report), verdict(report)))
-    for note in (projector_note(report), reranker_note(report)):
+    for note in (projector_note(report), vision_note(report), reranker_note(report)):
         if note is not None:
             console.print("  " + note, highlight=False, markup=False)
     if report.vllm is not None:  # unwrapped, so it pastes as one command
@@ -187,6 +217,9 @@ def check_table(check: MemoryCheck) -> Table:
         ("KV cache", check.predicted_kv_cache, check.measured_kv_cache),
         ("compute buffers", check.predicted_compute, check.measured_overhead),
     ]
+    if check.predicted_projector is not None and check.measured_projector is not None:
+        rows.append(("projector: weights + encoder", check.predicted_projector,
+                     check.measured_projector))  # fmt: skip
     if check.rss_growth is not None:  # everything, library code and tokenizer included
         rows.append(("total vs process RSS growth", check.predicted_total, check.rss_growth))
     for name, predicted, measured in rows:

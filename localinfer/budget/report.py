@@ -75,6 +75,24 @@ class VllmPlan(BaseModel):
     command: str
 
 
+class VisionReport(BaseModel):
+    """The projector counted with --mmproj: its weights (in the weights row) and its encoder's
+    buffers (in the compute row), budget/vision.py."""
+
+    projector_bytes: int  # its tensors, counted with the weights
+    compute_bytes: int  # graph + work + context + image: counted with the compute buffers
+    graph_bytes: int  # the encoder's compute buffer for one image of image_size
+    work_bytes: int  # the CPU's converted matrix inputs while it encodes
+    context_bytes: int  # mtmd's graph metadata and scheduler
+    image_bytes: int  # one prompt image's pixels and embeddings
+    projector_type: str
+    image_size: int
+    patches: int
+    image_tokens: int | None  # context tokens one image (or tile) takes; None: not modelled
+    tokens_text: str  # the same, in words
+    modelled: bool  # False: an estimate by the ViT arithmetic for an unmodelled projector type
+
+
 class BudgetReport(BaseModel):
     model: str
     model_path: str | None
@@ -105,6 +123,7 @@ class BudgetReport(BaseModel):
     vllm: VllmPlan | None = None
     mmproj: str | None = None  # the vision projector counted with the weights
     mmproj_files: list[str] = []  # vision projectors beside the model (counted with --mmproj)
+    vision: VisionReport | None = None  # the --mmproj projector's share of weights and compute
     download_bytes: int | None = None  # size of the model's files on the Hub (not on disk yet)
     kv_ram_bytes: int = 0  # the KV RAM tier's cap (issue #24); 0: no tier asked about
     reranker: bool = False  # rank pooling: its scoring context is in the KV and compute rows
@@ -145,6 +164,10 @@ class MemoryCheck(BaseModel):
     # The backend's library was imported before the first RSS reading (a process that ran it
     # already): rss_growth then lacks the runtime constant, so only a fresh process compares.
     library_preloaded: bool = False
+    # --mmproj: the projector's weights + encoder buffers, predicted, and the process's growth
+    # while the runner loaded it plus while one image was prompted and encoded (CPU only).
+    predicted_projector: int | None = None
+    measured_projector: int | None = None
 
     @computed_field  # in --json output
     @property
