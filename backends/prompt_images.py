@@ -20,7 +20,7 @@ import hashlib
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 IMAGE_ID_BASE = 1 << 31  # placeholder ids are IMAGE_ID_BASE + 31 bits: below 2**32
 IMAGE_MARKER = f"<__image_{secrets.token_hex(6)}__>"  # one per process (module doc)
@@ -88,6 +88,16 @@ class VisionInput(Protocol):
         """``text`` (with :data:`IMAGE_MARKER` where each image goes, as many as ``images``)
         tokenized, with ``bos`` first when given; ValueError when the markers and images do not
         pair up or an image cannot be prepared."""
+        ...
+
+    def encode(self, image: PromptImage) -> Any:
+        """The image's embeddings, ``[n_tokens, width]`` float32, as the text model takes them
+        (a numpy array; on the thread that runs the runner's forward)."""
+        ...
+
+    def load_growth(self) -> int | None:
+        """Bytes this process's resident memory grew by while the projector loaded (its
+        weights, and what loading touched of its buffers); None where it was not read."""
         ...
 
 

@@ -1,6 +1,7 @@
 """`localinfer budget --verify`: load the model with the real runner at the budgeted settings, run
 one prefill chunk (at the end of the context where the runner can be filled cheaply), and put the
-runner's measured memory next to the prediction (budget.report.MemoryCheck).
+runner's measured memory next to the prediction (budget.report.MemoryCheck). With a projector
+counted (--mmproj) the runner loads it, and one image of its size is prompted, encoded and fed.
 
 It builds a runner through the session, so it stands above the session with ``quality``, not in
 the budget (docs/layers.md)."""
@@ -10,13 +11,16 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import logging
+import random
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from localinfer.backends.base import Runner, SlotWork, SyntheticFill
 from localinfer.budget.measured import process_rss
 from localinfer.budget.memory import cpu_memory, human_bytes
 from localinfer.budget.report import BudgetReport, MemoryCheck
+from localinfer.engine.images import IMAGE_MARKER, RGBImage, runner_vision
 from localinfer.errors import InvalidParameterError, ModelFileError
 
 if TYPE_CHECKING:
@@ -71,6 +75,7 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         tokens = tuple(1 + i % (vocab - 1) for i in range(n))
         runner.forward([SlotWork(slot=0, tokens=tokens, start_pos=start, logits="last")])
         measured = runner.memory()
+        projector = _projector_growth(runner, report)
         after = process_rss()
     finally:
         runner.close()
@@ -78,6 +83,8 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
     growth = (
         after - before if device == "cpu" and after is not None and before is not None else None
     )
+    vision = report.vision  # the projector's figures: its encoder's host parts get their own row
+    host_encoder = vision.compute_bytes - vision.graph_bytes if vision else 0
     return MemoryCheck(
         backend=report.backend,
         device=device,
@@ -85,12 +92,37 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
         measured_weights=measured.weights,
         predicted_kv_cache=report.kv_cache_bytes,
         measured_kv_cache=measured.kv_cache,
-        predicted_compute=report.compute_bytes,
+        predicted_compute=report.compute_bytes - host_encoder,  # its graph: in mtmd's log
         measured_overhead=measured.overhead,
         predicted_total=report.total_bytes,
         rss_growth=growth,
         library_preloaded=preloaded,
+        predicted_projector=vision.projector_bytes + vision.compute_bytes if vision else None,
+        measured_projector=projector if device == "cpu" else None,
     )
+
+
+def _projector_growth(runner: Runner, report: BudgetReport) -> int | None:
+    """With a projector counted: the process's growth while the runner loaded it, plus while one
+    image of its size was prompted and encoded; then the image is fed to slot 0 (its filled
+    cells released first) for the total's figure. None when the growth was not read."""
+    vision = runner_vision(runner)
+    if report.vision is None or vision is None:
+        return None
+    size = report.vision.image_size
+    image = RGBImage(size, size, random.Random(0).randbytes(size * size * 3))
+    _return_free_heap()
+    before = process_rss()
+    prompt = vision.prompt(IMAGE_MARKER, [image], None)
+    vision.encode(prompt.images[0])  # kept: the forward below reuses it
+    _return_free_heap()
+    after, loaded = process_rss(), vision.load_growth()
+    if len(prompt.ids) <= report.ctx:  # its tokens are KV cells like any others
+        runner.release(0)
+        runner.forward([SlotWork(0, tuple(prompt.ids), 0, images=prompt.images)])
+    if before is None or after is None or loaded is None:
+        return None
+    return loaded + after - before
 
 
 def _deep_start(runner: Runner, report: BudgetReport, chunk: int) -> int:
@@ -140,6 +172,8 @@ def _budgeted_runner(report: BudgetReport, dtype: str | None) -> tuple[LoadedMod
         device=report.device,
         force=True,
         kv_dtype=report.kv_dtype,
+        # the projector the budget counted, beside the model; else none (not one found there)
+        mmproj=str(Path(report.model_path).parent / report.mmproj) if report.mmproj else "none",
     )
     model = open_model(report.model_path).model
     return model, build_runner(model, settings).runner

@@ -16,8 +16,11 @@ runner feeds every position one ordinary index.
 from __future__ import annotations
 
 import collections
+import contextlib
 import ctypes
+import os
 import re
+import sys
 import threading
 import weakref
 from collections.abc import Sequence
@@ -42,6 +45,20 @@ ENCODED_KEPT = 4  # images whose embeddings stay cached (a prompt's few, or a tu
 _MODEL_SIZE_RE = re.compile(r"model size:\s+([\d.]+) MiB")
 
 
+def resident_bytes(trim: bool = False) -> int | None:
+    """This process's resident set in bytes (Linux's /proc; None elsewhere). ``trim``: first
+    hand glibc's free heap back (loading a projector frees ~0.7 MiB of temporaries a layer,
+    which the heap would keep and the process reuse), so the figure is what is held."""
+    if trim and sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL("libc.so.6").malloc_trim(0)
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return pages * os.sysconf("SC_PAGE_SIZE")
+
+
 class _OwnedChunk:
     """An image chunk copied out of a tokenized prompt; freed once nothing refers to it."""
 
@@ -64,8 +81,12 @@ class LlamaCppVision:
         params.print_timings = False
         params.media_marker = self._marker
         capture = native.LogCapture()
+        before = resident_bytes(trim=True)
         with native.listen(capture):
             ctx = mtmd.mtmd_init_from_file(str(projector).encode(), model_ptr, params)
+        after = resident_bytes(trim=True)
+        # `budget --verify` compares it with the budget's projector (localinfer/budget/vision.py)
+        self._load_growth = None if before is None or after is None else after - before
         if not ctx:
             reasons = capture.errors()
             reason = reasons[0] if reasons else "llama.cpp's multimodal library refused it"
@@ -159,6 +180,9 @@ class LlamaCppVision:
         while len(self._encoded) > ENCODED_KEPT:
             self._encoded.popitem(last=False)
         return embeddings
+
+    def load_growth(self) -> int | None:
+        return self._load_growth
 
     def cached_bytes(self) -> int:
         """Host memory the kept embeddings take."""

@@ -1,0 +1,157 @@
+"""A real-shape random vision projector beside a text model of its width, offline: Gemma 3's
+SigLIP encoder (896x896 images in 14-pixel patches, 27 layers 1,152 wide, an MLP of 4,304, 16
+heads, pooled 4x4 into 256 image tokens) as llama.cpp's converter writes it (matrices F16, the
+patch and position embeddings and every vector F32; clip.cpp's tensor names), with random
+weights, and a tiny Gemma 3 text model as wide as Gemma 3 4B (2,560), so mtmd loads the pair.
+
+The budget's vision arithmetic (localinfer/budget/vision.py) is checked against it: what the
+process grows by while llama.cpp's multimodal library loads the projector and encodes one image.
+An encoder's buffers do not grow with its depth, so ``layers`` may be cut to check them faster.
+
+    python -m bench.random_mmproj --layers 27      # the cached pair; prints their paths
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import sys
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import gguf
+import numpy as np
+
+STD = 0.02  # small random weights: the encoder's activations stay finite through 27 layers
+MODEL_NAME = "gemma3-text-random-F32.gguf"
+
+
+@dataclass(frozen=True, slots=True)
+class EncoderShape:
+    image: int = 896
+    patch: int = 14
+    hidden: int = 1152
+    ffn: int = 4304
+    heads: int = 16
+    layers: int = 27
+    text_width: int = 2560  # Gemma 3 4B's hidden size: each image token's embedding
+
+    @property
+    def name(self) -> str:
+        key = hashlib.sha256(repr(self).encode()).hexdigest()[:8]
+        return f"siglip-gemma3-{self.layers}l-{key}"
+
+
+GEMMA3_SIGLIP = EncoderShape()
+
+
+def _tensors(shape: EncoderShape, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """clip.cpp's names, numpy shapes (ggml's dims reversed); matrices as F16 arrays."""
+    w, f, patches = shape.hidden, shape.ffn, (shape.image // shape.patch) ** 2
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (STD * rng.standard_normal((rows, cols), dtype=np.float32)).astype(np.float16)
+
+    def vec(n: int, around: float = 0.0) -> np.ndarray:
+        return (around + STD * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+    t = {
+        "v.patch_embd.weight": STD * rng.standard_normal((w, 3, shape.patch, shape.patch),
+                                                         dtype=np.float32),
+        "v.patch_embd.bias": vec(w),
+        "v.position_embd.weight": STD * rng.standard_normal((patches, w), dtype=np.float32),
+    }  # fmt: skip
+    for i in range(shape.layers):
+        p = f"v.blk.{i}."
+        for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
+            t[p + part + ".weight"], t[p + part + ".bias"] = mat(w, w), vec(w)
+        t[p + "ln1.weight"], t[p + "ln1.bias"] = vec(w, 1.0), vec(w)
+        t[p + "ln2.weight"], t[p + "ln2.bias"] = vec(w, 1.0), vec(w)
+        t[p + "ffn_up.weight"], t[p + "ffn_up.bias"] = mat(f, w), vec(f)
+        t[p + "ffn_down.weight"], t[p + "ffn_down.bias"] = mat(w, f), vec(w)
+    t["v.post_ln.weight"], t["v.post_ln.bias"] = vec(w, 1.0), vec(w)
+    t["mm.soft_emb_norm.weight"] = vec(w, 1.0)
+    t["mm.input_projection.weight"] = mat(w, shape.text_width)
+    return t
+
+
+def write_projector(path: Path, shape: EncoderShape, seed: int = 0) -> Path:
+    """The projector GGUF (mostly F16, projector type gemma3) at ``path``."""
+    w = gguf.GGUFWriter(str(path), arch="clip")
+    w.add_string("general.name", "random gemma3 siglip projector")
+    w.add_uint32("general.file_type", 1)  # mostly F16
+    w.add_string("clip.projector_type", "gemma3")
+    w.add_bool("clip.has_vision_encoder", True)
+    w.add_bool("clip.use_gelu", True)
+    w.add_uint32("clip.vision.image_size", shape.image)
+    w.add_uint32("clip.vision.patch_size", shape.patch)
+    w.add_uint32("clip.vision.embedding_length", shape.hidden)
+    w.add_uint32("clip.vision.feed_forward_length", shape.ffn)
+    w.add_uint32("clip.vision.block_count", shape.layers)
+    w.add_uint32("clip.vision.projection_dim", shape.text_width)
+    w.add_uint32("clip.vision.attention.head_count", shape.heads)
+    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
+    w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
+    for name, tensor in _tensors(shape, np.random.default_rng(seed)).items():
+        w.add_tensor(name, tensor)  # F16 or F32, as the array is
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_text_model(path: Path, width: int) -> Path:
+    """A two-layer random Gemma 3 text model ``width`` wide (the tests' tiny one, widened)."""
+    from tests.model_files import TINY_VOCAB_SIZE, gemma3_extra_norms, write_gguf
+    from tests.tiny import tiny_config, tiny_weights
+
+    config = tiny_config(
+        "gemma3", vocab_size=TINY_VOCAB_SIZE, qk_norm=True, tied_embeddings=False,
+        hidden_size=width, sliding_window=16, sliding_layers=(0,), rope_local_theta=10000.0,
+        query_pre_attn_scalar=16.0,
+    )  # fmt: skip
+    source = tiny_weights(config, seed=1)
+    weights = {name: source.get(name) for name in source.names()}
+    gemma3_extra_norms(config, weights, seed=2)
+    return write_gguf(path, config, weights)
+
+
+def cached_pair(
+    shape: EncoderShape = GEMMA3_SIGLIP, folder: Path | None = None
+) -> tuple[Path, Path]:
+    """(text model, projector) of ``shape``, written once into a folder named by the shape
+    (default: the user's cache, random-gguf/); one writer at a time (a lock beside it)."""
+    from bench.llamacpp_source import dev_cache, locked
+
+    root = folder or dev_cache() / "random-gguf"
+    target = root / shape.name
+    model, projector = target / MODEL_NAME, target / f"mmproj-{shape.name}-F16.gguf"
+    if model.is_file() and projector.is_file():
+        return model, projector
+    root.mkdir(parents=True, exist_ok=True)
+    with locked(root / f"{shape.name}.lock"):
+        if not (model.is_file() and projector.is_file()):
+            part = root / f"{shape.name}.part"
+            part.mkdir(exist_ok=True)
+            write_text_model(part / MODEL_NAME, shape.text_width)
+            write_projector(part / projector.name, shape)
+            part.rename(target)
+    return model, projector
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.random_mmproj", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    p.add_argument("--layers", type=int, default=GEMMA3_SIGLIP.layers)
+    p.add_argument("--text-width", type=int, default=GEMMA3_SIGLIP.text_width)
+    args = p.parse_args()
+    shape = replace(GEMMA3_SIGLIP, layers=args.layers, text_width=args.text_width)
+    for path in cached_pair(shape):
+        print(f"{path}: {path.stat().st_size / 2**20:.1f} MiB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
