@@ -90,10 +90,12 @@ class AnswerTurn(Markdown):
     RESERVE_LINES = 4
 
     def __init__(self, text: str = "") -> None:
-        # One parser per answer: Markdown builds a new one per append otherwise (~1 ms each).
-        # Per answer, not shared: a widget's parses are serialised by its lock, not across widgets.
-        parser = MarkdownIt("gfm-like")
-        super().__init__(text, classes="turn answer-turn", parser_factory=lambda: parser)
+        # While it streams, one parser per answer: Markdown builds a new one per append otherwise
+        # (~1 ms each). Per answer, not shared: a widget's parses are serialised by its lock, not
+        # across widgets. A finished answer lets it go: it parses again only when updated, and a
+        # parser is ~200 KB, one per answer of a long conversation otherwise (#39).
+        self._parser: MarkdownIt | None = None
+        super().__init__(text, classes="turn answer-turn", parser_factory=self._parser_now)
         self.renders = 0
         self._stream: MarkdownStream | None = None
         self._reserved = 0  # lines held for the answer to grow into while it streams
@@ -101,6 +103,9 @@ class AnswerTurn(Markdown):
     @property
     def streaming(self) -> bool:
         return self._stream is not None
+
+    def _parser_now(self) -> MarkdownIt:
+        return self._parser or MarkdownIt("gfm-like")
 
     def append(self, markdown: str) -> AwaitComplete:
         self.renders += 1
@@ -122,6 +127,7 @@ class AnswerTurn(Markdown):
     async def write(self, delta: str) -> None:
         """Append ``delta`` (never empty) soon; merged with other writes while one renders."""
         if self._stream is None:
+            self._parser = MarkdownIt("gfm-like")
             self._stream = Markdown.get_stream(self)
         await self._stream.write(delta)
 
@@ -130,6 +136,7 @@ class AnswerTurn(Markdown):
         stream, self._stream = self._stream, None
         if stream is not None:
             await stream.stop()
+        self._parser = None
         self._release_paragraphs(keep_last=False)
         if self._reserved:
             self._reserved = 0
