@@ -153,19 +153,30 @@ def summary_tokens(ctx: int) -> int:
     return max(16, min(128, ctx // 16))
 
 
+SUMMARY_REQUEST_TOKENS = 64  # the request for a summary, as the template renders it (at most)
+
+
+def summary_room(ctx: int) -> int:
+    """What ``summarize`` keeps free besides the answer: the summary is asked after the previous
+    answer (where the cache holds the whole conversation), and must fit there with its request."""
+    return summary_tokens(ctx) + SUMMARY_REQUEST_TOKENS
+
+
 def fit_with_room(
     messages: Sequence[Message],
     count: Callable[[Sequence[Message]], int],
     ctx: int,
     max_tokens: int,
     policy: OverflowPolicy | str,
+    keep: int = 0,
 ) -> Fit:
     """The chat's fit of ``messages`` into a context of ``ctx`` tokens under ``policy``.
 
     Under ``stop`` nothing is left out (the engine refuses a prompt past the context, as before).
     Otherwise a prompt that leaves less than :func:`answer_reserve` free is cut to fit with
-    :func:`cut_slack` to spare; where only the question fits, with whatever room is left. A
-    question that alone exceeds the context is refused (ContextOverflowError)."""
+    :func:`cut_slack` to spare; where only the question fits, with whatever room is left. ``keep``
+    tokens more are kept free (``summarize``'s :func:`summary_room`). A question that alone
+    exceeds the context is refused (ContextOverflowError)."""
     policy = OverflowPolicy(policy)
     whole = list(messages)
     counted: dict[int, int] = {}
@@ -175,7 +186,7 @@ def fit_with_room(
             counted[len(kept)] = count(kept)
         return counted[len(kept)]
 
-    room = ctx - answer_reserve(ctx, max_tokens)
+    room = ctx - answer_reserve(ctx, max_tokens) - keep
     if policy is OverflowPolicy.STOP or tokens(whole) <= room:
         return Fit(whole, tokens(whole))
     for limit in (room - cut_slack(ctx), room):

@@ -11,6 +11,7 @@ from localinfer.context_fit import (
     cut_slack,
     fit_with_room,
     outside_count,
+    summary_room,
     window_messages,
 )
 from localinfer.conversations import ChatMessage, Conversation
@@ -90,3 +91,12 @@ def test_a_saved_conversation_keeps_its_context_start() -> None:
     for bad in (-1, 99, "2", True, None):
         assert Conversation.from_json({**data, "context_start": bad}).context_start == 0
     assert "context_start" not in Conversation().to_json()  # older readers see what they knew
+
+
+def test_summarize_keeps_room_for_the_summary_too() -> None:
+    msgs = conversation(30)
+    ctx, max_tokens = 512, 32
+    plain = fit_with_room(msgs, words, ctx, max_tokens, "summarize")
+    kept = fit_with_room(msgs, words, ctx, max_tokens, "summarize", keep=summary_room(ctx))
+    assert kept.dropped > plain.dropped
+    assert kept.prompt_tokens <= ctx - max_tokens - summary_room(ctx) - cut_slack(ctx)

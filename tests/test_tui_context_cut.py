@@ -41,10 +41,12 @@ class RecordingHost(ChatHost):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.finals: list[Any] = []
+        self.ids: list[str] = []
         self.sent: list[list[dict[str, str]]] = []
 
     def stream(self, prompt: Any, params: Any, request_id: str) -> Any:
         self.sent.append(prompt.messages)
+        self.ids.append(request_id)
         for event in super().stream(prompt, params, request_id):
             if event.finish_reason is not None:
                 self.finals.append(event)
@@ -162,6 +164,13 @@ async def test_summarize_keeps_the_summary_as_a_note_above_the_line(tmp_path) ->
     assert sent[1]["content"] == conversation.messages[start].content
     assert reopened == shown
     assert store.load(conversation.id).messages[start - 1].content == notes[-1].content
+    # The summary's generation left the kept turns cached: the question after it moved their KV
+    # into place and prefilled only the new system prompt and the question.
+    summaries = [i for i, rid in enumerate(host.ids) if rid.endswith("-summary")]
+    assert summaries and summaries[-1] + 1 < len(host.finals)
+    for i in summaries:
+        metrics = host.finals[i + 1].metrics
+        assert metrics.prompt_tokens - metrics.cached_tokens < 120, (i, metrics)
 
 
 async def test_stop_refuses_the_question_that_does_not_fit(tmp_path) -> None:

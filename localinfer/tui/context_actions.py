@@ -26,6 +26,7 @@ from localinfer.context_fit import (
     describe_outside,
     fit_with_room,
     outside_count,
+    summary_room,
     window_messages,
     window_start,
 )
@@ -77,16 +78,20 @@ class ContextActions(ChatAppBase):
         ):
             return host.prepare(messages, thinking)
         ctx, max_tokens = host.settings.ctx, host.settings.max_tokens
-        fit = fit_with_room(messages, lambda m: host.prepare(m, thinking).prompt_tokens,
-                            ctx, max_tokens, policy)  # fmt: skip
+
+        def count(m: list[dict[str, str]]) -> int:
+            return host.prepare(m, thinking).prompt_tokens
+
+        keep = summary_room(ctx) if policy is OverflowPolicy.SUMMARIZE else 0
+        fit = fit_with_room(messages, count, ctx, max_tokens, policy, keep)
         if not fit.dropped:
             return host.prepare(messages, thinking)
         cut = start + fit.dropped
         summary, failure = "", ""
         if policy is OverflowPolicy.SUMMARIZE:
             self.post_message(ContextSummarizing(request_id, outside_count(shown, cut)))
-            written = write_summary(host, summary_prompt(system, shown, start, cut), ctx,
-                                    f"{request_id}-summary", self._stop)  # fmt: skip
+            asked = summary_prompt(system, shown, start, cut, count, ctx)
+            written = write_summary(host, asked, ctx, f"{request_id}-summary", self._stop)
             summary, failure = written.text, written.failure
         self.post_message(ContextCut(request_id, fit.dropped, summary, failure))
         if summary:
