@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from textual.widget import Widget
 from textual.widgets import Static
 
 from localinfer.context_fit import describe_outside, outside_count, window_start
 
 if TYPE_CHECKING:
     from localinfer.conversations import Conversation
-    from localinfer.tui.conversation_view import ConversationView
 
 SUMMARY_LABEL = "Summary of the earlier messages (the model reads it in their place):"
 
@@ -54,35 +54,36 @@ def marker_for(conversation: Conversation, index: int) -> ContextMarker | None:
     return ContextMarker(outside) if index == start and outside else None
 
 
-def place_marker(view: ConversationView, conversation: Conversation) -> ContextMarker | None:
+def place_marker(view: Widget, conversation: Conversation) -> ContextMarker | None:
     """Draw the line above the first message the model sees (the one line: an older one goes);
     None when the model sees the whole conversation."""
-    from localinfer.tui.conversation_view import UserTurn
-
     for old in view.query(ContextMarker):
         old.remove()
     start = window_start(conversation.messages, conversation.context_start)
     marker = marker_for(conversation, start)
     if marker is None:
         return None
-    view.mount(marker, before=_turn_at(view, conversation, start, UserTurn))
+    view.mount(marker, before=_turn_at(view, conversation, start))
     return marker
 
 
-def add_summary(view: ConversationView, conversation: Conversation, index: int) -> SummaryNote:
+def add_summary(view: Widget, conversation: Conversation, index: int) -> SummaryNote:
     """Show the summary saved at ``conversation.messages[index]`` where it stands: above the
     first message after it (drawn before :func:`place_marker` moves the line below it)."""
-    from localinfer.tui.conversation_view import UserTurn
-
     note = SummaryNote(conversation.messages[index].content)
-    view.mount(note, before=_turn_at(view, conversation, index + 1, UserTurn))
+    view.mount(note, before=_turn_at(view, conversation, index + 1))
     return note
 
 
-def _turn_at(view: ConversationView, conversation: Conversation, index: int, kind: type) -> object:
-    """The widget of the user message at or after ``messages[index]`` (every user message is
-    one ``kind`` widget, in order); None past the last one (then mounts go at the end)."""
+# Every user message is one widget of this class (conversation_view.UserTurn), in order; found
+# by its class, since conversation_view imports this module.
+USER_TURN = ".user-turn"
+
+
+def _turn_at(view: Widget, conversation: Conversation, index: int) -> object:
+    """The widget of the user message at or after ``messages[index]``; None past the last one
+    (then mounts go at the end)."""
     messages = conversation.messages
     users_before = sum(1 for m in messages[:index] if m.role == "user")
-    turns = list(view.query(kind))
+    turns = list(view.query(USER_TURN))
     return turns[users_before] if users_before < len(turns) else None
