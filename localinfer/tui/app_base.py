@@ -21,6 +21,7 @@ from textual.widgets import Static
 from localinfer.conversations import Conversation, ConversationStore
 from localinfer.tui.answer_source import ChatBackend
 from localinfer.tui.conversation_view import AnswerTurn, ConversationView, UserTurn
+from localinfer.tui.heap_trim import trim_heap
 from localinfer.tui.load_spinner import LoadSpinner
 from localinfer.tui.memory_bar import MemoryBar
 from localinfer.tui.messages import MemoryMeasured
@@ -115,6 +116,7 @@ class ChatAppBase(App[None]):
 
     @work(thread=True, exclusive=True, group="memory")
     def refresh_memory(self) -> None:
+        trim_heap()  # after an answer: what it freed goes back to the system (heap_trim.py)
         try:
             figures = self.host.memory()
         except Exception:  # noqa: BLE001 - the bar simply keeps its last figures
