@@ -123,7 +123,8 @@ class ToolResultBlock(_Block):
         str
         | list[
             Annotated[
-                TextBlock | SkipJsonSchema[ImageBlock | DocumentBlock], Field(discriminator="type")
+                TextBlock | SkipJsonSchema[ImageBlock] | SkipJsonSchema[DocumentBlock],
+                Field(discriminator="type"),
             ]
         ]
     ) | None = None
@@ -139,7 +140,11 @@ UserBlock = Annotated[
     Field(discriminator="type"),
 ]
 AssistantBlock = Annotated[
-    TextBlock | SkipJsonSchema[ImageBlock | DocumentBlock] | ThinkingBlock | ToolUseBlock,
+    TextBlock
+    | SkipJsonSchema[ImageBlock]
+    | SkipJsonSchema[DocumentBlock]
+    | ThinkingBlock
+    | ToolUseBlock,
     Field(discriminator="type"),
 ]
 
@@ -212,7 +217,10 @@ class ThinkingConfig(BaseModel):
         extra="ignore",
         json_schema_extra={
             "if": {"properties": {"type": {"const": "enabled"}}, "required": ["type"]},
-            "then": {"required": ["budget_tokens"]},
+            "then": {
+                "properties": {"budget_tokens": {"type": "integer"}},  # a number, not null
+                "required": ["budget_tokens"],
+            },
         },
     )
 

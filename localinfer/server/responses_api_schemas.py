@@ -96,6 +96,14 @@ class MessagePart(ContentPart):
     file_id: SkipJsonSchema[str | None] = None
     detail: Literal["auto", "low", "high"] | None = None  # accepted; the projector sets the size
 
+    @field_validator("image_url", mode="before")
+    @classmethod
+    def _url_not_null(cls, value: Any) -> Any:
+        # Absent is None here (a text part has none); a null sent is no URL, as documented.
+        if value is None:
+            raise ValueError("an image_url is a string (leave it out of a text part)")
+        return value
+
 
 class MessageItem(BaseModel):
     """A message of the conversation (``EasyInputMessage`` or a whole message item)."""
