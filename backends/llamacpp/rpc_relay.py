@@ -35,6 +35,7 @@ STAND_IN = {  # replies llama.cpp must not get as zeros (it asserts a buffer bas
     wire.GET_MAX_SIZE: struct.pack("<Q", 1 << 62),
     wire.DEVICE_COUNT: struct.pack("<I", 1),
 }
+UPSTREAM_WAIT_S = 10.0  # a second client waits this long for ggml's server to be free
 CACHED = frozenset({wire.GET_ALIGNMENT, wire.GET_MAX_SIZE, wire.DEVICE_COUNT})
 
 
@@ -283,7 +284,9 @@ class _Session:
             return self.upstream
         config = self.relay.config
         if config.ledger is not None:
-            if not self.relay._upstream_lock.acquire(blocking=False):
+            # A client that just left (a budget's memory question before the load) may still
+            # be closing on its relay thread: wait for it a little before calling it busy.
+            if not self.relay._upstream_lock.acquire(timeout=UPSTREAM_WAIT_S):
                 raise UpstreamLost("is serving another client (one at a time)")
             self.holds_server = True
         host, port = config.upstream
