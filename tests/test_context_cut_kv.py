@@ -38,7 +38,9 @@ def final_metrics(session: Any, ids: list[int], request_id: str) -> Any:
     return events[-1].metrics
 
 
-@pytest.fixture(scope="module", params=["llamacpp", "torch"])
+# llama.cpp's half takes about a minute on 2 cores (scripts/test --all runs it); torch's shows
+# the same in the default run.
+@pytest.fixture(scope="module", params=[pytest.param("llamacpp", marks=pytest.mark.slow), "torch"])
 def sessions(request: pytest.FixtureRequest) -> Iterator[dict[int, Any]]:
     """Two sessions on ``request.param``: with the chat's chunk reuse, and without."""
     opened = {

@@ -17,6 +17,8 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import pytest
+
 from localinfer.context_fit import SUMMARY_OPENING, outside_count
 from localinfer.conversations import ConversationStore
 from localinfer.tui.app import ChatApp
@@ -78,6 +80,7 @@ async def send(pilot: Any, app: ChatApp, text: str) -> None:
     await wait_until(pilot, ended)
 
 
+@pytest.mark.slow  # about a minute on 2 cores: scripts/test --all runs it
 async def test_sixty_turns_past_the_context(tmp_path) -> None:
     store = ConversationStore(tmp_path)
     host = RecordingHost(SETTINGS, opener=partial(open_with_settings, kv=None))
