@@ -10,25 +10,15 @@ folder renamed into place when finished, one build at a time (a lock beside it).
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import subprocess
 import sys
-import tempfile
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.llamacpp_source import (
-    PACKAGE,
-    BuildFailed,
-    cmake_build,
-    dev_cache,
-    fetch_source,
-    installed_version,
-    locked,
-)
+from bench.cached_build import CachedBuild
+from bench.llamacpp_source import BuildFailed, cmake_build, fetch_source, installed_version
 
 CMAKE_ARGS = (
     "-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF "
@@ -39,51 +29,22 @@ BINARY = "llama-mtmd-cli"
 MARKER = "localinfer-llama-mtmd-cli-build.txt"  # written last: without it, an unfinished build
 
 
-def build_dir(version: str) -> Path:
-    key = hashlib.sha256(f"{version} {CMAKE_ARGS}".encode()).hexdigest()[:10]
-    return dev_cache() / f"llama-mtmd-cli-{version}-{key}"
-
-
-def _marker(version: str) -> str:
-    return f"{PACKAGE} {version}\n{BINARY}\nCMAKE_ARGS={CMAKE_ARGS}\n"
-
-
-def _built(folder: Path, version: str) -> bool:
-    marker = folder / MARKER
-    finished = marker.is_file() and marker.read_text() == _marker(version)
-    return finished and (folder / BINARY).is_file()
+SPEC = CachedBuild("llama-mtmd-cli", CMAKE_ARGS, MARKER, product=BINARY)
 
 
 def ensure_built(log: Callable[[str], None] = print) -> Path:
     """The llama-mtmd-cli binary, built first when missing; BuildFailed otherwise."""
-    version = installed_version()
-    if version is None:
-        raise BuildFailed(f"{PACKAGE} is not installed: no llama.cpp version to build")
-    folder = build_dir(version)
-    if _built(folder, version):
-        return folder / BINARY
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    with locked(folder.parent / f"{folder.name}.lock"):
-        if _built(folder, version):
-            return folder / BINARY
-        jobs = os.cpu_count() or 2
-        log(f"building {BINARY} from {PACKAGE} {version}'s llama.cpp into {folder} (once)")
-        start = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="llama-mtmd-cli-", dir=folder.parent) as tmp:
-            work = Path(tmp)
-            source = fetch_source(version, work) / "vendor" / "llama.cpp"
-            cmake_build(source, work / "build", CMAKE_ARGS.split(), BINARY, jobs)
-            built = work / "build" / "bin" / BINARY
-            if not built.is_file():
-                raise BuildFailed(f"the build made no {built}")
-            staged = work / "out"
-            staged.mkdir()
-            shutil.copy2(built, staged / BINARY)
-            (staged / MARKER).write_text(_marker(version))
-            shutil.rmtree(folder, ignore_errors=True)
-            staged.rename(folder)
-        log(f"built {BINARY} in {time.perf_counter() - start:.0f} s")
-    return folder / BINARY
+
+    def fill(version: str, work: Path, staged: Path) -> None:
+        source = fetch_source(version, work) / "vendor" / "llama.cpp"
+        cmake_build(source, work / "build", CMAKE_ARGS.split(), BINARY, os.cpu_count() or 2)
+        built = work / "build" / "bin" / BINARY
+        if not built.is_file():
+            raise BuildFailed(f"the build made no {built}")
+        staged.mkdir()
+        shutil.copy2(built, staged / BINARY)
+
+    return SPEC.ensure(installed_version(), fill, BINARY, log) / BINARY
 
 
 def run_greedy(

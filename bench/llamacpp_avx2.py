@@ -18,24 +18,22 @@ which tests point at throwaway folders): once per machine and version, then noth
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
-from importlib import metadata
 from pathlib import Path
 
+from bench.cached_build import CachedBuild, copy_installed_package, installed_package
 from bench.llamacpp_source import (
     PACKAGE,
     BuildFailed,
     cmake_build,
-    dev_cache,
     fetch_source,
     installed_version,
-    locked,
 )
+
+__all__ = ["PACKAGE", "BuildFailed", "installed_package", "installed_version"]
 
 CMAKE_ARGS = (
     "-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON "
@@ -45,63 +43,32 @@ BUILD_ENV = "LOCALINFER_LLAMACPP_AVX2_DIR"  # overrides where the build lives
 MARKER = "localinfer-avx2-build.txt"  # written last: a directory without it is an unfinished build
 
 
+def _spec() -> CachedBuild:  # read at each call: tests change CMAKE_ARGS and BUILD_ENV
+    return CachedBuild("llamacpp-avx2", CMAKE_ARGS, MARKER, env=BUILD_ENV)
+
+
 def build_dir(version: str) -> Path:
     """Where the AVX2 build of ``version`` lives (its site directory, for PYTHONPATH)."""
-    override = os.environ.get(BUILD_ENV)
-    if override:
-        return Path(override).expanduser()
-    key = hashlib.sha256(f"{version} {CMAKE_ARGS}".encode()).hexdigest()[:10]
-    return dev_cache() / f"llamacpp-avx2-{version}-{key}"
+    return _spec().folder(version)
 
 
 def marker_text(version: str) -> str:
-    return f"{PACKAGE} {version}\nCMAKE_ARGS={CMAKE_ARGS}\n"
+    return _spec().marker_text(version)
 
 
 def is_built(site: Path, version: str) -> bool:
-    """A finished build of ``version`` with these flags (an override directory may hold an
-    older version's: the marker says which)."""
-    marker = site / MARKER
-    return marker.is_file() and marker.read_text() == marker_text(version)
+    """A finished build of ``version`` with these flags."""
+    return _spec().is_built(site, version)
 
 
 def ensure_built(log: Callable[[str], None] = print) -> Path:
-    """The AVX2 build's site directory, building it first when missing; BuildFailed if pip fails.
+    """The AVX2 build's site directory, building it first when missing (~1 min; cached_build:
+    one builder at a time, renamed into place when finished); BuildFailed if the build fails."""
 
-    One build at a time per directory (a lock beside it: a second caller waits, then finds it
-    built), made in a sibling folder and renamed into place once finished, so no process ever
-    imports a half-installed tree.
-    """
-    version = installed_version()
-    if version is None:
-        raise BuildFailed(f"{PACKAGE} is not installed: nothing to build a second copy of")
-    site = build_dir(version)
-    if is_built(site, version):
-        return site
-    site.parent.mkdir(parents=True, exist_ok=True)
-    with locked(site.parent / f"{site.name}.lock"):
-        if is_built(site, version):  # built by the process that held the lock
-            return site
-        log(f"building {PACKAGE} {version}'s CPU backend for AVX2 into {site} (once, ~1 min)")
-        with tempfile.TemporaryDirectory(prefix="llamacpp-avx2-", dir=site.parent) as tmp:
-            staged = Path(tmp) / "site"
-            shutil.copytree(installed_package(), staged / "llama_cpp", symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-            _replace_cpu_backend(
-                staged / "llama_cpp" / "lib", build_cpu_backend(version, Path(tmp))
-            )
-            (staged / MARKER).write_text(marker_text(version))
-            shutil.rmtree(site, ignore_errors=True)  # an older or unfinished build
-            staged.rename(site)
-    return site
+    def fill(version: str, work: Path, staged: Path) -> None:
+        _replace_cpu_backend(copy_installed_package(staged), build_cpu_backend(version, work))
 
-
-def installed_package() -> Path:
-    """The installed llama_cpp package folder (not whatever PYTHONPATH puts first)."""
-    folder = Path(str(metadata.distribution(PACKAGE).locate_file("llama_cpp")))
-    if not (folder / "lib").is_dir():
-        raise BuildFailed(f"{PACKAGE} has no llama_cpp/lib at {folder}")
-    return folder
+    return _spec().ensure(installed_version(), fill, "its CPU backend for AVX2", log)
 
 
 def build_cpu_backend(version: str, work: Path) -> Path:

@@ -15,24 +15,17 @@ Kept in the user's cache keyed by version and flags, like llamacpp_avx2's build.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
-from bench.llamacpp_avx2 import installed_package
-from bench.llamacpp_source import (
-    PACKAGE,
-    BuildFailed,
-    cmake_build,
-    dev_cache,
-    fetch_source,
-    installed_version,
-    locked,
-)
+from bench.cached_build import CachedBuild, copy_installed_package
+from bench.llamacpp_avx2 import pythonpath_with
+from bench.llamacpp_source import BuildFailed, cmake_build, fetch_source, installed_version
+
+__all__ = ["BuildFailed", "pythonpath_with"]
 
 ROOT = Path(__file__).resolve().parent.parent
 LIBRARY_ONLY = ROOT / "scripts" / "cmake" / "llamacpp-library-only.cmake"
@@ -43,47 +36,17 @@ MARKER = "localinfer-rpc-build.txt"  # written last: a directory without it is u
 LIBRARIES = ("libggml.so", "libggml-base.so", "libggml-cpu.so", "libggml-rpc.so")
 
 
-def build_dir(version: str) -> Path:
-    override = os.environ.get(BUILD_ENV)
-    if override:
-        return Path(override).expanduser()
-    key = hashlib.sha256(f"{version} {CMAKE_ARGS}".encode()).hexdigest()[:10]
-    return dev_cache() / f"llamacpp-rpc-{version}-{key}"
-
-
-def marker_text(version: str) -> str:
-    return f"{PACKAGE} {version}\nCMAKE_ARGS={CMAKE_ARGS}\n"
-
-
-def is_built(site: Path, version: str) -> bool:
-    marker = site / MARKER
-    return marker.is_file() and marker.read_text() == marker_text(version)
+SPEC = CachedBuild("llamacpp-rpc", CMAKE_ARGS, MARKER, env=BUILD_ENV)
 
 
 def ensure_built(log: Callable[[str], None] = print) -> Path:
-    """The RPC build's site directory, building it first when missing (one builder at a time,
-    staged beside it and renamed into place when finished); BuildFailed if cmake fails."""
-    version = installed_version()
-    if version is None:
-        raise BuildFailed(f"{PACKAGE} is not installed: nothing to build a second copy of")
-    site = build_dir(version)
-    if is_built(site, version):
-        return site
-    site.parent.mkdir(parents=True, exist_ok=True)
-    with locked(site.parent / f"{site.name}.lock"):
-        if is_built(site, version):
-            return site
-        log(f"building {PACKAGE} {version}'s ggml with its RPC backend into {site} (once)")
-        with tempfile.TemporaryDirectory(prefix="llamacpp-rpc-", dir=site.parent) as tmp:
-            staged = Path(tmp) / "site"
-            shutil.copytree(installed_package(), staged / "llama_cpp", symlinks=True,
-                            ignore=shutil.ignore_patterns("__pycache__"))  # fmt: skip
-            build = _build(version, Path(tmp))
-            _lay_in(staged / "llama_cpp" / "lib", build)
-            (staged / MARKER).write_text(marker_text(version))
-            shutil.rmtree(site, ignore_errors=True)
-            staged.rename(site)
-    return site
+    """The RPC build's site directory, building it first when missing (cached_build: one
+    builder at a time, renamed into place when finished); BuildFailed if cmake fails."""
+
+    def fill(version: str, work: Path, staged: Path) -> None:
+        _lay_in(copy_installed_package(staged), _build(version, work))
+
+    return SPEC.ensure(installed_version(), fill, "ggml with its RPC backend", log)
 
 
 def _build(version: str, work: Path) -> Path:
@@ -111,10 +74,6 @@ def _lay_in(lib: Path, build: Path) -> None:
                 target.symlink_to(os.readlink(path))
             else:
                 shutil.copy2(path, target)
-
-
-def pythonpath_with(site: Path, current: str | None) -> str:
-    return os.pathsep.join([str(site), *([current] if current else [])])
 
 
 def main() -> int:
