@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the vlm fixture imported from tests.vision_model
 """The budget's vision encoder (issue #37, localinfer/budget/vision.py): the projector's compute
 buffer, work buffer and per-image memory from its header, how many tokens of the context an
 image is, and `budget --verify --mmproj` measuring the process's growth while the runner loads
@@ -26,16 +27,14 @@ from localinfer.budget.vision import (
     work_bytes,
 )
 from localinfer.cli import main
-from tests.vision_model import IMAGE_TOKENS, cached_vlm
+from tests.vision_model import (
+    IMAGE_TOKENS,
+    vlm,  # noqa: F401 - a fixture
+)
 
 # Gemma 3's encoder: 64 x 64 patches of an 896x896 image, 1,152 wide, an MLP of 4,304.
 GEMMA3 = VisionShape("gemma3", 896, 14, 1152, 4304, 27, 2560, 4, False, 2.0, 1152 * 2560 * 2)
 TWO_LAYERS = dataclasses.replace(GEMMA3_SIGLIP, layers=2)
-
-
-@pytest.fixture(scope="module")
-def vlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return cached_vlm(tmp_path_factory.mktemp("vlm"))
 
 
 def budget(model: Path, mmproj: str | None = "", device: str = "cpu") -> BudgetReport:

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the vlm fixture imported from tests.vision_model
 """`localinfer generate --image PATH` through cli.main (issue #37): on the tiny Gemma 3 with its
 projector beside it, the answer is llama.cpp's own (tests/mtmd_reference.py), the image placed
 where <__media__> stands or before the prompt, as llama-mtmd-cli places it; a bad image, and an
@@ -17,18 +18,16 @@ from localinfer.backends.prompt_images import RGBImage  # noqa: E402
 from localinfer.cli import main  # noqa: E402
 from tests.image_files import png_bytes  # noqa: E402
 from tests.mtmd_reference import mtmd_greedy  # noqa: E402
-from tests.vision_model import cached_vlm, random_image  # noqa: E402
+from tests.vision_model import (  # noqa: E402
+    random_image,
+    vlm,  # noqa: F401 - a fixture
+)
 
 pytestmark = pytest.mark.llamacpp
 
 FAST = ["--threads", "1", "--ctx", "256", "--max-tokens", "6", "--slots", "1"]
 PIXELS = random_image(8, (30, 30))
 CHAT = "<|im_start|>user\n{}<|im_end|>\n<|im_start|>assistant\n"
-
-
-@pytest.fixture(scope="module")
-def vlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return cached_vlm(tmp_path_factory.mktemp("vlm"))
 
 
 @pytest.fixture

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the vlm fixture imported from tests.vision_model
 """Images on the llama.cpp runner (issue #37), on a tiny random Gemma 3 with its projector
 (tests/vision_model.py): the runner's image path against llama.cpp's multimodal library used
 directly (tests/mtmd_reference.py), through the engine with chunked prefill and prefix reuse,
@@ -20,17 +21,16 @@ from localinfer.errors import InvalidParameterError, UnsupportedModelError  # no
 from localinfer.loading.loader import load_model  # noqa: E402
 from tests.model_files import file_model  # noqa: E402
 from tests.mtmd_reference import mtmd_greedy  # noqa: E402
-from tests.vision_model import IMAGE_TOKENS, cached_vlm, random_image  # noqa: E402
+from tests.vision_model import (  # noqa: E402
+    IMAGE_TOKENS,
+    random_image,
+    vlm,  # noqa: F401 - a fixture
+)
 
 pytestmark = pytest.mark.llamacpp
 
 QUESTION = "<|im_start|>user\nWhat is in {image}? Say it.<|im_end|>\n<|im_start|>assistant\n"
 N_NEW = 8
-
-
-@pytest.fixture(scope="module")
-def vlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return cached_vlm(tmp_path_factory.mktemp("vlm"))
 
 
 def rgb(seed: int, size: tuple[int, int] = (40, 24)) -> RGBImage:

@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the vlm fixture imported from tests.vision_model
 """OpenAI chat with images through a real server (issue #37), on the tiny Gemma 3 whose projector
 lies beside it (found there, not asked for): the answer is llama.cpp's own for the same image and
 prompt (tests/mtmd_reference.py); bad images are 400s naming the part and leave the server
@@ -21,18 +22,16 @@ from localinfer.server import ServerThread, create_app  # noqa: E402
 from localinfer.session import Session, open_session  # noqa: E402
 from tests.image_files import data_url, png_bytes, png_claiming  # noqa: E402
 from tests.mtmd_reference import mtmd_greedy  # noqa: E402
-from tests.vision_model import cached_vlm, random_image  # noqa: E402
+from tests.vision_model import (  # noqa: E402
+    random_image,
+    vlm,  # noqa: F401 - a fixture
+)
 
 pytestmark = pytest.mark.llamacpp
 
 PIXELS = random_image(5, (40, 24))
 PNG = png_bytes(PIXELS)
 PART = "messages[0].content[1].image_url.url"
-
-
-@pytest.fixture(scope="module")
-def vlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return cached_vlm(tmp_path_factory.mktemp("vlm"))
 
 
 @pytest.fixture(scope="module")

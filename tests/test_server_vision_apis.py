@@ -1,3 +1,4 @@
+# ruff: noqa: F811 - the vlm fixture imported from tests.vision_model
 """Images through every API of a real server (issue #37), with the official ``openai`` and
 ``anthropic`` clients, on the tiny Gemma 3 and its projector (tests/vision_model.py): OpenAI chat
 ``image_url`` parts, Anthropic ``image`` blocks and Responses ``input_image`` parts give the same
@@ -26,7 +27,10 @@ from localinfer.server.image_fetch import ImageFetch  # noqa: E402
 from localinfer.session import Session, open_session  # noqa: E402
 from tests.image_files import data_url, png_bytes, png_claiming  # noqa: E402
 from tests.image_server import Served, body, image_server, redirect  # noqa: E402
-from tests.vision_model import cached_vlm, random_image  # noqa: E402
+from tests.vision_model import (  # noqa: E402
+    random_image,
+    vlm,  # noqa: F401 - a fixture
+)
 
 pytestmark = pytest.mark.llamacpp
 
@@ -34,11 +38,6 @@ PNG = png_bytes(random_image(5, (40, 24)))
 OTHER = png_bytes(random_image(9, (40, 24)))
 TOKENS = 8
 MODEL = "tiny-gemma3-vision-F32"
-
-
-@pytest.fixture(scope="module")
-def vlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return cached_vlm(tmp_path_factory.mktemp("vlm"))
 
 
 @pytest.fixture(scope="module")

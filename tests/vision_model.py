@@ -24,6 +24,7 @@ from pathlib import Path
 
 import gguf
 import numpy as np
+import pytest
 
 from tests.model_files import TINY_VOCAB_SIZE, gemma3_extra_norms, write_gguf
 from tests.tiny import tiny_config, tiny_weights
@@ -146,6 +147,12 @@ def cached_vlm(folder: Path | None = None) -> tuple[Path, Path]:
             write_vlm(part)
             part.rename(target)
     return model, projector
+
+
+@pytest.fixture(scope="module")
+def vlm(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """The tiny model and its projector (import it into a test module as a fixture)."""
+    return cached_vlm(tmp_path_factory.mktemp("vlm"))
 
 
 def random_image(seed: int = 0, size: tuple[int, int] = (40, 24)) -> np.ndarray:
