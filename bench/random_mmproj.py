@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -45,22 +46,22 @@ class EncoderShape:
 GEMMA3_SIGLIP = EncoderShape()
 
 
-def _tensors(shape: EncoderShape, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """clip.cpp's names, numpy shapes (ggml's dims reversed); matrices as F16 arrays."""
+Matrix = Callable[[int, int], np.ndarray]  # (rows, cols) -> a random matrix
+Vector = Callable[..., np.ndarray]  # (n, around=0.0) -> a random vector around ``around``
+Dense = Callable[[tuple[int, ...], float], np.ndarray]  # (shape, scale) -> random values
+
+
+def projector_tensors(
+    shape: EncoderShape, mat: Matrix, vec: Vector, dense: Dense, projection_gain: float = 1.0
+) -> dict[str, np.ndarray]:
+    """A Gemma 3 projector's tensors under clip.cpp's names, numpy shapes (ggml's dims reversed),
+    drawn in one fixed order by the given makers (the tests' tiny projector uses this too)."""
     w, f, patches = shape.hidden, shape.ffn, (shape.image // shape.patch) ** 2
-
-    def mat(rows: int, cols: int) -> np.ndarray:
-        return (STD * rng.standard_normal((rows, cols), dtype=np.float32)).astype(np.float16)
-
-    def vec(n: int, around: float = 0.0) -> np.ndarray:
-        return (around + STD * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
-
     t = {
-        "v.patch_embd.weight": STD * rng.standard_normal((w, 3, shape.patch, shape.patch),
-                                                         dtype=np.float32),
+        "v.patch_embd.weight": dense((w, 3, shape.patch, shape.patch), 0.2),
         "v.patch_embd.bias": vec(w),
-        "v.position_embd.weight": STD * rng.standard_normal((patches, w), dtype=np.float32),
-    }  # fmt: skip
+        "v.position_embd.weight": dense((patches, w), 0.1),
+    }
     for i in range(shape.layers):
         p = f"v.blk.{i}."
         for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
@@ -71,15 +72,44 @@ def _tensors(shape: EncoderShape, rng: np.random.Generator) -> dict[str, np.ndar
         t[p + "ffn_down.weight"], t[p + "ffn_down.bias"] = mat(w, f), vec(w)
     t["v.post_ln.weight"], t["v.post_ln.bias"] = vec(w, 1.0), vec(w)
     t["mm.soft_emb_norm.weight"] = vec(w, 1.0)
-    t["mm.input_projection.weight"] = mat(w, shape.text_width)
+    # ggml's [text, vision]: clip.cpp multiplies by its transpose (vision -> text width).
+    projection = mat(w, shape.text_width)
+    t["mm.input_projection.weight"] = (
+        projection if projection_gain == 1.0 else (projection_gain * projection).astype(np.float32)
+    )
     return t
 
 
-def write_projector(path: Path, shape: EncoderShape, seed: int = 0) -> Path:
-    """The projector GGUF (mostly F16, projector type gemma3) at ``path``."""
+def _tensors(shape: EncoderShape, rng: np.random.Generator) -> dict[str, np.ndarray]:
+    """Every value at STD (a small scale keeps the activations finite through 27 layers);
+    matrices as F16 arrays."""
+
+    def mat(rows: int, cols: int) -> np.ndarray:
+        return (STD * rng.standard_normal((rows, cols), dtype=np.float32)).astype(np.float16)
+
+    def vec(n: int, around: float = 0.0) -> np.ndarray:
+        return (around + STD * rng.standard_normal(n, dtype=np.float32)).astype(np.float32)
+
+    def dense(size: tuple[int, ...], _scale: float) -> np.ndarray:
+        return STD * rng.standard_normal(size, dtype=np.float32)
+
+    return projector_tensors(shape, mat, vec, dense)
+
+
+def write_gemma3_projector(
+    path: Path,
+    shape: EncoderShape,
+    tensors: dict[str, np.ndarray],
+    *,
+    name: str,
+    file_type: int,
+    scale_factor: int | None = None,
+) -> Path:
+    """A projector GGUF of projector type gemma3 at ``path`` (each tensor stored as its array's
+    dtype; ``file_type``: 0 all F32, 1 mostly F16)."""
     w = gguf.GGUFWriter(str(path), arch="clip")
-    w.add_string("general.name", "random gemma3 siglip projector")
-    w.add_uint32("general.file_type", 1)  # mostly F16
+    w.add_string("general.name", name)
+    w.add_uint32("general.file_type", file_type)
     w.add_string("clip.projector_type", "gemma3")
     w.add_bool("clip.has_vision_encoder", True)
     w.add_bool("clip.use_gelu", True)
@@ -91,15 +121,25 @@ def write_projector(path: Path, shape: EncoderShape, seed: int = 0) -> Path:
     w.add_uint32("clip.vision.projection_dim", shape.text_width)
     w.add_uint32("clip.vision.attention.head_count", shape.heads)
     w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
+    if scale_factor is not None:
+        w.add_uint32("clip.vision.projector.scale_factor", scale_factor)
     w.add_array("clip.vision.image_mean", [0.5, 0.5, 0.5])
     w.add_array("clip.vision.image_std", [0.5, 0.5, 0.5])
-    for name, tensor in _tensors(shape, np.random.default_rng(seed)).items():
-        w.add_tensor(name, tensor)  # F16 or F32, as the array is
+    for tensor_name, tensor in tensors.items():
+        w.add_tensor(tensor_name, tensor)
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_tensors_to_file()
     w.close()
     return path
+
+
+def write_projector(path: Path, shape: EncoderShape, seed: int = 0) -> Path:
+    """The projector GGUF (mostly F16, projector type gemma3) at ``path``."""
+    tensors = _tensors(shape, np.random.default_rng(seed))
+    return write_gemma3_projector(
+        path, shape, tensors, name="random gemma3 siglip projector", file_type=1
+    )
 
 
 def write_text_model(path: Path, width: int) -> Path:

@@ -37,16 +37,17 @@ VISION_FFN = 48
 VISION_HEADS = 2
 IMAGE_TOKENS = (IMAGE_SIZE // PATCH // MERGE) ** 2  # 16
 # SigLIP's normalisation (Gemma 3's preprocessor config).
-MEAN = [0.5, 0.5, 0.5]
-STD = [0.5, 0.5, 0.5]
 MODEL_NAME = "tiny-gemma3-vision-F32.gguf"
 PROJECTOR_NAME = "mmproj-tiny-gemma3-F32.gguf"
 
 
-def _projector_tensors(text_width: int, seed: int) -> dict[str, np.ndarray]:
-    """The projector's tensors under clip.cpp's names, numpy shapes (ggml's dims reversed)."""
+def write_projector(path: Path, text_width: int, seed: int = 7) -> Path:
+    """The vision projector of a Gemma 3 model ``text_width`` wide, at ``path`` (all F32)."""
+    from bench.random_mmproj import EncoderShape, projector_tensors, write_gemma3_projector
+
+    shape = EncoderShape(image=IMAGE_SIZE, patch=PATCH, hidden=VISION_WIDTH, ffn=VISION_FFN,
+                         heads=VISION_HEADS, layers=1, text_width=text_width)  # fmt: skip
     rng = np.random.default_rng(seed)
-    w, f, patches = VISION_WIDTH, VISION_FFN, (IMAGE_SIZE // PATCH) ** 2
 
     def mat(rows: int, cols: int) -> np.ndarray:
         return rng.normal(0.0, 1.0 / np.sqrt(cols), size=(rows, cols)).astype(np.float32)
@@ -54,52 +55,13 @@ def _projector_tensors(text_width: int, seed: int) -> dict[str, np.ndarray]:
     def vec(n: int, around: float = 0.0) -> np.ndarray:
         return (around + 0.1 * rng.normal(size=n)).astype(np.float32)
 
-    t = {
-        "v.patch_embd.weight": rng.normal(0.0, 0.2, (w, 3, PATCH, PATCH)).astype(np.float32),
-        "v.patch_embd.bias": vec(w),
-        "v.position_embd.weight": (0.1 * rng.normal(size=(patches, w))).astype(np.float32),
-    }
-    p = "v.blk.0."
-    for part in ("attn_q", "attn_k", "attn_v", "attn_out"):
-        t[p + part + ".weight"], t[p + part + ".bias"] = mat(w, w), vec(w)
-    t[p + "ln1.weight"], t[p + "ln1.bias"] = vec(w, 1.0), vec(w)
-    t[p + "ln2.weight"], t[p + "ln2.bias"] = vec(w, 1.0), vec(w)
-    t[p + "ffn_up.weight"], t[p + "ffn_up.bias"] = mat(f, w), vec(f)
-    t[p + "ffn_down.weight"], t[p + "ffn_down.bias"] = mat(w, f), vec(w)
-    t["v.post_ln.weight"], t["v.post_ln.bias"] = vec(w, 1.0), vec(w)
-    t["mm.soft_emb_norm.weight"] = vec(w, 1.0)
-    # ggml's [text, vision]: clip.cpp multiplies by its transpose (vision -> text width); scaled
-    # so an image token is about as large as a text token's embedding.
-    t["mm.input_projection.weight"] = (8.0 * mat(w, text_width)).astype(np.float32)
-    return t
+    def dense(size: tuple[int, ...], scale: float) -> np.ndarray:
+        return (scale * rng.normal(size=size)).astype(np.float32)
 
-
-def write_projector(path: Path, text_width: int, seed: int = 7) -> Path:
-    """The vision projector of a Gemma 3 model ``text_width`` wide, at ``path``."""
-    w = gguf.GGUFWriter(str(path), arch="clip")
-    w.add_string("general.name", "tiny gemma3 vision projector")
-    w.add_uint32("general.file_type", 0)  # all F32
-    w.add_string("clip.projector_type", "gemma3")
-    w.add_bool("clip.has_vision_encoder", True)
-    w.add_bool("clip.use_gelu", True)
-    w.add_uint32("clip.vision.image_size", IMAGE_SIZE)
-    w.add_uint32("clip.vision.patch_size", PATCH)
-    w.add_uint32("clip.vision.embedding_length", VISION_WIDTH)
-    w.add_uint32("clip.vision.feed_forward_length", VISION_FFN)
-    w.add_uint32("clip.vision.block_count", 1)
-    w.add_uint32("clip.vision.projection_dim", text_width)
-    w.add_uint32("clip.vision.attention.head_count", VISION_HEADS)
-    w.add_float32("clip.vision.attention.layer_norm_epsilon", 1e-6)
-    w.add_uint32("clip.vision.projector.scale_factor", MERGE)
-    w.add_array("clip.vision.image_mean", MEAN)
-    w.add_array("clip.vision.image_std", STD)
-    for name, tensor in _projector_tensors(text_width, seed).items():
-        w.add_tensor(name, tensor)
-    w.write_header_to_file()
-    w.write_kv_data_to_file()
-    w.write_tensors_to_file()
-    w.close()
-    return path
+    # An image token about as large as a text token's embedding: the projection 8x.
+    tensors = projector_tensors(shape, mat, vec, dense, projection_gain=8.0)
+    return write_gemma3_projector(path, shape, tensors, name="tiny gemma3 vision projector",
+                                  file_type=0, scale_factor=MERGE)  # fmt: skip
 
 
 def write_vlm(folder: Path) -> tuple[Path, Path]:
@@ -120,11 +82,18 @@ def write_vlm(folder: Path) -> tuple[Path, Path]:
 
 def _key() -> str:
     """What the files hold, as a short hash: this module's and the text model writer's source."""
+    import bench.random_mmproj
     import tests.model_files
     import tests.tiny
 
     digest = hashlib.sha256()
-    for module in (__file__, tests.model_files.__file__, tests.tiny.__file__):
+    sources = (
+        __file__,
+        bench.random_mmproj.__file__,
+        tests.model_files.__file__,
+        tests.tiny.__file__,
+    )
+    for module in sources:
         digest.update(Path(module).read_bytes())
     digest.update(gguf.__version__.encode() if hasattr(gguf, "__version__") else b"")
     return digest.hexdigest()[:10]
