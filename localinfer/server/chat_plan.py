@@ -30,7 +30,7 @@ from localinfer.server.answer_shape import (
 from localinfer.server.capability import capability_refused
 from localinfer.server.errors import APIError
 from localinfer.server.image_parts import prompt_images, with_images
-from localinfer.server.overflow import fit_for_request
+from localinfer.server.overflow import fitted_prompt
 from localinfer.server.schemas import ChatCompletionRequest
 from localinfer.server.structured_output import response_format_spec
 from localinfer.server.tool_schemas import choice_value, tool_dicts
@@ -104,11 +104,10 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
                 return thinking_prompt(source, messages, thinking, **template_vars)
 
             max_tokens = body.max_completion_tokens or body.max_tokens
-            # A chat with images is left whole: its images and their markers go together.
-            fit = None
             if source is plain:
-                fit = fit_for_request(inputs.messages, lambda m: len(render(m).ids), max_tokens)
-            prompt = render(inputs.messages if fit is None else fit.messages)
+                prompt, dropped = fitted_prompt(inputs.messages, render, max_tokens)
+            else:  # a chat with images is left whole: its images and their markers go together
+                prompt, dropped = render(inputs.messages), 0
     except ChatTemplateError as exc:
         # The model's template refused this conversation (its raise_exception): the
         # client's messages are at fault, so the error names them.
@@ -135,5 +134,4 @@ def plan_chat(source: ChatSource, body: ChatCompletionRequest) -> ChatPlan:
         shape = lambda: ToolAnswer(family, tools)  # noqa: E731
     else:
         shape = PlainAnswer
-    dropped = 0 if fit is None else fit.dropped
     return ChatPlan(prompt.ids, constraint, shape, prompt.reasoning, prompt_images(source), dropped)

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from localinfer.context_fit import Fit, OverflowPolicy, fit_messages
 
@@ -54,3 +54,31 @@ def fit_for_request(
         return None
     limit = setting.max_ctx - answer_room(setting.max_ctx, max_tokens)
     return fit_messages(messages, count, limit, setting.policy)
+
+
+class Rendered(Protocol):
+    ids: list[int]
+
+
+P = TypeVar("P", bound=Rendered)
+
+
+def fitted_prompt(
+    messages: Sequence[Mapping[str, Any]],
+    render: Callable[[Sequence[Mapping[str, Any]]], P],
+    max_tokens: int | None,
+) -> tuple[P, int]:
+    """``render``'s prompt of ``messages`` under this request's policy, and how many messages
+    it left out. Each candidate is rendered once: the one counted last is the one returned
+    (candidates are the system prompt and a suffix, so their lengths tell them apart)."""
+    rendered: dict[int, P] = {}
+
+    def once(kept: Sequence[Mapping[str, Any]]) -> P:
+        if len(kept) not in rendered:
+            rendered[len(kept)] = render(kept)
+        return rendered[len(kept)]
+
+    fit = fit_for_request(messages, lambda kept: len(once(kept).ids), max_tokens)
+    if fit is None:
+        return once(messages), 0
+    return once(fit.messages), fit.dropped
