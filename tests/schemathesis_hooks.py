@@ -55,6 +55,7 @@ UNSTATABLE = {
     "is outside the vocabulary": "token ids within the served model's vocabulary",
     "maximum context length is": "the prompt fits the context the model is served with",
     "more than the context holds": "each input fits the context the model is served with",
+    "is not a reranker": "a rerank asks a model served that is a reranker",
 }
 
 

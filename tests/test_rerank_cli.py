@@ -78,7 +78,7 @@ def test_refusals_are_one_line(
     source = tiny_weights(config)
     plain = write_gguf(tmp_path / "plain.gguf", config, {n: source.get(n) for n in source.names()})
     code, _, err = run(capsys, "-m", str(plain), QUERY, *DOCS)
-    assert code == 1 and "plain is not a reranker" in err
+    assert code == 1 and "model 'plain' is not a reranker" in err
     assert len(err.strip().splitlines()) == 1  # no traceback
 
 

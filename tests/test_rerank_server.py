@@ -1,8 +1,8 @@
 """/v1/rerank and /rerank through a real server (httpx) on a tiny random reranker (issue #37):
 scores equal llama.cpp's own (tests/rerank_reference.py) within 1e-4 and come sorted, top_n and
-return_documents, usage; bad bodies are 400s naming the field, a model that is no reranker a 404
-naming it; the API key guards /rerank as it guards /v1; an answer generated beside a rerank keeps
-its tokens."""
+return_documents, usage; bad bodies are 400s naming the field, and so is a model that is no
+reranker (naming it); the API key guards /rerank as it guards /v1; an answer generated beside a
+rerank keeps its tokens."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_bad_bodies_are_400s_naming_the_field(url: str, body: dict, param: str) 
         assert "1024" in error["message"] and "truncated" in error["message"]
 
 
-def test_a_model_that_is_no_reranker_is_a_404(tmp_path: Path) -> None:
+def test_a_model_that_is_no_reranker_is_a_400(tmp_path: Path) -> None:
     config = tiny_config("qwen3", vocab_size=TINY_VOCAB_SIZE)
     source = tiny_weights(config)
     path = write_gguf(tmp_path / "plain.gguf", config, {n: source.get(n) for n in source.names()})
@@ -108,11 +108,16 @@ def test_a_model_that_is_no_reranker_is_a_404(tmp_path: Path) -> None:
         open_session(str(path), backend="llamacpp", slots=1, threads=1) as s,
         ServerThread(create_app(s)) as server,
     ):
-        answer = post(server.url, "/rerank", {"query": QUERY, "documents": DOCS})
-    assert answer.status_code == 404, answer.text
-    error = answer.json()["error"]
-    assert error["code"] == "unsupported_model" and error["param"] == "model"
-    assert "plain" in error["message"] and "not a reranker" in error["message"]
+        answers = [
+            post(server.url, path, {"query": QUERY, "documents": DOCS})
+            for path in ("/rerank", "/v1/rerank")
+        ]
+    for answer in answers:
+        assert answer.status_code == 400, answer.text
+        error = answer.json()["error"]
+        assert error["type"] == "invalid_request_error" and error["param"] == "model"
+        assert error["code"] == "unsupported_model"
+        assert "model 'plain' is not a reranker" in error["message"]
 
 
 def test_the_api_key_guards_rerank(session: Session) -> None:

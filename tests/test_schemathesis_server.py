@@ -113,6 +113,7 @@ def test_only_the_unstatable_refusals_are_dropped() -> None:
     assert refused("messages[1].tool_call_id: no earlier tool call has the id 'x'")
     assert refused("messages[0].role: the last message must be a user message", anthropic=True)
     assert refused("input[0]: token id 70000 is outside the vocabulary (0..49151)")
+    assert refused("model 'embedded' is not a reranker: its file declares no rank pooling")
     assert refused("n: Input should be less than or equal to 1") is None  # the document says it
     assert refused("seed: Input should be greater than or equal to -9223372036854775808")
     assert refused("duplicate tool name 'f'", status=404) is None  # only 400s

@@ -51,16 +51,24 @@ def is_reranker(model: LoadedModel) -> bool:
     return declares_rank_pooling(_metadata(model))
 
 
-def rerank_spec(model: LoadedModel) -> RerankSpec:
-    """The pair format and head of ``model``; UnsupportedModelError when it is no reranker."""
-    metadata = _metadata(model)
-    if not declares_rank_pooling(metadata):
-        arch = metadata.get("general.architecture") or model.config.arch
-        raise UnsupportedModelError(
-            f"{model.name} is not a reranker: its file declares no rank pooling "
+class NotARerankerError(UnsupportedModelError):
+    """A model asked to rerank that is no reranker: a request's mistake (the server's 400)."""
+
+    def __init__(self, name: str, arch: str) -> None:
+        super().__init__(
+            f"model '{name}' is not a reranker: its file declares no rank pooling "
             f"('{arch}.pooling_type' = 4, as llama.cpp converts bge-reranker and "
             "Qwen3-Reranker); use a reranker GGUF"
         )
+
+
+def rerank_spec(model: LoadedModel, name: str | None = None) -> RerankSpec:
+    """The pair format and head of ``model`` (``name``: the id its errors give, its file's name
+    by default); NotARerankerError when it is no reranker."""
+    metadata = _metadata(model)
+    if not declares_rank_pooling(metadata):
+        arch = metadata.get("general.architecture") or model.config.arch
+        raise NotARerankerError(name or model.name, arch)
     arch = metadata.get("general.architecture")
     tok = model.tokenizer
     eos = _int(metadata.get("tokenizer.ggml.eos_token_id"))

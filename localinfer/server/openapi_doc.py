@@ -28,7 +28,7 @@ DESCRIPTIONS = {
     # A model that cannot do what the route asks: capability.py.
     404: "No model of that id is served here, or that model cannot do what is asked (a chat of "
     "a base model, fill-in-the-middle without FIM tokens, embeddings it cannot give, a rerank "
-    "by a model that is no reranker)",
+    "on a runner without rank pooling)",
     408: "The request body did not arrive in time",
     409: "The model is in use and was not unloaded",
     413: "The request body is over the size limit",

@@ -11,9 +11,10 @@ Results are sorted by score, highest first (ties keep the documents' order), cut
 the reranker's head (Qwen3-Reranker: P("yes"); bge-reranker: a logit), as llama-server gives it.
 Each (query, document) pair is formatted as llama-server formats it (loading/rerank_spec.py) and
 scored by the engine as an embedding job is run: through its queue, beside the answers being
-generated, paced as embeddings are (engine/embedding.py). A model that is no reranker answers
-404 naming it, as a model that cannot give embeddings does (capability.py); a pair longer than
-the context is a 400 naming its document (nothing is truncated).
+generated, paced as embeddings are (engine/embedding.py). A model that is no reranker is a 400
+naming it (an invalid_request_error, ``param`` "model"); a reranker on a runner that computes
+no rank pooling is a 404, as a model that cannot give embeddings is (capability.py); a pair
+longer than the context is a 400 naming its document (nothing is truncated).
 """
 
 from __future__ import annotations
@@ -31,7 +32,13 @@ from localinfer.engine import EmbeddingRequest
 from localinfer.engine.embedding import check_ranks
 from localinfer.errors import InvalidParameterError
 from localinfer.facts.pooling import RANK
-from localinfer.loading.rerank_spec import PairTooLongError, pairs_ids, ranked, rerank_spec
+from localinfer.loading.rerank_spec import (
+    NotARerankerError,
+    PairTooLongError,
+    pairs_ids,
+    ranked,
+    rerank_spec,
+)
 from localinfer.server.answer_route import ANSWER_ERRORS
 from localinfer.server.capability import capability_refused
 from localinfer.server.errors import from_localinfer_error
@@ -81,8 +88,11 @@ def add_rerank_routes(app: FastAPI, state: ServerState) -> None:
     async def rerank(body: RerankBody, request: Request) -> JSONResponse:
         current = await state.session_for(request, body.model)
         name = state.name_of(current)
+        try:
+            spec = rerank_spec(current.model, name)
+        except NotARerankerError as exc:  # the request's mistake, not the runner's lack
+            raise from_localinfer_error(exc, param="model") from None
         with capability_refused(name, "rerank"):
-            spec = rerank_spec(current.model)
             check_ranks(current.engine.runner)
         try:
             ids = await run_in_threadpool(
