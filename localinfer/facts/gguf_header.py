@@ -17,7 +17,7 @@ import numpy as np
 
 from localinfer.errors import ModelFileError
 from localinfer.facts.arch import ArchFields, ArchSpec
-from localinfer.facts.pooling import declares_rank_pooling
+from localinfer.facts.pooling import is_reranker_file
 
 # GGUF general.architecture -> Hugging Face model_type, where the two differ.
 _HF_MODEL_TYPES = {"qwen3moe": "qwen3_moe", "deepseek2": "deepseek_v2", "gpt-oss": "gpt_oss"}
@@ -68,7 +68,7 @@ def arch_fields_from_gguf(
         "attention_bias": "blk.0.attn_q.bias" in tensors,
     }
     fields.update(_sliding(metadata, arch, n_layers))
-    if declares_rank_pooling(metadata):
+    if is_reranker_file(metadata, tensors):
         fields["reranker"] = True
     if get("expert_count"):
         fields.update(

@@ -31,6 +31,7 @@ import numpy as np
 
 from localinfer.errors import InvalidParameterError, UnsupportedModelError
 from localinfer.facts.pooling import GGUF_RANK_POOLING, Pooling
+from localinfer.loading.bert_gguf import BERT
 from localinfer.loading.model import LoadedModel
 
 DEFAULT_POOLING: Pooling = "mean"
@@ -82,6 +83,13 @@ def embedding_spec(model: LoadedModel) -> EmbeddingSpec:
     """The model's declared pooling and its vectors' length (see the module docstring);
     UnsupportedModelError for a pooling localinfer does not compute."""
     hidden = model.config.hidden_size
+    if model.config.arch == BERT:
+        # Embeddings run in pieces whose KV carries the input: llama.cpp keeps none for an
+        # encoder, which needs every input whole in one ubatch.
+        raise UnsupportedModelError(
+            f"{model.name}: a BERT encoder gives no embeddings here (a BERT reranker scores "
+            "query-document pairs through /v1/rerank or `localinfer rerank`)"
+        )
     declared = _gguf_pooling(model) if model.format == "gguf" else _st_pooling(Path(model.path))
     if declared is None:
         return EmbeddingSpec(DEFAULT_POOLING, hidden, "the default: the model declares none")

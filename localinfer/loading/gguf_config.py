@@ -10,6 +10,7 @@ import numpy as np
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
 from localinfer.facts.gguf_header import arch_fields_from_gguf
+from localinfer.loading.bert_gguf import BERT, check_bert_layers
 from localinfer.loading.gguf_checks import check_config_numbers, check_layers
 from localinfer.loading.gguf_file import GGUFFile
 from localinfer.loading.gpt_oss import (
@@ -34,6 +35,7 @@ GGUF_ARCHS = {
     "qwen3": "qwen3",
     "gemma3": "gemma3",
     GPT_OSS_GGUF: GPT_OSS,  # llama.cpp only (loading/gpt_oss.py)
+    BERT: BERT,  # llama.cpp only (loading/bert_gguf.py)
 }
 
 # llama.cpp marks these texts end-of-generation as well as the declared eos/eot ids.
@@ -122,6 +124,8 @@ def config_from_gguf(gguf: GGUFFile) -> ModelConfig:
     check_config_numbers(gguf.path, config, gguf.get(f"{a}.rope.dimension_count"))
     if arch == GPT_OSS:
         check_gpt_oss_layers(gguf.path, config, gguf.tensors, gguf.metadata)
+    elif arch == BERT:
+        check_bert_layers(gguf.path, config, gguf.tensors, gguf.metadata)
     else:
         check_layers(gguf.path, config, gguf.tensors)
     return config

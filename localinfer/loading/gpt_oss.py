@@ -14,12 +14,13 @@ from pathlib import Path
 from typing import Any
 
 from localinfer.errors import ModelFileError
+from localinfer.loading.bert_gguf import BERT
 from localinfer.loading.model_config import ModelConfig
 
 GPT_OSS = "gpt_oss"  # ModelConfig.arch (Hugging Face's model_type)
 GPT_OSS_GGUF = "gpt-oss"  # general.architecture
-# Architectures only llama.cpp runs: their GGUFs load without a WeightSource.
-LLAMACPP_ONLY_ARCHS = (GPT_OSS,)
+# Architectures only llama.cpp runs: their GGUFs load without a WeightSource (BERT: bert_gguf.py).
+LLAMACPP_ONLY_ARCHS = (GPT_OSS, BERT)
 # o200k_harmony ends a message with <|end|>, a turn with <|return|> and a tool call with
 # <|call|>: with both of the latter in the vocabulary, <|end|> is not an end of generation
 # (llama.cpp's rule), so the analysis channel can hand over to the final one.

@@ -21,9 +21,11 @@ from tokenizers import AddedToken, Regex, decoders, models, normalizers, pre_tok
 from tokenizers import Tokenizer as HFTokenizer
 
 from localinfer.errors import ModelFileError, UnsupportedModelError
+from localinfer.loading.bert_gguf import LLAMACPP_TOKENIZERS
 from localinfer.loading.gguf_config import gguf_special_ids
 from localinfer.loading.gguf_file import GGUFFile
 from localinfer.loading.tokenizer import SPIECE_SPACE, ByteMode, Tokenizer
+from localinfer.loading.tokenizer_bound import BoundTokenizer
 from localinfer.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -97,6 +99,12 @@ def tokenizer_from_gguf(gguf: GGUFFile, use_cache: bool = True) -> Tokenizer:
         types = [TT_NORMAL] * len(tokens)
     types = [int(t) for t in types]
 
+    if kind in LLAMACPP_TOKENIZERS:  # WordPiece, Unigram: llama.cpp's (tokenizer_bound.py)
+        bos, eos = gguf_special_ids(gguf)
+        control = [i for i, t in enumerate(types) if t == TT_CONTROL]
+        return BoundTokenizer(
+            tokens, control, kind=kind, bos_id=bos, eos_ids=eos, source=str(gguf.path)
+        )
     if kind == "gpt2":
         byte_mode: ByteMode = "byte_level"
         build = _build_byte_level_bpe
@@ -105,7 +113,8 @@ def tokenizer_from_gguf(gguf: GGUFFile, use_cache: bool = True) -> Tokenizer:
         build = _build_sentencepiece_bpe
     else:
         raise UnsupportedModelError(
-            f"{gguf.path}: tokenizer model '{kind}' is not supported (supported: gpt2, llama)"
+            f"{gguf.path}: tokenizer model '{kind}' is not supported (supported: gpt2, llama; "
+            "bert and t5 with --backend llamacpp)"
         )
 
     hf = _cached(gguf, lambda: build(gguf, tokens, types)) if use_cache else None
