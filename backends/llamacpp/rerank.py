@@ -1,7 +1,8 @@
 """Rerank scores on the llama.cpp runner: llama.cpp's rank pooling in an embedding-mode context.
 
-A reranker GGUF declares ``{arch}.pooling_type`` = 4 (RANK) and carries a classifier head
-(``cls.output``, and for BERT-style models ``cls`` before it). In a context made with
+A reranker GGUF declares ``{arch}.pooling_type`` = 4 (RANK), or is an encoder with a classifier
+head that declares no pooling (facts/pooling.py), and carries a classifier head (``cls.output``,
+and for BERT-style models ``cls`` before it). In a context made with
 ``LLAMA_POOLING_TYPE_RANK``, llama.cpp runs the head on each sequence's pooled state (its last
 token in a causal model such as Qwen3-Reranker, whose head is then soft-maxed; its first token in
 a BERT) and ``llama_get_embeddings_seq`` returns the head's ``n_cls_out`` outputs. A pair's score
@@ -16,8 +17,10 @@ ubatches; embedding.py), by 3e-4 in a score on the tiny test model between 32-ro
 whole pair, so chunks of llama-server's shape are what makes its scores come out here. A feed runs
 whole chunks, at least one, beyond its token budget when a chunk is larger: the engine's pacer then
 repays the time from the steps that follow. A causal model's KV carries a long pair from one chunk
-to the next; a non-causal (BERT) reranker would need each pair in one ubatch, and is refused here
-(localinfer's loader does not read BERT GGUFs either).
+to the next. A non-causal (BERT) reranker attends to the whole pair at once and llama.cpp keeps no
+KV for it: each pair runs in one decode call of one ubatch, as llama-server runs it, so a pair
+longer than the chunk is refused (loading/rerank_spec.py refuses it first, naming the document).
+Its vocabulary, WordPiece or Unigram, is tokenized by llama.cpp (vocab.py).
 
 Every row of a decode is an output (llama.cpp pools over them), and llama.cpp's output buffer
 holds logits and a state for each: ``RANK_UBATCH x (vocab + hidden) x 4`` bytes once a full chunk
@@ -34,8 +37,11 @@ import numpy as np
 from localinfer.backends.base import RunnerConfig
 from localinfer.backends.llamacpp.buffers import LlamaCppBuffers, parse_buffers
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
+from localinfer.backends.llamacpp.vocab import lend_vocab
 from localinfer.errors import UnsupportedModelError
 from localinfer.facts.kv_dtype import KVDtype
+from localinfer.loading.model import LoadedModel
+from localinfer.loading.rerank_spec import is_reranker
 
 RANK_UBATCH = 512  # llama-server's default n_ubatch
 
@@ -58,14 +64,10 @@ class RankContext(EmbeddingContext):
         super().__init__(
             llama, model_ptr, max_ctx, threads, flash_attn, kv_type, rank, (chunk, chunk)
         )
-        if not llama.llama_get_causal_attn(self._ctx):
-            self.free()
-            raise UnsupportedModelError(
-                "a non-causal reranker (BERT-style) needs each pair in one ubatch; the llama.cpp "
-                "runner scores causal rerankers only"
-            )
         self.width = max(1, int(llama.llama_model_n_cls_out(model_ptr)))
         self.chunk = chunk
+        # An encoder's pair runs whole: its attention spans the pair and no KV carries a chunk.
+        self.whole = not llama.llama_get_causal_attn(self._ctx)
 
     def score(self, tokens: Sequence[int], start: int, seq: int, last: bool) -> np.ndarray | None:
         """Run ``tokens`` (at most ``chunk``) of sequence ``seq`` at positions from ``start`` in
@@ -98,6 +100,12 @@ class LlamaCppRankPass(LlamaCppEmbeddingPass):
     ) -> None:
         super().__init__(context, inputs, "last", max_ctx=max_ctx, vocab=vocab)
         self._rank = context
+        if context.whole and any(len(t) > context.chunk for t in self.inputs):
+            longest = max(len(t) for t in self.inputs)
+            raise ValueError(
+                f"a pair of {longest} tokens; this encoder scores a pair whole, in one ubatch "
+                f"of {context.chunk}"
+            )
 
     def feed(self, max_tokens: int) -> int:
         """Whole chunks, pair after pair, while they fit ``max_tokens``; at least one."""
@@ -139,6 +147,13 @@ class RankScoring:
     kv_type: KVDtype
     _rank: RankContext | None = None
     _rank_buffers: LlamaCppBuffers = LlamaCppBuffers(0, 0, 0)
+    _reranker = False
+
+    def _rank_setup(self, model: LoadedModel) -> None:
+        """Once the model is loaded: whether it is a reranker, and llama.cpp's tokenizer lent
+        to a vocabulary localinfer does not tokenize (vocab.py)."""
+        self._reranker = is_reranker(model)
+        lend_vocab(model.tokenizer, self)
 
     def start_rank(self, inputs: Sequence[Sequence[int]]) -> LlamaCppRankPass:
         """A pass scoring ``inputs`` (each a formatted query-document pair) with the model's
@@ -147,9 +162,10 @@ class RankScoring:
         max_ctx = self._config.max_ctx
         if self._rank is None:
             llama = self._llama
-            if llama.llama_pooling_type(self._ctx) != llama.LLAMA_POOLING_TYPE_RANK:
+            if not self._reranker:
                 raise UnsupportedModelError(
-                    "the model declares no rank pooling (it is not a reranker)"
+                    "the model declares no rank pooling and has no encoder's classifier head "
+                    "(it is not a reranker)"
                 )
             self._rank = RankContext(
                 llama, self._model_ptr, max_ctx, self._threads, self._embedding_flash, self.kv_type

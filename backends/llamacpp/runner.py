@@ -112,6 +112,7 @@ class LlamaCppRunner(RankScoring):
         self._threads = config.threads or physical_cores()
         self._n_batch = max(1, n_batch)
         self._load_model(path, config.device, config.gpu_layers)
+        self._rank_setup(model)  # rerank.py: a reranker? llama.cpp tokenizes WordPiece/Unigram
         self._create_context(config)
         vocab_ptr = self._llama.llama_model_get_vocab(self._model_ptr)
         self._vocab = int(self._llama.llama_vocab_n_tokens(vocab_ptr))
