@@ -147,3 +147,14 @@ def test_an_answer_beside_a_rerank_keeps_its_tokens(url: str) -> None:
     assert beside == alone
     solo = post(url, "/rerank", many).json()
     assert ranks[0]["results"] == solo["results"]
+
+
+def test_a_document_holding_a_lone_surrogate_comes_back_as_sent(url: str) -> None:
+    """JSON lets a body spell a lone UTF-16 surrogate, which UTF-8 cannot encode: a document
+    holding one, echoed with return_documents, is written as the escape it came as (it was a 500,
+    Starlette's UTF-8 rendering of the answer raising)."""
+    raw = '{"query": "q", "documents": ["\\ud800 x", "y"], "return_documents": true}'
+    headers = {"Content-Type": "application/json"}
+    answer = httpx.post(url + "/rerank", content=raw, headers=headers, timeout=120)
+    assert answer.status_code == 200, answer.text
+    assert {r["document"]["text"] for r in answer.json()["results"]} == {"\ud800 x", "y"}

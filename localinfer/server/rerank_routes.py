@@ -43,6 +43,7 @@ from localinfer.server.answer_route import ANSWER_ERRORS
 from localinfer.server.capability import capability_refused
 from localinfer.server.errors import from_localinfer_error
 from localinfer.server.json_numbers import JsonInt
+from localinfer.server.json_response import SafeJSONResponse
 from localinfer.server.model_ids import ModelId
 from localinfer.server.openapi_doc import error_responses
 from localinfer.server.state import ServerState
@@ -111,7 +112,8 @@ def add_rerank_routes(app: FastAPI, state: ServerState) -> None:
             raise
         scores = result.vectors[:, 0]
         answer = rerank_response(name, scores, body, result.prompt_tokens)
-        return JSONResponse(answer.model_dump(exclude_none=True))
+        # Safe: a returned document may hold a lone surrogate, which UTF-8 cannot encode.
+        return SafeJSONResponse(answer.model_dump(exclude_none=True))
 
     for path in PATHS:
         app.post(
