@@ -12,6 +12,11 @@ sync tool's conflict copy) is another conversation with its own id, never a seco
 id. Nothing a file contains may break the store: a file that cannot be parsed or has fields of the
 wrong type is skipped by :meth:`ConversationStore.list` and reported by
 :meth:`ConversationStore.load`, so one bad file never hides the others.
+
+An image attached to a user message (the chat's ``/image``, issue #37) is saved as a
+:class:`MessageImage`: its file name, the tokens it took, and either the path it was attached
+from (a reference) or the name of a copy of its bytes in the store's ``images/`` folder, named
+by their sha256 so the same picture attached twice is one file.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import secrets
 import tempfile
 import uuid
 from dataclasses import dataclass, field
@@ -41,6 +47,14 @@ _TEMP_RE = re.compile(r"\..*\.(?P<pid>\d+)\.[^.]+\.tmp|\..*\.tmp")
 # A save takes milliseconds: a temporary this old belongs to no one, whatever its pid says.
 STALE_TEMP_S = 600.0
 _READ_ERRORS = (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError)
+IMAGES_FOLDER = "images"  # copies of attached images, under the store's root
+_KEY_RE = re.compile(r"[0-9a-f]{64}")  # an image's key: the sha256 of its file's bytes
+_COPY_RE = re.compile(r"[0-9a-f]{64}\.[a-z0-9]{1,5}")  # its copy's name: the key, a suffix
+# Where an image goes in a prompt's text: a tag the chat's host turns into the projector's
+# marker (tui/chat_images.py). Its random part is this process's, so no typed or saved text can
+# forge one, and it is never saved: a message's images are saved beside its text.
+_TAG_OPEN = f"<__chat_image_{secrets.token_hex(6)}_"
+IMAGE_TAG_RE = re.compile(re.escape(_TAG_OPEN) + r"(?P<key>[0-9a-f]{64})__>")
 
 
 class ConversationError(LocalinferError, code="conversation_error"):
@@ -51,6 +65,40 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")  # noqa: UP017 (3.10)
 
 
+@dataclass(slots=True, frozen=True)
+class MessageImage:
+    """An image attached to a user message, as saved (module doc)."""
+
+    name: str  # the file's name, as the chat shows it
+    key: str  # sha256 of the file's bytes
+    tokens: int = 0  # the positions the model's projector gave it (0: not known)
+    path: str = ""  # the file it was attached from (a reference: read from there again)
+    copy: str = ""  # its copy in the store's images/ folder ('': kept by reference)
+
+    def tag(self) -> str:
+        """Where the image goes in the prompt's text (IMAGE_TAG_RE)."""
+        return f"{_TAG_OPEN}{self.key}__>"
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "key": self.key, "tokens": self.tokens}
+        return out | {k: v for k, v in (("path", self.path), ("copy", self.copy)) if v}
+
+    @classmethod
+    def from_dict(cls, item: Any) -> MessageImage:
+        """A saved image; ValueError for anything else (a copy's name never leaves its folder)."""
+        if not isinstance(item, dict):
+            raise ValueError(f"bad image {item!r}")
+        name, key, tokens = item.get("name"), item.get("key"), item.get("tokens", 0)
+        path, copy = item.get("path", ""), item.get("copy", "")
+        texts_ok = all(isinstance(v, str) for v in (name, key, path, copy))
+        if not texts_ok or not _KEY_RE.fullmatch(key) or not (path or copy):
+            raise ValueError(f"bad image {item!r}")
+        if copy and not _COPY_RE.fullmatch(copy):
+            raise ValueError(f"bad image copy {copy!r}")
+        ok = isinstance(tokens, int) and not isinstance(tokens, bool) and tokens >= 0
+        return cls(name, key, tokens if ok else 0, path, copy)
+
+
 @dataclass(slots=True)
 class ChatMessage:
     role: Role
@@ -59,6 +107,7 @@ class ChatMessage:
     # An answer's figures as the chat measured them (ttft_s, decode_tok_s, prompt_tokens, ...):
     # saved with it so an export can quote them; never part of the prompt.
     stats: dict[str, float] = field(default_factory=dict)
+    images: list[MessageImage] = field(default_factory=list)  # a user message's, in order
 
     def as_dict(self) -> dict[str, Any]:
         """The message as saved: the reasoning, where there is one, under ``reasoning``."""
@@ -67,13 +116,18 @@ class ChatMessage:
             out["reasoning"] = self.reasoning
         if self.stats:
             out["stats"] = dict(self.stats)
+        if self.images:
+            out["images"] = [image.as_dict() for image in self.images]
         return out
 
     def as_prompt(self) -> dict[str, str]:
         """The message as a chat template takes it: the reasoning under ``reasoning_content``,
         the name the templates that read it use (Qwen3's renders it only for the turns after
-        the last question, i.e. inside a tool loop, and drops it elsewhere; the rest ignore it)."""
-        out = {"role": self.role, "content": self.content}
+        the last question, i.e. inside a tool loop, and drops it elsewhere; the rest ignore it).
+        Each image stands before the text as its tag (IMAGE_TAG_RE), as llama-mtmd-cli places
+        images."""
+        tags = "".join(image.tag() for image in self.images)
+        out = {"role": self.role, "content": tags + self.content}
         if self.reasoning:
             out["reasoning_content"] = self.reasoning
         return out
@@ -95,8 +149,14 @@ class Conversation:
     # but no longer sent (context_fit.py); a "system" message among them summarises them.
     context_start: int = 0
 
-    def add(self, role: Role, content: str, reasoning: str = "") -> ChatMessage:
-        message = ChatMessage(role, content, reasoning)
+    def add(
+        self,
+        role: Role,
+        content: str,
+        reasoning: str = "",
+        images: list[MessageImage] | None = None,
+    ) -> ChatMessage:
+        message = ChatMessage(role, content, reasoning, images=list(images or ()))
         self.messages.append(message)
         if not self.title and role == "user":
             self.title = _title_from(content)
@@ -139,7 +199,12 @@ class Conversation:
                 raise ValueError(f"bad message {item!r}")
             if not isinstance(reasoning, str):
                 raise ValueError(f"bad reasoning in {item!r}")
-            messages.append(ChatMessage(role, content, reasoning, _figures(item.get("stats"))))
+            images = item.get("images", [])
+            if not isinstance(images, list):
+                raise ValueError(f"bad images in {item!r}")
+            figures = _figures(item.get("stats"))
+            shown = [MessageImage.from_dict(i) for i in images]
+            messages.append(ChatMessage(role, content, reasoning, figures, shown))
         if conversation_id is None:
             conversation_id = _text(data.get("id"))
             if not conversation_id:
@@ -230,19 +295,37 @@ class ConversationStore:
         self.root.mkdir(parents=True, exist_ok=True)
         self._leftovers.once()
         payload = json.dumps(conversation.to_json(), ensure_ascii=False, indent=1)
-        fd, tmp = tempfile.mkstemp(
-            prefix=f".{conversation.id}.{writer_tag()}.", suffix=".tmp", dir=self.root
-        )
+        self._write(target, payload.encode("utf-8"), conversation.id)
+        return target
+
+    def image_path(self, copy: str) -> Path:
+        """Where the image copy named ``copy`` (MessageImage.copy) is kept."""
+        if not _COPY_RE.fullmatch(copy):
+            raise ConversationError(f"invalid image copy name {copy!r}")
+        return self.root / IMAGES_FOLDER / copy
+
+    def keep_image(self, copy: str, data: bytes) -> Path:
+        """Write an attached image's bytes as the copy ``copy`` (once: the name is their hash)."""
+        target = self.image_path(copy)
+        if not target.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            self._leftovers.once()
+            self._write(target, data, "image")
+        return target
+
+    def _write(self, target: Path, data: bytes, tag: str) -> None:
+        """``data`` into ``target`` whole or not at all (module doc); the temporary sits in the
+        root, where the sweep of killed writers' leftovers looks."""
+        fd, tmp = tempfile.mkstemp(prefix=f".{tag}.{writer_tag()}.", suffix=".tmp", dir=self.root)
         try:
-            with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                handle.write(payload)
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(tmp, target)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)
             raise
-        return target
 
     def load(self, conversation_id: str) -> Conversation:
         path = self.path_for(conversation_id)

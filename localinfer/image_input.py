@@ -118,6 +118,12 @@ def base64_bytes(text: str, field: str) -> bytes:
 
 def read_image_file(path: Path, field: str = "--image") -> RGBImage:
     """An image file on disk, decoded; errors name ``field`` and the path."""
+    return decode_image(read_image_bytes(path, field), f"{field} {path}")
+
+
+def read_image_bytes(path: Path, field: str = "--image") -> bytes:
+    """An image file's bytes, its size checked before it is read; errors name ``field`` and
+    the path."""
     where = f"{field} {path}"
     try:
         size = path.stat().st_size
@@ -125,10 +131,9 @@ def read_image_file(path: Path, field: str = "--image") -> RGBImage:
             raise InvalidParameterError(
                 f"{where}: {size} bytes; at most {MAX_IMAGE_BYTES // 2**20} MiB"
             )
-        data = path.read_bytes()
+        return path.read_bytes()
     except OSError as exc:
         raise InvalidParameterError(f"{where}: {exc.strerror or exc}") from None
-    return decode_image(data, where)
 
 
 def check_image_count(count: int, field: str) -> None:
