@@ -56,6 +56,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="after a cut, move the kept turns' KV into place (fast; an approximation: it was "
         "computed with the left-out turns before it) or compute it again (exact) (default: shift)",
     )
+    parser.add_argument(
+        "--image-store",
+        choices=("copy", "reference"),
+        default="copy",
+        help="how a saved conversation keeps the images attached with /image: a copy of each "
+        "file in the conversations folder, or only its path (a file moved or deleted later is "
+        "left out, with a note) (default: copy)",
+    )
     # The chat's disk tier is on by default (beside the conversations): see kv_tiers().
     add_kv_options(parser, disk_help=CHAT_KV_DISK_HELP, disk_metavar="DIR|off")
     parser.add_argument(
@@ -208,6 +216,7 @@ def run(args: argparse.Namespace) -> int:
         from localinfer.tui.app import ChatApp
 
         app = ChatApp(host, ConversationStore())
+        app.image_store = args.image_store
         app.run()
     finally:
         host.close()

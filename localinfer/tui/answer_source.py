@@ -17,8 +17,10 @@ from typing import TYPE_CHECKING, Any, Protocol
 from localinfer.errors import LocalinferError
 
 if TYPE_CHECKING:
+    from localinfer.engine.images import RGBImage
     from localinfer.engine.types import EngineMetrics, SamplingParams, StreamEvent
     from localinfer.tools.thinking import Thinking
+    from localinfer.tui.chat_images import ChatImages
     from localinfer.tui.memory_figures import MemoryFigures
     from localinfer.tui.model_list import ModelChoice
     from localinfer.tui.settings import ChatSettings
@@ -33,6 +35,7 @@ class PreparedPrompt:
     prompt_ids: list[int] = field(default_factory=list)  # empty: the server tokenizes
     reasoning: Any = None  # a thinking model's ReasoningSpec (engine/reasoning.py), or None
     thinking: Thinking | None = None  # what was asked of a thinking model (None: its default)
+    images: tuple[Any, ...] = ()  # the prompt's images (engine PromptImage), for the Request
 
     @property
     def prompt_tokens(self) -> int:
@@ -62,6 +65,7 @@ class ChatBackend(AnswerSource, Protocol):
     settings: ChatSettings
     ui_started: threading.Event
     remote_url: str | None  # None: the model is loaded in this process
+    images: ChatImages  # the conversation's attached images (chat_images.py)
 
     @property
     def loaded(self) -> bool: ...
@@ -83,6 +87,8 @@ class ChatBackend(AnswerSource, Protocol):
     def model_choices(self, ctx: int | None = None) -> list[ModelChoice]: ...
 
     def thinking_support(self) -> ThinkingSupport: ...
+
+    def image_tokens(self, image: RGBImage) -> int: ...
 
 
 class HintedError(LocalinferError):

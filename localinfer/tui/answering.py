@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from textual import on, work
 
-from localinfer.conversations import Conversation
+from localinfer.conversations import Conversation, MessageImage
 from localinfer.engine.types import EngineMetrics, SamplingParams
 from localinfer.tui.context_actions import ContextActions
 from localinfer.tui.conversation_actions import ConversationActions
@@ -37,6 +37,8 @@ class AnswerActions(ConversationActions, ThinkingActions, ContextActions):
 
     @on(PromptInput.Submitted)
     def on_prompt_submitted(self, event: PromptInput.Submitted) -> None:
+        if self.image_command(event.text):  # /image PATH, /image clear (image_actions.py)
+            return
         if self.answering or self.loading or not self.host.loaded:
             self.prompt.load_text(event.text)  # keep what was typed
             why = "an answer is still streaming (Esc stops it)"
@@ -46,7 +48,8 @@ class AnswerActions(ConversationActions, ThinkingActions, ContextActions):
             return
         self.send(event.text)
 
-    def send(self, text: str) -> None:
+    def send(self, text: str, images: list[MessageImage] | None = None) -> None:
+        """Ask ``text`` with ``images`` (None: the ones attached to the next message)."""
         typed = self.read_thinking(text)
         if typed.bare:
             self.prompt.load_text(text)
@@ -57,8 +60,9 @@ class AnswerActions(ConversationActions, ThinkingActions, ContextActions):
             )
             return
         self.conversation.model = self.host.model_name()
-        self.conversation.add("user", typed.text)
-        self._question = self.view.add_user(typed.text)
+        attached = self.take_pending() if images is None else images
+        self.conversation.add("user", typed.text, images=attached)
+        self._question = self.view.add_user(typed.text, attached)
         if typed.note:
             self.view.add_notice(typed.note)
         self._answer = self.view.start_answer()
@@ -225,7 +229,9 @@ class AnswerActions(ConversationActions, ThinkingActions, ContextActions):
             self._question.remove()
             self._question = None
         if messages and messages[-1].role == "user":
-            return messages.pop().content
+            question = messages.pop()
+            self.restore_pending(question.images)  # they go with the message when resent
+            return question.content
         return ""
 
     def _finish_answer(self) -> None:

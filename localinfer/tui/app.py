@@ -3,9 +3,10 @@
 ``ChatApp`` is the layout and the keys; what the keys do lives in its parts: answering.py
 (send, stream, stop), conversation_actions.py (new, open, system prompt, copy, save),
 thinking_actions.py (a thinking model's reasoning key and /think, /no_think),
-model_actions.py (settings, model picker, loading) and chat_features.py (regenerate, edit and
-resend, copy, search, export, presets, help; help_screen.py lists every key). app_base.py
-holds the state they share and the threading rule they follow.
+model_actions.py (settings, model picker, loading), image_actions.py (attaching an image: F6,
+/image) and chat_features.py (regenerate, edit and resend, copy, search, export, presets, help;
+help_screen.py lists every key). app_base.py holds the state they share and the threading rule
+they follow.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ CHAT_ACTIONS = frozenset(
         "search",
         "export",
         "presets",
+        "attach_image",
     }
 )
 
@@ -88,6 +90,7 @@ class ChatApp(ChatFeatures, ModelActions):
         Binding("ctrl+f", "search", "Search", show=False, priority=True),
         Binding("f8", "export", "Export", show=False, priority=True),
         Binding("f4", "presets", "Presets", show=False, priority=True),
+        Binding("f6", "attach_image", "Image", show=False, priority=True),
     ]
 
     def compose(self) -> ComposeResult:
@@ -96,6 +99,7 @@ class ChatApp(ChatFeatures, ModelActions):
         self.stats = StatsPanel(id="stats")
         self.memory_bar = MemoryBar(id="memory")
         self.status = Static("", id="status", markup=False)
+        self.pending_row = Static("", id="pending-images", markup=False)
         self.spinner = LoadSpinner(id="load-progress")
         self.settings_summary = Static(
             self.host.settings.describe(), id="settings-summary", markup=False
@@ -107,6 +111,7 @@ class ChatApp(ChatFeatures, ModelActions):
                 with Horizontal(id="status-row"):
                     yield self.status
                     yield self.spinner
+                yield self.pending_row
                 yield self.prompt
             with Vertical(id="side"):
                 yield Label("Answer", classes="side-title")
@@ -122,7 +127,7 @@ class ChatApp(ChatFeatures, ModelActions):
         # A model preloading for this window waits for its first paint (host.load_in_background).
         self.call_after_refresh(self.host.ui_started.set)
         if self.conversation.messages:
-            self.view.show_conversation(self.conversation, reasoning_shown=self.reasoning_shown)
+            self.show_saved(self.conversation)
             self.refresh_thinking_key()
         if self.host.loaded:
             self._set_ready(self.host.describe(), self.host.notice())

@@ -18,7 +18,7 @@ from textual import on, work
 from textual.app import App
 from textual.widgets import Static
 
-from localinfer.conversations import Conversation, ConversationStore
+from localinfer.conversations import Conversation, ConversationStore, MessageImage
 from localinfer.tui.answer_source import ChatBackend
 from localinfer.tui.conversation_view import AnswerTurn, ConversationView, UserTurn
 from localinfer.tui.heap_trim import trim_heap
@@ -44,6 +44,7 @@ class ChatAppBase(App[None]):
     status: Static
     spinner: LoadSpinner
     settings_summary: Static
+    pending_row: Static  # the images attached to the next message (image_actions.py)
 
     def __init__(
         self,
@@ -72,6 +73,7 @@ class ChatAppBase(App[None]):
         # a line once its answer starts; the key is in the footer where it does something.
         self.reasoning_shown = False
         self.thinking_key_shown = False
+        self.pending_images: list[MessageImage] = []  # attached to the next message
 
     # -- status --------------------------------------------------------------------------------
 

@@ -72,14 +72,15 @@ class ChatFeatures(AnswerActions):
         """Send ``text`` in place of message ``index`` in a branch of the conversation."""
         old = self.conversation
         self.keep_conversation_kv()  # the old branch may be reopened; its KV is kept as on leave
+        images = list(old.messages[index].images)  # resent with the message
         branch = branch_of(old, index, text)
         self.conversation = branch
-        self.view.show_conversation(branch, reasoning_shown=self.reasoning_shown)
+        self.show_saved(branch, notes=False)
         self.refresh_thinking_key()
         answers = [m.content for m in branch.messages if m.role == "assistant"]
         self._last_answer_text = answers[-1] if answers else ""
         self.notify(f"{doing} in a new branch; the conversation as it was stays saved (Ctrl+O).")
-        self.send(text)
+        self.send(text, images)
 
     # -- copy ----------------------------------------------------------------------------------
 

@@ -16,8 +16,8 @@ from textual.worker import Worker
 
 from localinfer.conversations import Conversation, ConversationError
 from localinfer.errors import LocalinferError
-from localinfer.tui.app_base import ChatAppBase
 from localinfer.tui.conversations_screen import ConversationsScreen
+from localinfer.tui.image_actions import ImageActions
 from localinfer.tui.live_stats import StatsSnapshot
 from localinfer.tui.messages import ConversationsListed
 from localinfer.tui.system_prompt_screen import SystemPromptScreen
@@ -25,10 +25,11 @@ from localinfer.tui.system_prompt_screen import SystemPromptScreen
 log = logging.getLogger(__name__)
 
 
-class ConversationActions(ChatAppBase):
+class ConversationActions(ImageActions):
     @work(thread=True, exclusive=True, group="save")
     def save_conversation(self, conversation: Conversation) -> None:
         try:
+            self.host.images.write_copies(conversation, self.store)  # chat --image-store copy
             self.store.save(conversation)
         except (OSError, LocalinferError) as exc:
             self.call_from_thread(
@@ -90,7 +91,7 @@ class ConversationActions(ChatAppBase):
         if conversation.id != self.conversation.id:
             self.keep_conversation_kv()
         self.conversation = conversation
-        self.view.show_conversation(conversation, reasoning_shown=self.reasoning_shown)
+        self.show_saved(conversation)
         self.refresh_thinking_key()
         self.stats.show_answer(StatsSnapshot())  # the figures were the left conversation's
         answers = [m.content for m in conversation.messages if m.role == "assistant"]

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from markdown_it import MarkdownIt
 from textual import events
 from textual.await_complete import AwaitComplete
@@ -11,16 +13,22 @@ from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
-from localinfer.conversations import Conversation
+from localinfer.conversations import Conversation, MessageImage
+from localinfer.tui.chat_images import chip
 from localinfer.tui.context_marker import SummaryNote, marker_for
 from localinfer.tui.thinking_block import ThinkingBlock
 
 
 class UserTurn(Static):
-    """What the user sent, shown as plain text (never interpreted as markup)."""
+    """What the user sent, shown as plain text (never interpreted as markup), its images'
+    chips (chat_images.chip) on the line above."""
 
-    def __init__(self, text: str) -> None:
-        super().__init__(text, markup=False, classes="turn user-turn")
+    def __init__(self, text: str, chips: Sequence[str] = ()) -> None:
+        self.chips = tuple(chips)
+        shown: str | Content = text
+        if self.chips:
+            shown = Content.assemble(("  ".join(self.chips), "bold"), "\n", text)
+        super().__init__(shown, markup=False, classes="turn user-turn")
 
 
 def reserve_for(widget: Widget, lines: int) -> int:
@@ -175,8 +183,8 @@ class ConversationView(VerticalScroll):
     def on_mount(self) -> None:
         self.anchor()
 
-    def add_user(self, text: str) -> UserTurn:
-        turn = UserTurn(text)
+    def add_user(self, text: str, images: Sequence[MessageImage] = ()) -> UserTurn:
+        turn = UserTurn(text, [chip(image) for image in images])
         self.mount(turn)
         self.scroll_end(animate=False)
         return turn
@@ -220,10 +228,14 @@ class ConversationView(VerticalScroll):
         self.remove_children()
 
     def show_conversation(
-        self, conversation: Conversation, *, reasoning_shown: bool = False
+        self,
+        conversation: Conversation,
+        *,
+        reasoning_shown: bool = False,
+        gone: frozenset[str] = frozenset(),
     ) -> None:
         """``conversation``'s turns; a saved answer's reasoning above it, folded to one line
-        unless ``reasoning_shown``."""
+        unless ``reasoning_shown``; the chips of images whose key is in ``gone`` say so."""
         self.clear()
         for index, message in enumerate(conversation.messages):
             marker = marker_for(conversation, index)  # where the model's context begins (#39)
@@ -232,7 +244,8 @@ class ConversationView(VerticalScroll):
             if message.role == "system":
                 self.mount(SummaryNote(message.content))
             elif message.role == "user":
-                self.mount(UserTurn(message.content))
+                chips = [chip(image, gone=image.key in gone) for image in message.images]
+                self.mount(UserTurn(message.content, chips))
             elif message.role == "assistant":
                 if message.reasoning:
                     block = ThinkingBlock(message.reasoning)

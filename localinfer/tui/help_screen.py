@@ -25,6 +25,7 @@ CHAT_KEYS: tuple[tuple[str, str], ...] = (
     ("F8", "export the conversation to Markdown (model, settings, timings as front matter)"),
     ("Ctrl+T", "edit the system prompt"),
     ("F4", "system-prompt presets: use, save the current one, delete"),
+    ("F6", "attach an image to the next message (or type /image PATH; /image clear removes)"),
     ("Ctrl+S", "settings (sampling, context, backend, thinking)"),
     ("Ctrl+L", "pick and load a model"),
     ("Ctrl+G", "show or fold every reasoning block (thinking models)"),

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from localinfer.errors import LocalinferError
 from localinfer.tui.answer_source import PreparedPrompt
+from localinfer.tui.chat_images import ChatImages, has_images, image_tokens
 from localinfer.tui.memory_figures import MemoryFigures, MemoryParts
 from localinfer.tui.model_list import ModelChoice, list_model_choices
 from localinfer.tui.settings import ChatSettings
@@ -25,6 +26,7 @@ __all__ = ["ChatHost", "MemoryFigures", "MemoryParts", "ModelChoice", "open_with
 
 if TYPE_CHECKING:  # the engine package is heavy; `localinfer chat` imports it in the preload
     from localinfer.budget.measured import LoadGrowth
+    from localinfer.engine.images import RGBImage
     from localinfer.engine.types import EngineMetrics, Request, SamplingParams
     from localinfer.kv_options import KVTierOptions
     from localinfer.rpc_nodes import RpcOptions
@@ -115,6 +117,7 @@ class ChatHost:
         self._growth: LoadGrowth | None = None  # of the current session's load
         # Set by the app once its window is up: a preload measures its memory growth after it.
         self.ui_started = threading.Event()
+        self.images = ChatImages()  # the conversation's attached images (chat_images.py)
 
     # -- model lifetime ---------------------------------------------------------------------
 
@@ -234,7 +237,9 @@ class ChatHost:
         persist = getattr(session, "persist_kv", None)  # a session without tiers may lack it
         if session is None or persist is None:
             return 0
-        return int(persist(session.chat_prompt_ids(messages)))
+        # With images, the ids the answers were cached under: the projector's placeholders.
+        ids = self.prepare(messages).prompt_ids if has_images(messages) else None
+        return int(persist(ids or session.chat_prompt_ids(messages)))
 
     # -- answering ---------------------------------------------------------------------------
 
@@ -242,11 +247,19 @@ class ChatHost:
         self, messages: Sequence[dict[str, str]], thinking: Thinking | None = None
     ) -> PreparedPrompt:
         """The prompt with thinking as asked (on or off, a budget: a thinking model's; None:
-        its template's default), and its reasoning split (shown apart, folded)."""
+        its template's default), and its reasoning split (shown apart, folded); the messages'
+        images tokenized by the model's projector (chat_images.py)."""
         from localinfer.tools.thinking import thinking_prompt
 
-        prompt = thinking_prompt(self.session, list(messages), thinking)
-        return PreparedPrompt(list(messages), prompt.ids, prompt.reasoning, thinking)
+        session = self.session
+        source, sent = self.images.chat_source(session, messages)
+        prompt = thinking_prompt(source, sent, thinking)
+        shown = () if source is session else tuple(source.images)
+        return PreparedPrompt(list(messages), prompt.ids, prompt.reasoning, thinking, shown)
+
+    def image_tokens(self, image: RGBImage) -> int:
+        """The context an image takes on this model (its projector's count)."""
+        return image_tokens(self.session, image)
 
     def thinking_support(self) -> ThinkingSupport:
         """Whether the loaded model thinks, and how it is switched (read off its template)."""
@@ -258,7 +271,7 @@ class ChatHost:
         from localinfer.engine.types import Request
 
         return self.submit(Request(prompt.prompt_ids, params, request_id,
-                                   reasoning=prompt.reasoning))  # fmt: skip
+                                   reasoning=prompt.reasoning, images=prompt.images))  # fmt: skip
 
     def prompt_ids(self, messages: Sequence[dict[str, str]]) -> list[int]:
         return self.session.chat_prompt_ids(messages)

@@ -21,6 +21,7 @@ import httpx
 from localinfer.engine.types import EngineMetrics, SamplingParams, StreamEvent
 from localinfer.errors import LocalinferError
 from localinfer.tui.answer_source import HintedError, PreparedPrompt
+from localinfer.tui.chat_images import ChatImages, has_images
 from localinfer.tui.memory_figures import MemoryFigures
 from localinfer.tui.model_list import ModelChoice
 from localinfer.tui.remote_metrics import engine_metrics_from
@@ -30,6 +31,7 @@ from localinfer.tui.settings import RELOAD_FIELDS, ChatSettings
 from localinfer.tui.think_switch import UNKNOWN, ThinkingSupport
 
 if TYPE_CHECKING:
+    from localinfer.engine.images import RGBImage
     from localinfer.tools.thinking import Thinking
 
 CONNECT_TIMEOUT_S = 5.0
@@ -55,6 +57,7 @@ class RemoteHost:
         self.remote_url = url.rstrip("/")
         self.settings = settings or ChatSettings()
         self.ui_started = threading.Event()
+        self.images = ChatImages()  # never sent: the chat attaches none over --url (prepare)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.Client(
             base_url=self.remote_url,
@@ -160,6 +163,11 @@ class RemoteHost:
     def prepare(
         self, messages: Sequence[dict[str, str]], thinking: Thinking | None = None
     ) -> PreparedPrompt:
+        if has_images(messages):  # their tags would reach the server as text
+            raise HintedError(
+                "the chat sends no images to a server (--url) yet",
+                "start a new conversation (Ctrl+N), or run the chat without --url",
+            )
         # The server templates and tokenizes. Earlier reasoning is not sent back: the templates
         # that keep it (Qwen3's) keep it only inside a tool loop, which the chat never is.
         sent = [{k: v for k, v in m.items() if k != "reasoning_content"} for m in messages]
@@ -167,6 +175,12 @@ class RemoteHost:
 
     def thinking_support(self) -> ThinkingSupport:
         return UNKNOWN  # the server's template is not read here; it applies what is asked
+
+    def image_tokens(self, image: RGBImage) -> int:
+        raise HintedError(
+            "the chat attaches images only to a model it loads (not over --url) yet",
+            "run the chat without --url to attach images",
+        )
 
     def stream(
         self, prompt: PreparedPrompt, params: SamplingParams, request_id: str
