@@ -1,5 +1,7 @@
 """localinfer's /v1/rerank against llama.cpp's own llama-server --reranking on the same tiny
-random reranker (issue #37: the scores agree within 1e-4).
+random rerankers (issue #37: the scores agree within 1e-4): the Qwen3-style one with its rerank
+template and with BOS/EOS joins (tests/rerank_model.py), and the BERT-style ones with BERT's
+WordPiece and XLM-RoBERTa's Unigram vocabulary (tests/rerank_bert_model.py).
 
 llama-server is built once per machine from the installed llama-cpp-python's sources
 (bench/llama_server.py: pip fetches the sdist, cmake builds it, minutes on two cores), so this
@@ -25,6 +27,7 @@ from bench.llamacpp_source import BuildFailed
 from bench.peer_servers import start_llama_server
 from localinfer.server import ServerThread, create_app
 from localinfer.session import open_session
+from tests.rerank_bert_model import Vocab, write_tiny_bert_reranker
 from tests.rerank_model import write_tiny_reranker
 
 pytestmark = pytest.mark.slow
@@ -56,13 +59,17 @@ def scores_of(body: dict) -> np.ndarray:
     return out
 
 
-@pytest.fixture(scope="module", params=["template", "bos-eos"])
+@pytest.fixture(scope="module", params=["template", "bos-eos", "bert-wpm", "bert-ugm"])
 def both(
     request: pytest.FixtureRequest, binary: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[tuple[dict, dict]]:
     """(llama-server's answer, localinfer's answer) to the same rerank of the same file."""
     path = tmp_path_factory.mktemp("rerank") / f"tiny-reranker-{request.param}.gguf"
-    write_tiny_reranker(path, template=request.param == "template")
+    if request.param.startswith("bert-"):  # the Unigram one declares no pooling, as bge's may
+        vocab: Vocab = "wpm" if request.param == "bert-wpm" else "ugm"
+        write_tiny_bert_reranker(path, vocab=vocab, rank_pooling=vocab == "wpm")
+    else:
+        write_tiny_reranker(path, template=request.param == "template")
     body = {"query": QUERY, "documents": DOCS}
     peer = start_llama_server(
         binary, path, threads=1, slots=1, ctx=CTX, no_repack=True, extra=["--reranking"]

@@ -183,6 +183,7 @@ def compute_budget(
         **_projector_fields(planner),
         download_bytes=facts.download_bytes,
         reranker=arch.reranker,
+        encoder=arch.encoder,
     )
     if offload is not None:
         report.gpu_layers, report.layers, report.host_bytes = (

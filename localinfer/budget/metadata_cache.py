@@ -23,7 +23,9 @@ from localinfer.facts.arch import ArchSpec
 from localinfer.facts.held_weights import StoredTensor
 from localinfer.paths import cache_dir
 
-RECORD_VERSION = 2  # 2: a GGUF summary holds its tensors (type, shape, bytes)
+# 2: a GGUF summary holds its tensors (type, shape, bytes); 3: its arch says whether the model
+# is an encoder, and a reranker by its classifier head (bge-reranker)
+RECORD_VERSION = 3
 
 
 @dataclass

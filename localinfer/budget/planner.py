@@ -32,8 +32,11 @@ def kv_cache_bytes(
     cells = ctx on full-attention layers and min(ctx, window) on sliding-window layers, or the
     backend's own rule (``profile.kv_cells``: llama.cpp pads each sequence's cells to 256 and
     keeps every cell on its sliding layers too). MLA keeps one latent row (kv_lora_rank +
-    qk_rope_head_dim) per token per layer: no K/V pair, no x2.
+    qk_rope_head_dim) per token per layer: no K/V pair, no x2. An encoder keeps none (llama.cpp
+    makes no memory for a BERT).
     """
+    if arch.encoder:
+        return 0
     per_sequence = 0
     for layer in range(arch.n_layers):
         window = arch.sliding_window if arch.is_sliding(layer) else None

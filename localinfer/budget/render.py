@@ -191,6 +191,11 @@ def reranker_note(report: BudgetReport) -> str | None:
     """What a reranker's rows hold beyond a generating model's."""
     if not report.reranker:
         return None
+    if report.encoder:
+        return (
+            "a reranker (an encoder, rank pooling): llama.cpp scores each query-document pair "
+            "whole, in a second context counted in the compute rows; it keeps no KV cache"
+        )
     return (
         "a reranker (rank pooling): llama.cpp scores its query-document pairs in a second "
         f"context of {report.ctx:,} cells, counted in the KV cache and compute rows"

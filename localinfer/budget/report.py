@@ -127,6 +127,7 @@ class BudgetReport(BaseModel):
     download_bytes: int | None = None  # size of the model's files on the Hub (not on disk yet)
     kv_ram_bytes: int = 0  # the KV RAM tier's cap (issue #24); 0: no tier asked about
     reranker: bool = False  # rank pooling: its scoring context is in the KV and compute rows
+    encoder: bool = False  # non-causal (a BERT reranker): no KV cache at all
     kv_ram_counted: bool = False  # the tier is in total_bytes (CPU / unified memory), not beside
     # llama.cpp on a GPU (budget/offload.py): the layers the GPU holds of ``layers``, and what
     # stays in the host's RAM (embedding table, layers left on the CPU); None off the GPU.

@@ -65,6 +65,8 @@ class ArchSpec(BaseModel):
     # A reranker (GGUF rank pooling, facts/pooling.py): llama.cpp scores its pairs in a context
     # of its own beside the generation context (budget/planner.py counts it).
     reranker: bool = False
+    # An encoder (non-causal attention: a BERT reranker): llama.cpp keeps no KV cache for it.
+    encoder: bool = False
 
     @model_validator(mode="after")
     def _consistent(self) -> ArchSpec:

@@ -70,6 +70,9 @@ def arch_fields_from_gguf(
     fields.update(_sliding(metadata, arch, n_layers))
     if is_reranker_file(metadata, tensors):
         fields["reranker"] = True
+    causal = get("attention.causal")
+    if causal is not None and not causal:
+        fields["encoder"] = True
     if get("expert_count"):
         fields.update(
             n_experts=get("expert_count"),
