@@ -11,7 +11,10 @@ An image piece is decoded alone, in calls of at most ``n_batch`` rows like mtmd'
 (``mtmd_helper_decode_image_chunk``), with causal attention off where the projector wants its
 image tokens to see each other both ways (Gemma 3): llama.cpp's switch is the context's, not a
 row's. The engine never splits an image between two steps (``image_safe_end``); a piece that
-starts inside an image (a cached prefix ending there) is fed from that row on.
+starts inside an image (a cached prefix ending there) is fed from that row on. An image placed by
+M-RoPE (Qwen2-VL) gets four positions a row from its first, the slot's next position, and is
+recorded in the runner's SlotPositions (mrope.py), so the text after it goes on from there; such
+an image is only ever fed whole (a slot is never cut inside one).
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from localinfer.backends.base import PromptImage, RunnerConfig, SlotWork
+from localinfer.backends.llamacpp.mrope import SlotPositions
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.llamacpp.sampling import SlotSamplers
 from localinfer.backends.llamacpp.vision import LlamaCppVision
@@ -64,11 +68,12 @@ def segments(work: SlotWork) -> list[Segment]:
 
 
 class EmbeddingBatch:
-    """A llama_batch of embedding rows (``embd`` set, ``token`` NULL) for one sequence."""
+    """A llama_batch of embedding rows (``embd`` set, ``token`` NULL) for one sequence; each
+    row has ``sections`` positions (4 with M-RoPE, laid out section by section)."""
 
-    def __init__(self, llama: ModuleType, n_batch: int) -> None:
+    def __init__(self, llama: ModuleType, n_batch: int, sections: int = 1) -> None:
         self.capacity = n_batch
-        self.pos = np.zeros(n_batch, dtype=np.int32)
+        self.pos = np.zeros(n_batch * sections, dtype=np.int32)
         self.n_seq_id = np.ones(n_batch, dtype=np.int32)
         self.seq = np.zeros((n_batch, 1), dtype=np.int32)
         self.logits = np.zeros(n_batch, dtype=np.int8)
@@ -85,11 +90,12 @@ class EmbeddingBatch:
         self.batch = batch
         self._rows: np.ndarray | None = None  # referenced while the batch points at it
 
-    def fill(self, rows: np.ndarray, start: int, slot: int, want_last: bool) -> None:
+    def fill(self, rows: np.ndarray, positions: np.ndarray, slot: int, want_last: bool) -> None:
+        """``positions``: ``[sections, len(rows)]``."""
         n = len(rows)
         self._rows = np.ascontiguousarray(rows, dtype=np.float32)
         self.batch.embd = self._rows.ctypes.data_as(ctypes.POINTER(ctypes.c_float))
-        self.pos[:n] = np.arange(start, start + n)
+        self.pos[: positions.size] = positions.reshape(-1)
         self.seq[:n, 0] = slot
         self.logits[:n] = 0
         self.logits[n - 1] = int(want_last)
@@ -103,7 +109,7 @@ class ImageFeeder:
         self,
         vision: LlamaCppVision,
         handles: Any,  # kv_cache.LlamaHandles: llama, model, ctx
-        lengths: list[int],
+        lengths: SlotPositions,
         n_batch: int,
         samplers: SlotSamplers,
         kv_cache: Any,  # the runner's LlamaCppKVCache: a decode clears its ``cells_moved``
@@ -112,7 +118,7 @@ class ImageFeeder:
         self._llama, self._ctx, self._lengths = handles.llama, handles.ctx, lengths
         self._vocab = int(handles.llama.llama_vocab_n_tokens(
             handles.llama.llama_model_get_vocab(handles.model)))  # fmt: skip
-        self._batch = EmbeddingBatch(handles.llama, n_batch)
+        self._batch = EmbeddingBatch(handles.llama, n_batch, 4 if vision.mrope else 1)
         self._samplers, self._kv_cache = samplers, kv_cache
 
     @classmethod
@@ -120,7 +126,7 @@ class ImageFeeder:
         cls,
         config: RunnerConfig,
         handles: Any,
-        lengths: list[int],
+        lengths: SlotPositions,
         n_batch: int,
         threads: int,
         samplers: SlotSamplers,
@@ -180,6 +186,7 @@ class ImageFeeder:
             text_forward([SlotWork(slot, piece.tokens, piece.start)])
             return -1
         rows = self.vision.encode(piece.image)[piece.lo : piece.hi]
+        positions = self._positions(slot, piece)
         llama, step = self._llama, self._batch.capacity
         if self.vision.non_causal:
             llama.llama_set_causal_attn(self._ctx, False)
@@ -187,18 +194,35 @@ class ImageFeeder:
             for offset in range(0, len(rows), step):
                 part = rows[offset : offset + step]
                 last = offset + step >= len(rows)
-                self._batch.fill(part, piece.start + offset, slot, want and last)
+                at = positions[:, offset : offset + len(part)]
+                self._batch.fill(part, at, slot, want and last)
                 rc = llama.llama_decode(self._ctx, self._batch.batch)
                 self._kv_cache.cells_moved = False  # the decode turned any moved keys first
                 if rc != 0:
+                    # An M-RoPE image's rows share one position: it goes whole.
+                    keep = piece.start if self.vision.mrope else self._lengths[slot]
                     memory = llama.llama_get_memory(self._ctx)
-                    llama.llama_memory_seq_rm(memory, slot, self._lengths[slot], -1)
+                    llama.llama_memory_seq_rm(memory, slot, self._lengths.position(slot, keep), -1)
+                    self._lengths[slot] = keep
                     raise RuntimeError(f"llama_decode failed with code {rc} on an image")
                 self._lengths[slot] = piece.start + offset + len(part)
         finally:
             if self.vision.non_causal:
                 llama.llama_set_causal_attn(self._ctx, True)
         return (len(rows) - 1) % step
+
+    def _positions(self, slot: int, piece: Segment) -> np.ndarray:
+        """The piece's rows' positions, ``[sections, rows]``; an M-RoPE image is recorded in
+        the slot's positions first (module doc)."""
+        image = piece.image
+        assert image is not None
+        if not self.vision.mrope:
+            return np.arange(piece.start, piece.start + piece.hi - piece.lo, dtype=np.int32)[None]
+        if (piece.lo, piece.hi) != (0, image.n_tokens):
+            raise ValueError("an image placed by M-RoPE is fed whole, not rows of it")
+        positions = self.vision.positions(image, self._lengths.end(slot))
+        self._lengths.add_image(slot, piece.start, image.n_tokens, self.vision.n_pos(image))
+        return positions
 
     def _output(self, work: SlotWork, row: int) -> np.ndarray:
         """An item's result from ``row`` of the last decode call: its drawn token, or logits."""

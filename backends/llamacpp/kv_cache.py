@@ -11,6 +11,13 @@ the source's cells, and whatever is restored is exactly what the bytes hold.
 A payload is seq_state's own form (no stream table, V one row per cell), so a snapshot restores
 into a runner with another slot count or flash-attention setting of the same model. Splices are
 kv_splice.py's (llama.cpp moves the cells and turns their keys at the next decode).
+
+A model whose RoPE takes several positions a token (M-RoPE: Qwen2-VL and later) gets
+:class:`LlamaCppKVCells`, which transfers nothing (``kv_cache_for``): llama.cpp writes such a
+cell's row and column beside its position, which seq_state does not read, and a slot that holds
+an image keys its cells by positions that are not their indices (mrope.py), so neither a prefix
+cut by position nor a copy without the runner's record of its images would be right. The engine
+then serves prefix reuse in each slot's own cells and turns the KV tiers off.
 """
 
 from __future__ import annotations
@@ -100,8 +107,9 @@ class SeqFormat:
         return cls(empty.magic, caches, n_stream, n_layer, k_row, v_row, type_id, layout)
 
 
-class LlamaCppKVCache:
-    """KVCache of a LlamaCppRunner's context. ``cells_moved``: a splice moved cells whose keys
+class LlamaCppKVCells:
+    """The splicing part of a LlamaCppRunner's KV cache (KVSplicer), all of it for a model whose
+    cells cannot be transferred (module doc). ``cells_moved``: a splice moved cells whose keys
     llama.cpp turns at the next decode (the runner clears it after each decode); until then
     their bytes are not turned, so no transfer may read them."""
 
@@ -123,6 +131,28 @@ class LlamaCppKVCache:
         self._forward = weak_forward(forward)
         self._format: SeqFormat | None = None  # made on the first transfer
         self.cells_moved = False
+
+    def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
+        """Cells moved by llama.cpp (kv_splice.py)."""
+        h = self._open()
+        splice_slot(
+            h.llama, h.memory, self._lengths, self.max_ctx, self._forward, slot, keep, chunks
+        )
+        self.cells_moved = self.cells_moved or bool(chunks)
+
+    def close(self) -> None:
+        """The runner is freeing its context: nothing here may touch it again."""
+        self._handles = None
+
+    def _open(self) -> LlamaHandles:
+        if self._handles is None:
+            raise RuntimeError("this LlamaCppRunner is closed")
+        return self._handles
+
+
+class LlamaCppKVCache(LlamaCppKVCells):
+    """KVCache of a LlamaCppRunner's context: its cells also copied between slots, and to host
+    memory and back (KVTransfer)."""
 
     # -- KVTransfer -------------------------------------------------------------------------
 
@@ -147,26 +177,7 @@ class LlamaCppKVCache:
         _check_cells(fmt, state, snapshot.n_tokens)
         self._write(slot, state)
 
-    # -- KVSplicer --------------------------------------------------------------------------
-
-    def splice(self, slot: int, keep: int, chunks: Sequence[MovedChunk]) -> None:
-        """Cells moved by llama.cpp (kv_splice.py)."""
-        h = self._open()
-        splice_slot(
-            h.llama, h.memory, self._lengths, self.max_ctx, self._forward, slot, keep, chunks
-        )
-        self.cells_moved = self.cells_moved or bool(chunks)
-
-    def close(self) -> None:
-        """The runner is freeing its context: nothing here may touch it again."""
-        self._handles = None
-
     # -- internals --------------------------------------------------------------------------
-
-    def _open(self) -> LlamaHandles:
-        if self._handles is None:
-            raise RuntimeError("this LlamaCppRunner is closed")
-        return self._handles
 
     def _seq_format(self) -> SeqFormat:
         h = self._open()
@@ -223,6 +234,23 @@ class LlamaCppKVCache:
                 return
         h.llama.llama_memory_seq_rm(h.memory, slot, -1, -1)
         raise RuntimeError(f"llama.cpp refused to restore slot {slot}'s state")
+
+
+def kv_cache_for(
+    handles: LlamaHandles,
+    lengths: SlotLengths,
+    max_ctx: int,
+    kv_type: KVDtype,
+    model_path: Path,
+    forward: Forward,
+) -> LlamaCppKVCells:
+    """The runner's ``kv_cache``: a LlamaCppKVCache, or LlamaCppKVCells for a model whose RoPE
+    takes several positions a token (module doc)."""
+    llama = handles.llama
+    several = (llama.LLAMA_ROPE_TYPE_MROPE, llama.LLAMA_ROPE_TYPE_IMROPE)
+    multi = int(llama.llama_model_rope_type(handles.model)) in several
+    kind = LlamaCppKVCells if multi else LlamaCppKVCache
+    return kind(handles, lengths, max_ctx, kv_type, model_path, forward)
 
 
 def repeated_cells(seed: KVSnapshot, n_tokens: int) -> KVSnapshot:

@@ -46,14 +46,14 @@ from localinfer.backends.llamacpp.context_shape import FULL_SLIDING_CACHE, outpu
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmbeddingPass
 from localinfer.backends.llamacpp.image_forward import ImageFeeder
-from localinfer.backends.llamacpp.kv_cache import LlamaCppKVCache, LlamaHandles, repeated_cells
+from localinfer.backends.llamacpp.kv_cache import LlamaHandles, kv_cache_for, repeated_cells
+from localinfer.backends.llamacpp.mrope import SlotPositions
 from localinfer.backends.llamacpp.omp_wait import prepare_omp_wait
 from localinfer.backends.llamacpp.output_rows import copy_output_rows
 from localinfer.backends.llamacpp.quantize import quant_matches, requantize_advice
 from localinfer.backends.llamacpp.rerank import RankScoring
 from localinfer.backends.llamacpp.rpc_link import close_link, decode_checked, offload_params
 from localinfer.backends.llamacpp.sampling import SlotSamplers
-from localinfer.backends.slot_lengths import SlotLengths
 from localinfer.errors import (
     BackendUnavailableError,
     ModelFileError,
@@ -118,10 +118,10 @@ class LlamaCppRunner(RankScoring):
         self._vocab = int(self._llama.llama_vocab_n_tokens(vocab_ptr))
         self._memory = self._llama.llama_get_memory(self._ctx)
         self._samplers = SlotSamplers(self._llama, self._vocab)
-        self._lengths = SlotLengths(config.slots)
+        self._lengths = SlotPositions(config.slots)  # tokens, and where M-RoPE put them
         self._buffer = BatchBuffer(self._llama, self._n_batch)
         handles = LlamaHandles(self._llama, self._model_ptr, self._ctx, self._memory)
-        self.kv_cache = LlamaCppKVCache(
+        self.kv_cache = kv_cache_for(
             handles, self._lengths, config.max_ctx, self.kv_type, path, self.forward
         )
         self._max_outputs = 0
@@ -264,10 +264,10 @@ class LlamaCppRunner(RankScoring):
 
     def truncate(self, slot: int, length: int) -> None:
         self._require_open()
-        self._lengths.check_truncate(slot, length)
+        at = self._lengths.cut_position(slot, length)  # M-RoPE: not inside an image (mrope.py)
         if length == self._lengths[slot]:
             return
-        if not self._llama.llama_memory_seq_rm(self._memory, slot, length, -1):
+        if not self._llama.llama_memory_seq_rm(self._memory, slot, at, -1):
             raise RuntimeError(f"llama.cpp refused to truncate slot {slot} to {length}")
         self._lengths[slot] = length
 
@@ -374,12 +374,12 @@ class LlamaCppRunner(RankScoring):
     def _decode(
         self, tokens: np.ndarray, pos: np.ndarray, seq: np.ndarray, want: np.ndarray
     ) -> None:
-        n = self._buffer.fill(tokens, pos, seq, want)
+        n = self._buffer.fill(tokens, self._lengths.text_positions(pos, seq), seq, want)
         rc = decode_checked(self._llama, self._ctx, self._buffer.batch, self._rpc)
         if rc != 0:
             # Whatever llama.cpp kept of this call is dropped, so the caches match _lengths.
             for s in np.unique(seq):
-                self._llama.llama_memory_seq_rm(self._memory, int(s), self._lengths[int(s)], -1)
+                self._llama.llama_memory_seq_rm(self._memory, int(s), self._lengths.end(s), -1)
             raise RuntimeError(f"llama_decode failed with code {rc} on a batch of {n} tokens")
         self.kv_cache.cells_moved = False  # the decode turned any moved keys first
 

@@ -9,8 +9,10 @@ normalised as the projector wants it). Each image chunk is copied out and kept w
 from any thread. ``encode`` runs the projector on one image (on the engine thread) and keeps the
 last few results, so an image the prefill meets again is not encoded twice.
 
-Projectors whose text model places image tokens by M-RoPE (Qwen2-VL and later) are refused: the
-runner feeds every position one ordinary index.
+With a text model that places image tokens by M-RoPE (Qwen2-VL, Qwen2.5-VL and later Qwen VL
+models: ``mrope``), an image takes fewer positions than tokens (``n_pos``), and ``positions``
+gives each of its tokens the four that mtmd's own helper gives them (the runner's bookkeeping is
+mrope.py's).
 """
 
 from __future__ import annotations
@@ -60,11 +62,19 @@ def resident_bytes(trim: bool = False) -> int | None:
 
 
 class _OwnedChunk:
-    """An image chunk copied out of a tokenized prompt; freed once nothing refers to it."""
+    """An image chunk copied out of a tokenized prompt; freed once nothing refers to it.
+    ``n_pos``: the positions of the sequence it takes (mtmd_input_chunk_get_n_pos)."""
 
     def __init__(self, mtmd: ModuleType, ptr: int) -> None:
         self.ptr = ptr
+        self.n_pos = int(mtmd.mtmd_input_chunk_get_n_pos(ptr))
         weakref.finalize(self, mtmd.mtmd_input_chunk_free, ptr)
+
+
+def _owned(image: PromptImage) -> _OwnedChunk:
+    if not isinstance(image.data, _OwnedChunk):
+        raise ValueError("this image was not prepared by this runner's projector")
+    return image.data
 
 
 class LlamaCppVision:
@@ -94,12 +104,11 @@ class LlamaCppVision:
         self._ctx = ctx
         self._lock = threading.Lock()  # the context's life: prompts and encodes against close
         self._encoded: collections.OrderedDict[str, np.ndarray] = collections.OrderedDict()
-        mrope = mtmd.mtmd_decode_use_mrope(ctx)
-        if mrope or not mtmd.mtmd_support_vision(ctx):
+        if not mtmd.mtmd_support_vision(ctx):
             self.close()
-            what = "places image tokens by M-RoPE" if mrope else "reads audio only"
-            why = f"its model {what}, which localinfer's llama.cpp runner does not run yet"
+            why = "it reads audio only, which localinfer's llama.cpp runner does not run yet"
             raise ModelFileError(projector, why)
+        self.mrope = bool(mtmd.mtmd_decode_use_mrope(ctx))  # positions(): four a token
         self.path = projector
         self.non_causal = bool(mtmd.mtmd_decode_use_non_causal(ctx, None))
         self.width = int(llama.llama_model_n_embd_inp(model_ptr))
@@ -166,9 +175,7 @@ class LlamaCppVision:
         if cached is not None and len(cached) == image.n_tokens:
             self._encoded.move_to_end(image.digest)
             return cached
-        chunk = image.data
-        if not isinstance(chunk, _OwnedChunk):
-            raise ValueError("this image was not prepared by this runner's projector")
+        chunk = _owned(image)
         with self._lock:
             self._require_open()
             rc = self._mtmd.mtmd_encode_chunk(self._ctx, chunk.ptr)
@@ -180,6 +187,21 @@ class LlamaCppVision:
         while len(self._encoded) > ENCODED_KEPT:
             self._encoded.popitem(last=False)
         return embeddings
+
+    def n_pos(self, image: PromptImage) -> int:
+        """The positions of the sequence the image takes (its tokens' count without M-RoPE)."""
+        return _owned(image).n_pos
+
+    def positions(self, image: PromptImage, first: int) -> np.ndarray:
+        """The M-RoPE positions of the image's tokens when its first takes position ``first``:
+        ``[4, n_tokens]`` int32, the sections llama_batch takes (time, row, column, 0), as
+        mtmd_helper_decode_image_chunk lays them out."""
+        chunk, mtmd = _owned(image), self._mtmd
+        out = (mtmd.mtmd_decoder_pos * image.n_tokens)()
+        tokens = mtmd.mtmd_input_chunk_get_tokens_image(chunk.ptr)
+        mtmd.mtmd_helper_image_get_decoder_pos(tokens, first, out)
+        raw = np.frombuffer(out, dtype=np.uint32).reshape(image.n_tokens, 4)  # t, x, y, z
+        return np.ascontiguousarray(raw[:, [0, 2, 1, 3]].T, dtype=np.int32)
 
     def load_growth(self) -> int | None:
         return self._load_growth
