@@ -21,6 +21,7 @@ from localinfer.loading.gpt_oss import (
     harmony_end_ids,
 )
 from localinfer.loading.model_config import (
+    QWEN2_VL,
     SUPPORTED_ARCHS,
     ModelConfig,
     RopeScaling,
@@ -36,6 +37,7 @@ GGUF_ARCHS = {
     "gemma3": "gemma3",
     GPT_OSS_GGUF: GPT_OSS,  # llama.cpp only (loading/gpt_oss.py)
     BERT: BERT,  # llama.cpp only (loading/bert_gguf.py)
+    "qwen2vl": QWEN2_VL,  # llama.cpp only (M-RoPE: model_config.py)
 }
 
 # llama.cpp marks these texts end-of-generation as well as the declared eos/eot ids.

@@ -15,12 +15,13 @@ from typing import Any
 
 from localinfer.errors import ModelFileError
 from localinfer.loading.bert_gguf import BERT
-from localinfer.loading.model_config import ModelConfig
+from localinfer.loading.model_config import QWEN2_VL, ModelConfig
 
 GPT_OSS = "gpt_oss"  # ModelConfig.arch (Hugging Face's model_type)
 GPT_OSS_GGUF = "gpt-oss"  # general.architecture
-# Architectures only llama.cpp runs: their GGUFs load without a WeightSource (BERT: bert_gguf.py).
-LLAMACPP_ONLY_ARCHS = (GPT_OSS, BERT)
+# Architectures only llama.cpp runs: their GGUFs load without a WeightSource (BERT: bert_gguf.py;
+# Qwen2-VL: model_config.py).
+LLAMACPP_ONLY_ARCHS = (GPT_OSS, BERT, QWEN2_VL)
 # o200k_harmony ends a message with <|end|>, a turn with <|return|> and a tool call with
 # <|call|>: with both of the latter in the vocabulary, <|end|> is not an end of generation
 # (llama.cpp's rule), so the analysis channel can hand over to the final one.

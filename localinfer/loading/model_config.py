@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "gemma3")
+# Qwen2-VL's and Qwen2.5-VL's text model (GGUF: qwen2vl), which only llama.cpp runs here: a Qwen2
+# whose RoPE takes four positions a token (M-RoPE: an image's rows and columns).
+QWEN2_VL = "qwen2_vl"
 
 
 @dataclass(slots=True, frozen=True)
