@@ -195,6 +195,8 @@ def write_gguf(
             w.add_string(key, value)
         elif isinstance(value, float):
             w.add_float32(key, value)
+        elif isinstance(value, list | tuple):
+            w.add_array(key, list(value))  # ints: INT32, as llama.cpp's converter writes them
         else:
             w.add_uint32(key, int(value))  # type: ignore[call-overload]
     for name, t in weights.items():
