@@ -18,7 +18,9 @@ import pytest
 from localinfer.backend_budget import compute_budget
 from localinfer.budget.report import BudgetRequest
 from localinfer.cli import main
+from localinfer.engine.embedding import EmbeddingError, EmbeddingRequest
 from localinfer.errors import BackendUnavailableError, ModelFileError, UnsupportedModelError
+from localinfer.facts.pooling import RANK
 from localinfer.loading.embedding_spec import embedding_spec
 from localinfer.loading.loader import load_model
 from localinfer.loading.rerank_spec import is_reranker, pair_ids, rerank_spec
@@ -131,3 +133,12 @@ def test_what_cannot_be_done_is_refused(reranker: Path, tmp_path: Path) -> None:
     broken = write_tiny_bert_reranker(tmp_path / "broken.gguf", leave_out={"blk.1.ffn_up.weight"})
     with pytest.raises(ModelFileError, match="missing tensor 'blk.1.ffn_up.weight'"):
         load_model(broken)
+
+
+def test_a_pair_over_one_ubatch_fails_alone(session: Session) -> None:
+    """Below the server's check, the runner refuses an encoder's pair longer than its ubatch, and
+    the next rerank still runs (the refused pass never took the scoring context)."""
+    with pytest.raises(EmbeddingError, match="one ubatch of 512"):
+        session.engine.embed(EmbeddingRequest([[5] * 600], RANK)).result()
+    scores = session.engine.embed(EmbeddingRequest([[2, 5, 3], [2, 6, 3]], RANK)).result()
+    assert scores.vectors.shape == (2, 1) and np.isfinite(scores.vectors).all()

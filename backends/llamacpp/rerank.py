@@ -1,8 +1,8 @@
 """Rerank scores on the llama.cpp runner: llama.cpp's rank pooling in an embedding-mode context.
 
-A reranker GGUF declares ``{arch}.pooling_type`` = 4 (RANK), or is an encoder with a classifier
-head that declares no pooling (facts/pooling.py), and carries a classifier head (``cls.output``,
-and for BERT-style models ``cls`` before it). In a context made with
+A reranker GGUF carries a classifier head (``cls.output``, and for BERT-style models ``cls``
+before it) and declares ``{arch}.pooling_type`` = 4 (RANK), or, an encoder, no pooling at all
+(facts/pooling.py). In a context made with
 ``LLAMA_POOLING_TYPE_RANK``, llama.cpp runs the head on each sequence's pooled state (its last
 token in a causal model such as Qwen3-Reranker, whose head is then soft-maxed; its first token in
 a BERT) and ``llama_get_embeddings_seq`` returns the head's ``n_cls_out`` outputs. A pair's score
@@ -98,14 +98,14 @@ class LlamaCppRankPass(LlamaCppEmbeddingPass):
     def __init__(
         self, context: RankContext, inputs: Sequence[Sequence[int]], *, max_ctx: int, vocab: int
     ) -> None:
-        super().__init__(context, inputs, "last", max_ctx=max_ctx, vocab=vocab)
-        self._rank = context
-        if context.whole and any(len(t) > context.chunk for t in self.inputs):
-            longest = max(len(t) for t in self.inputs)
+        longest = max((len(t) for t in inputs), default=0)
+        if context.whole and longest > context.chunk:  # before the pass takes the context
             raise ValueError(
                 f"a pair of {longest} tokens; this encoder scores a pair whole, in one ubatch "
                 f"of {context.chunk}"
             )
+        super().__init__(context, inputs, "last", max_ctx=max_ctx, vocab=vocab)
+        self._rank = context
 
     def feed(self, max_tokens: int) -> int:
         """Whole chunks, pair after pair, while they fit ``max_tokens``; at least one."""
