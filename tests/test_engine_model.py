@@ -20,6 +20,7 @@ import numpy as np
 import pytest
 
 from localinfer.backends.base import MemoryReport, RunnerInfo, SlotWork, check_batch
+from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.errors import ContextOverflowError
 
 _MOD = (1 << 61) - 1
@@ -111,8 +112,17 @@ class HashRunner(CellRunner):
         self.closed = True
 
 
+# ScriptRunner's logit for every token off the script. At 20 below the scripted one (as it was)
+# each of a 49k vocabulary's tokens kept e^-20 of a temperature-1 draw, about 1e-4 of every draw
+# in all: server tests sampling at their API's default temperature (Anthropic's is 1.0) now and
+# then wrote a stray token ("BerThe answer is 4."). This far below, softmax gives them exactly 0
+# at every temperature the engine accepts (at most 5), in float32 and float64.
+OFF_SCRIPT = -1e4
+
+
 class ScriptRunner(HashRunner):
-    """Greedy output after the prompt follows ``script`` (then ``end`` forever).
+    """Output after the prompt follows ``script`` (then ``end`` forever), greedy or sampled at
+    any temperature: every other token's probability is exactly 0.
 
     The script position is the slot's length past the prompt, so it depends on the cache being
     fed correctly; the prompt length is told per slot via ``prompt_len``.
@@ -133,7 +143,7 @@ class ScriptRunner(HashRunner):
         for work, _ in zip(batch, out, strict=True):
             pos = self.slot_length(work.slot) - self.prompt_len[work.slot]
             target = self.script[pos] if pos < len(self.script) else self.end
-            x = np.full((1, self.info.vocab_size), -10.0, dtype=np.float32)
+            x = np.full((1, self.info.vocab_size), OFF_SCRIPT, dtype=np.float32)
             x[0, target] = 10.0
             result.append(x)
         return result
@@ -192,3 +202,19 @@ def test_script_runner_follows_its_script() -> None:
         out = r.forward([SlotWork(0, (got[-1],), r.slot_length(0))])[0]
         got.append(int(np.argmax(out)))
     assert got == [10, 11, 12, 3]
+
+
+def test_script_runner_is_followed_when_sampling_at_any_temperature() -> None:
+    # Server tests sample at their API's default temperature (Anthropic's 1.0), so the script
+    # must hold for a sampled draw, up to the highest temperature the engine takes, not only
+    # for argmax. Seeded: the same draws every run (at 5 most of them left the old script).
+    text = "The answer is 4."
+    engine = Engine(
+        ScriptRunner(list(text.encode()), end=0, slots=1), ByteTokenizer(), background=False
+    )
+    try:
+        for seed in range(4):
+            params = SamplingParams(max_tokens=50, temperature=5.0, seed=seed)
+            assert engine.generate(Request([1, 2], params)).text == text
+    finally:
+        engine.close()
