@@ -3,9 +3,13 @@ FIM, Anthropic's Messages, the Responses API); a route module keeps only what it
 
     1. the model's session (an unknown model is a 404, one still loading a 503), before anything
        of the body is checked;
-    2. ``prepare(session, model, body)`` in a worker thread: the API's checks, its translation,
-       templating and tokenizing, the constraint, the engine's parameters and the renderer
-       (``model`` is the name clients see, for the renderer to echo);
+    2. ``prepare(session, model, body)``: the API's checks, its translation, templating and
+       tokenizing, the constraint, the engine's parameters and the renderer (``model`` is the
+       name clients see, for the renderer to echo). A small body is prepared on the event loop:
+       its work takes well under a millisecond, less than the two thread hand-offs of a worker
+       thread, which wait for a core while the model's threads hold both (they add to the time
+       to the first token). A large one, or one that may fetch image URLs, goes to a worker
+       thread so the loop keeps streaming other answers meanwhile;
     3. ``generation.generate``: admission, a whole answer or a stream, and the API's errors.
 """
 
@@ -42,6 +46,9 @@ Body = TypeVar("Body", bound=NamesModel)
 # (session, the model's name as clients see it, the body) -> what to generate and how to write it.
 Prepare = Callable[[ServedSession, str, Body], GenerationInput]
 
+# Bodies up to this size are prepared on the event loop (see step 2 above).
+INLINE_BODY_BYTES = 16 * 1024
+
 # A bad body or id, a model not served, busy or loading, a model that never fits.
 ANSWER_ERRORS = (400, 404, 503, 507)
 
@@ -64,8 +71,12 @@ def add_answer_route(
         overflow = OverflowSetting(state.context_overflow, session.engine.max_ctx)
         token = REQUEST_OVERFLOW.set(overflow)
         try:
-            with image_fetch_for_request(state.image_fetch):  # serve --allow-image-urls
-                given = await run_in_threadpool(prepare, session, state.name_of(session), body)
+            name = state.name_of(session)
+            if prepares_inline(request, state):
+                given = prepare(session, name, body)
+            else:
+                with image_fetch_for_request(state.image_fetch):  # serve --allow-image-urls
+                    given = await run_in_threadpool(prepare, session, name, body)
         finally:
             REQUEST_OVERFLOW.reset(token)
         return await generate(state, session, request, given)
@@ -74,6 +85,15 @@ def add_answer_route(
     handler.__annotations__["body"] = body_type
     responses = {200: STREAMED, **error_responses(path, *ANSWER_ERRORS)}
     app.post(path, name=name, responses=responses)(handler)
+
+
+def prepares_inline(request: Request, state: ServerState) -> bool:
+    """Whether a body is small enough to prepare on the event loop: its declared length is at
+    most INLINE_BODY_BYTES, and the server fetches no image URLs (a fetch blocks)."""
+    if state.image_fetch is not None:
+        return False
+    length = request.headers.get("content-length", "")
+    return length.isdigit() and int(length) <= INLINE_BODY_BYTES
 
 
 def engine_params(
