@@ -23,6 +23,20 @@ import numpy as np
 PAYLOAD_MAGIC = b"LIKV"
 PAYLOAD_VERSION = 1
 ELEMENT_BYTES = {0: 4, 1: 2, 30: 2}  # ggml F32, F16, BF16: the types a V cache can transpose
+_WORDS = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def transposed(a: np.ndarray, rows: int, cols: int, element: int) -> np.ndarray:
+    """``a``'s bytes read as a ``[rows, cols]`` matrix of ``element``-byte items, transposed:
+    a contiguous ``[cols, rows * element]`` uint8 array. The items are moved as whole machine
+    words (a uint16 matrix for F16), several times faster than moving their bytes as a third
+    axis; the engine thread does this for every KV copy, snapshot and restore."""
+    word = _WORDS.get(element)
+    if word is None:  # no machine word of that size: bytes as a third axis
+        items = a.reshape(rows, cols, element).transpose(1, 0, 2)
+        return np.ascontiguousarray(items).reshape(cols, rows * element)
+    matrix = np.ascontiguousarray(a).view(word).reshape(rows, cols)
+    return np.ascontiguousarray(matrix.T).view(np.uint8).reshape(cols, rows * element)
 
 
 @dataclass(slots=True)
@@ -125,8 +139,7 @@ def _read_cells(r: _Reader, count: int, state: SeqState) -> CacheCells:
         if v_trans:
             element, width = r.num("I"), r.num("I")
             # [row elements, cells, element bytes] -> one row per cell
-            v = r.array(width, count * element).reshape(width, count, element)
-            v = v.transpose(1, 0, 2).reshape(count, width * element)
+            v = transposed(r.array(width, count * element), width, count, element)
         else:
             row = r.num("Q")
             v = r.array(count, row)
@@ -153,7 +166,7 @@ def to_llama(state: SeqState, seq: int, n_stream: int, v_trans: bool) -> bytes:
                     if not x.v_element or x.v.shape[1] % x.v_element:
                         raise ValueError(f"V cache type {x.v_type} cannot be laid out transposed")
                     width = x.v.shape[1] // x.v_element
-                    rows = x.v.reshape(count, width, x.v_element).transpose(1, 0, 2)
+                    rows = transposed(x.v, count, width, x.v_element)
                     out += [struct.pack("<iII", x.v_type, x.v_element, width), rows.tobytes()]
                 else:
                     out += [struct.pack("<iQ", x.v_type, x.v.shape[1]), x.v.tobytes()]
