@@ -19,13 +19,12 @@ benchmarks' random models (bench/random_gguf.py's cache), so test runs share the
 
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-import gguf
 import numpy as np
 import pytest
 
+from tests.cached_pair import cached_pair, sources_key
 from tests.model_files import TINY_VOCAB_SIZE, gemma3_extra_norms, write_gguf
 from tests.tiny import tiny_config, tiny_weights
 
@@ -81,41 +80,19 @@ def write_vlm(folder: Path) -> tuple[Path, Path]:
 
 
 def _key() -> str:
-    """What the files hold, as a short hash: this module's and the text model writer's source."""
+    """What the files hold: this module's and the text model writer's source."""
     import bench.random_mmproj
     import tests.model_files
     import tests.tiny
 
-    digest = hashlib.sha256()
-    sources = (
-        __file__,
-        bench.random_mmproj.__file__,
-        tests.model_files.__file__,
-        tests.tiny.__file__,
+    return sources_key(
+        __file__, bench.random_mmproj.__file__, tests.model_files.__file__, tests.tiny.__file__
     )
-    for module in sources:
-        digest.update(Path(module).read_bytes())
-    digest.update(gguf.__version__.encode() if hasattr(gguf, "__version__") else b"")
-    return digest.hexdigest()[:10]
 
 
 def cached_vlm(folder: Path | None = None) -> tuple[Path, Path]:
-    """The tiny model and projector, written once into a folder named by what they hold (default:
-    under bench/random_gguf.py's cache); one writer at a time (a lock beside it)."""
-    from bench.llamacpp_source import dev_cache, locked
-
-    root = folder or dev_cache() / "random-gguf"
-    target = root / f"tiny-vlm-{_key()}"
-    model, projector = target / MODEL_NAME, target / PROJECTOR_NAME
-    if model.is_file() and projector.is_file():
-        return model, projector
-    root.mkdir(parents=True, exist_ok=True)
-    with locked(root / f"{target.name}.lock"):
-        if not (model.is_file() and projector.is_file()):
-            part = root / f"{target.name}.part"
-            write_vlm(part)
-            part.rename(target)
-    return model, projector
+    """The tiny model and projector, written once (tests/cached_pair.py)."""
+    return cached_pair("tiny-vlm", _key(), (MODEL_NAME, PROJECTOR_NAME), write_vlm, folder)
 
 
 @pytest.fixture(scope="module")
