@@ -142,3 +142,15 @@ def test_a_pair_over_one_ubatch_fails_alone(session: Session) -> None:
         session.engine.embed(EmbeddingRequest([[5] * 600], RANK)).result()
     scores = session.engine.embed(EmbeddingRequest([[2, 5, 3], [2, 6, 3]], RANK)).result()
     assert scores.vectors.shape == (2, 1) and np.isfinite(scores.vectors).all()
+
+
+def test_an_encoder_writes_no_text(url: str) -> None:
+    """A completion asked of a BERT reranker is refused (unsupported_model, naming rerank), not
+    answered with tokens from a model that has no LM head."""
+    r = httpx.post(url + "/v1/completions", json={"prompt": "Hello", "max_tokens": 4}, timeout=60)
+    assert r.status_code == 400, r.text
+    error = r.json()["error"]
+    assert error["code"] == "unsupported_model"
+    assert "generates no text" in error["message"] and "/v1/rerank" in error["message"]
+    r = httpx.post(url + "/v1/rerank", json={"query": QUERY, "documents": DOCS[:2]}, timeout=60)
+    assert r.status_code == 200  # the reranker still serves what it can

@@ -40,6 +40,7 @@ from localinfer.backends.llamacpp.embedding import EmbeddingContext, LlamaCppEmb
 from localinfer.backends.llamacpp.vocab import lend_vocab
 from localinfer.errors import UnsupportedModelError
 from localinfer.facts.kv_dtype import KVDtype
+from localinfer.loading.bert_gguf import BERT
 from localinfer.loading.model import LoadedModel
 from localinfer.loading.rerank_spec import is_reranker
 
@@ -153,6 +154,8 @@ class RankScoring:
         """Once the model is loaded: whether it is a reranker, and llama.cpp's tokenizer lent
         to a vocabulary localinfer does not tokenize (vocab.py)."""
         self._reranker = is_reranker(model)
+        # An encoder (BERT) attends both ways and has no LM head: it scores, it does not write.
+        self.generates_text = model.config.arch != BERT
         lend_vocab(model.tokenizer, self)
 
     def start_rank(self, inputs: Sequence[Sequence[int]]) -> LlamaCppRankPass:

@@ -9,6 +9,10 @@ from localinfer.backends.base import prompt_images
 from localinfer.engine.types import Request
 from localinfer.errors import ContextOverflowError, InvalidParameterError, UnsupportedModelError
 
+WRITES_NO_TEXT = (
+    "this model generates no text: it is an encoder (a BERT reranker scores query-document "
+    "pairs through /v1/rerank or `localinfer rerank`)"
+)
 IMAGES_NEED = (
     "this model reads no images here: images need its vision projector (an mmproj*.gguf beside "
     "the GGUF, or --mmproj FILE) on the llama.cpp runner (--backend llamacpp)"
@@ -17,7 +21,10 @@ IMAGES_NEED = (
 
 def check_request(request: Request, vocab_size: int, max_ctx: int, runner: object = None) -> None:
     """Raises InvalidParameterError or ContextOverflowError for a request the engine cannot run
-    (UnsupportedModelError for images, unless ``runner`` reads them: ``runner.vision``)."""
+    (UnsupportedModelError for images, unless ``runner`` reads them: ``runner.vision``, and for
+    any request to a runner that writes no text: ``runner.generates_text`` False)."""
+    if getattr(runner, "generates_text", True) is False:
+        raise UnsupportedModelError(WRITES_NO_TEXT)
     ids = request.prompt_ids
     if not ids:
         raise InvalidParameterError("the prompt has no tokens")
