@@ -155,7 +155,7 @@ class RankScoring:
         to a vocabulary localinfer does not tokenize (vocab.py)."""
         self._reranker = is_reranker(model)
         # An encoder (BERT) attends both ways and has no LM head: it scores, it does not write.
-        self.generates_text = model.config.arch != BERT
+        self.generates_text = model.config is None or model.config.arch != BERT
         lend_vocab(model.tokenizer, self)
 
     def start_rank(self, inputs: Sequence[Sequence[int]]) -> LlamaCppRankPass:
