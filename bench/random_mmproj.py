@@ -162,23 +162,37 @@ def cached_pair(
     shape: EncoderShape = GEMMA3_SIGLIP, folder: Path | None = None
 ) -> tuple[Path, Path]:
     """(text model, projector) of ``shape``, written once into a folder named by the shape
-    (default: the user's cache, random-gguf/); one writer at a time (a lock beside it)."""
+    (default: the user's cache, random-gguf/)."""
+    names = (MODEL_NAME, f"mmproj-{shape.name}-F16.gguf")
+
+    def write(part: Path) -> None:
+        write_text_model(part / names[0], shape.text_width)
+        write_projector(part / names[1], shape)
+
+    return written_once(shape.name, names, write, folder)
+
+
+def written_once(
+    name: str, names: tuple[str, str], write: Callable[[Path], object], folder: Path | None = None
+) -> tuple[Path, Path]:
+    """The two files ``names`` that ``write(part)`` makes in a staged folder, renamed to
+    ``folder / name`` once whole (default folder: the user's cache, random-gguf/); one writer at
+    a time (a lock beside it), so parallel test workers and bench runs share one copy."""
     from bench.llamacpp_source import dev_cache, locked
 
     root = folder or dev_cache() / "random-gguf"
-    target = root / shape.name
-    model, projector = target / MODEL_NAME, target / f"mmproj-{shape.name}-F16.gguf"
-    if model.is_file() and projector.is_file():
-        return model, projector
+    target = root / name
+    first, second = target / names[0], target / names[1]
+    if first.is_file() and second.is_file():
+        return first, second
     root.mkdir(parents=True, exist_ok=True)
-    with locked(root / f"{shape.name}.lock"):
-        if not (model.is_file() and projector.is_file()):
-            part = root / f"{shape.name}.part"
+    with locked(root / f"{name}.lock"):
+        if not (first.is_file() and second.is_file()):
+            part = root / f"{name}.part"
             part.mkdir(exist_ok=True)
-            write_text_model(part / MODEL_NAME, shape.text_width)
-            write_projector(part / projector.name, shape)
+            write(part)
             part.rename(target)
-    return model, projector
+    return first, second
 
 
 def main() -> int:

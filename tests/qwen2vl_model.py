@@ -24,7 +24,8 @@ import gguf
 import numpy as np
 import pytest
 
-from tests.cached_pair import cached_pair, sources_key
+from bench.random_mmproj import written_once
+from tests.cached_pair import sources_key
 from tests.model_files import TINY_VOCAB_SIZE, write_gguf
 from tests.tiny import tiny_config, tiny_weights
 
@@ -124,8 +125,10 @@ def _key() -> str:
 
 
 def cached_qwen2vl(folder: Path | None = None) -> tuple[Path, Path]:
-    """The tiny model and projector, written once (tests/cached_pair.py)."""
-    return cached_pair("tiny-qwen2vl", _key(), (MODEL_NAME, PROJECTOR_NAME), write_qwen2vl, folder)
+    """The tiny model and projector, written once (bench/random_mmproj.written_once)."""
+    return written_once(
+        f"tiny-qwen2vl-{_key()}", (MODEL_NAME, PROJECTOR_NAME), write_qwen2vl, folder
+    )
 
 
 @pytest.fixture(scope="module")

@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tests.cached_pair import cached_pair, sources_key
+from bench.random_mmproj import written_once
+from tests.cached_pair import sources_key
 from tests.model_files import TINY_VOCAB_SIZE, gemma3_extra_norms, write_gguf
 from tests.tiny import tiny_config, tiny_weights
 
@@ -91,8 +92,8 @@ def _key() -> str:
 
 
 def cached_vlm(folder: Path | None = None) -> tuple[Path, Path]:
-    """The tiny model and projector, written once (tests/cached_pair.py)."""
-    return cached_pair("tiny-vlm", _key(), (MODEL_NAME, PROJECTOR_NAME), write_vlm, folder)
+    """The tiny model and projector, written once (bench/random_mmproj.written_once)."""
+    return written_once(f"tiny-vlm-{_key()}", (MODEL_NAME, PROJECTOR_NAME), write_vlm, folder)
 
 
 @pytest.fixture(scope="module")
