@@ -271,8 +271,8 @@ def test_16_bit_rows_restore_exactly(backend: str, tmp_path: Path) -> None:
 
 
 def test_llamacpp_snapshots_move_between_v_layouts(tmp_path: Path) -> None:
-    # Without flash attention llama.cpp stores V transposed; a payload holds one row per cell
-    # either way, so it restores into a context of the other kind.
+    # Without flash attention llama.cpp stores V transposed; a payload keeps V as its context
+    # laid it out, and a restore into a context of the other kind turns it.
     pytest.importorskip("llama_cpp")
     from localinfer.backends.llamacpp.runner import LlamaCppRunner
     from tests.llamacpp_helpers import tiny_setup

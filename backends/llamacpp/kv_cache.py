@@ -8,8 +8,9 @@ before then would read or be overwritten by stale cells. Instead a slot's cells 
 and written into the target with ``llama_state_seq_set_data``: a copy costs one host round trip of
 the source's cells, and whatever is restored is exactly what the bytes hold.
 
-A payload is seq_state's own form (no stream table, V one row per cell), so a snapshot restores
-into a runner with another slot count or flash-attention setting of the same model. Splices are
+A payload is seq_state's own form (no stream table; V as the context laid it out, turned only for
+a context that lays it out the other way), so a snapshot restores into a runner with another slot
+count or flash-attention setting of the same model. Splices are
 kv_splice.py's (llama.cpp moves the cells and turns their keys at the next decode).
 
 A model whose RoPE takes several positions a token (M-RoPE: Qwen2-VL and later) gets
@@ -209,10 +210,11 @@ class LlamaCppKVCache(LlamaCppKVCells):
     def _read(self, slot: int) -> memoryview:
         h = self._open()
         size = int(h.llama.llama_state_seq_get_size(h.ctx, slot))
-        buf = (ctypes.c_uint8 * size)()
-        if int(h.llama.llama_state_seq_get_data(h.ctx, buf, size, slot)) != size:
+        buf = np.empty(size, np.uint8)  # llama.cpp writes every byte: no zeroing first
+        dst = buf.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        if int(h.llama.llama_state_seq_get_data(h.ctx, dst, size, slot)) != size:
             raise RuntimeError(f"llama.cpp could not read slot {slot}'s state")
-        return memoryview(buf).cast("B")
+        return memoryview(buf)
 
     def _write(self, slot: int, state: SeqState) -> None:
         """``slot`` made to hold exactly ``state``'s cells. The V orientation this context wants
@@ -258,16 +260,12 @@ def repeated_cells(seed: KVSnapshot, n_tokens: int) -> KVSnapshot:
     state = from_payload(seed.payload)
     reps = -(-n_tokens // len(state.caches[0].positions))
 
-    def grow(rows: np.ndarray) -> np.ndarray:
-        return np.tile(rows, (reps, 1))[:n_tokens]
+    def grow(x: LayerCells) -> LayerCells:
+        k, v = (np.tile(rows, (reps, 1))[:n_tokens] for rows in (x.k, x.v_as(False)))
+        return LayerCells(x.k_type, k, x.v_type, x.v_element, v)
 
-    state.caches = [
-        CacheCells(
-            np.arange(n_tokens, dtype=np.int32),
-            [LayerCells(x.k_type, grow(x.k), x.v_type, x.v_element, grow(x.v)) for x in c.layers],
-        )
-        for c in state.caches
-    ]
+    positions = np.arange(n_tokens, dtype=np.int32)
+    state.caches = [CacheCells(positions, [grow(x) for x in c.layers]) for c in state.caches]
     return KVSnapshot(layout=seed.layout, n_tokens=n_tokens, payload=to_payload(state))
 
 
@@ -285,7 +283,7 @@ def _check_cells(fmt: SeqFormat, state: SeqState, n_tokens: int) -> None:
         window = len(pos) > 0 and len(np.unique(pos)) == len(pos) and pos.max() == n_tokens - 1
         if not (full or (fmt.n_caches > 1 and window)):
             raise ValueError(f"KV payload: its cells are not positions 0..{n_tokens - 1}")
-        if any((x.k_type, x.v_type, x.k.shape[1], x.v.shape[1]) != rows for x in cache.layers):
+        if any((x.k_type, x.v_type, x.k.shape[1], x.v_row) != rows for x in cache.layers):
             raise ValueError("KV payload: rows of another type or size")
 
 
