@@ -57,32 +57,56 @@ class LlamaModel:
     ) -> torch.Tensor:
         """tokens, slots, positions: [T] long. Writes K/V into the cache; returns [T, hidden]
         (before the final norm)."""
-        c, w, linear = self.config, self.weights, self.linear
-        n = tokens.shape[0]
-        eps = c.rms_eps
-        nh, nkv = c.n_heads, c.n_kv_heads
-        cos = self.cos[positions][:, None, :]  # [T, 1, head_dim]
-        sin = self.sin[positions][:, None, :]
-        x = w.embed_rows(tokens)  # [T, hidden]
-        for i, layer in enumerate(w.layers):
-            h = rms_norm(x, layer.input_norm, eps)
-            qkv = linear(h, layer.qkv, layer.qkv_bias)  # [T, (heads + 2 * kv_heads) * head_dim]
-            qkv = qkv.view(n, nh + 2 * nkv, c.head_dim)
-            v = qkv[:, nh + nkv :]  # [T, kv_heads, head_dim]
-            if layer.q_norm is not None and layer.k_norm is not None:
-                # qwen3: per-head RMSNorm on q and k before RoPE
-                q = apply_rope(rms_norm(qkv[:, :nh], layer.q_norm, eps), cos, sin)
-                k = apply_rope(rms_norm(qkv[:, nh : nh + nkv], layer.k_norm, eps), cos, sin)
-            else:
-                qk = apply_rope(qkv[:, : nh + nkv], cos, sin)  # q and k heads rotated at once
-                q, k = qk[:, :nh], qk[:, nh:]
-            cache.write(i, slots, positions, k, v)
+        x = self.weights.embed_rows(tokens)  # [T, hidden]
+        rope = self.rope_rows(positions)
+        for i, layer in enumerate(self.weights.layers):
+            q = self.attention_inputs(i, x, rope, slots, positions, cache)
             attn = grouped_attention(q, cache.keys[i], cache.values[i], groups, layer.sliding)
-            x = x + linear(attn, layer.o)  # [T, hidden]
-            h = rms_norm(x, layer.post_norm, eps)
-            gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)  # [T, ffn] each
-            x = x + linear(F.silu(gate) * up, layer.down)
+            x = self.layer_output(i, x, attn)
         return x
+
+    def rope_rows(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos and signed sin at each token's position: [T, 1, head_dim] each."""
+        return self.cos[positions][:, None, :], self.sin[positions][:, None, :]
+
+    def attention_inputs(
+        self,
+        i: int,
+        x: torch.Tensor,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        slots: torch.Tensor,
+        positions: torch.Tensor,
+        cache: StaticKVCache,
+    ) -> torch.Tensor:
+        """Layer ``i`` up to attention: writes the tokens' K/V into the cache and returns their
+        queries [T, heads, head_dim], RoPE applied. The halves of a layer are separate so that
+        a CUDA graph can hold them and leave attention, whose shapes change every step, out
+        (cuda_graphs.py)."""
+        c, layer = self.config, self.weights.layers[i]
+        n, nh, nkv, eps = x.shape[0], c.n_heads, c.n_kv_heads, c.rms_eps
+        cos, sin = rope  # rope_rows(positions)
+        h = rms_norm(x, layer.input_norm, eps)
+        qkv = self.linear(h, layer.qkv, layer.qkv_bias)  # [T, (heads + 2 * kv_heads) * d]
+        qkv = qkv.view(n, nh + 2 * nkv, c.head_dim)
+        v = qkv[:, nh + nkv :]  # [T, kv_heads, head_dim]
+        if layer.q_norm is not None and layer.k_norm is not None:
+            # qwen3: per-head RMSNorm on q and k before RoPE
+            q = apply_rope(rms_norm(qkv[:, :nh], layer.q_norm, eps), cos, sin)
+            k = apply_rope(rms_norm(qkv[:, nh : nh + nkv], layer.k_norm, eps), cos, sin)
+        else:
+            qk = apply_rope(qkv[:, : nh + nkv], cos, sin)  # q and k heads rotated at once
+            q, k = qk[:, :nh], qk[:, nh:]
+        cache.write(i, slots, positions, k, v)
+        return q
+
+    def layer_output(self, i: int, x: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        """Layer ``i`` after attention: the residual stream [T, hidden] it passes on, from its
+        input ``x`` and the attention output ``attn`` [T, heads * head_dim]."""
+        layer, linear, eps = self.weights.layers[i], self.linear, self.config.rms_eps
+        x = x + linear(attn, layer.o)  # [T, hidden]
+        h = rms_norm(x, layer.post_norm, eps)
+        gate, up = linear(h, layer.gate_up).chunk(2, dim=-1)  # [T, ffn] each
+        return x + linear(F.silu(gate) * up, layer.down)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """[R, hidden] -> [R, vocab] float32 (final norm + LM head on the wanted rows only)."""
