@@ -21,6 +21,7 @@ from pathlib import Path
 
 from localinfer.backends.base import RunnerConfig, SlotWork
 from localinfer.backends.llamacpp.attention_plan import calibration, flash_attention
+from localinfer.backends.llamacpp.attention_probe import AttentionShape
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.backends.llamacpp.runner import LlamaCppRunner
 from localinfer.loading.embedded import embedded_model_path
@@ -66,14 +67,13 @@ def main() -> int:
     model = load_model(path)
     threads = physical_cores()
     depths = [int(d) for d in args.depths.split(",")]
-    result = calibration(threads)
-    heads = model.config.n_heads
+    result = calibration(threads, AttentionShape.of(model.config))
     print(f"{path.name}, {threads} threads; calibration: {result}")
     header = "".join(f"{name:>14}" for name, _, _ in SHAPES)
     print(f"{'depth':>6} {'flash':>7}{header}   (tok/s)")
     worst = 1.0
     for depth in depths:
-        picked = flash_attention(heads, depth + 520)  # as the runner asks for this context
+        picked = flash_attention(model.config, depth + 520)  # as the runner asks for this context
         rows = {
             flash: measure(model, depth, flash, threads, args.repeats) for flash in (True, False)
         }

@@ -18,7 +18,7 @@ from localinfer.facts.kv_dtype import kv_dtype as parse_kv
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from localinfer.facts.arch import ArchSpec
+    from localinfer.facts.arch import ArchSpec, AttentionHeads
     from localinfer.facts.held_weights import HeldWeights, StoredTensor
     from localinfer.facts.kv_dtype import KVDtype
 
@@ -166,9 +166,11 @@ class BackendProfile:
         tokenizers' tables) where the backend counts that apart from its constant."""
         return self.memory.runtime_for(device_kind, kept_blocks)
 
-    def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
+    def fused_attention(
+        self, device_kind: str, heads: AttentionHeads, ctx: int, chunk: int
+    ) -> bool:
         """A prefill chunk's attention runs fused (no chunk x heads x ctx scores) on this
-        device kind, for a model with ``n_heads`` query heads and ``ctx`` cells per sequence."""
+        device kind, for a model with these attention ``heads`` and ``ctx`` cells per sequence."""
         return self.memory.fused_attention
 
     def keeps_blocks(self) -> bool:

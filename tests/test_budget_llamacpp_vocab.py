@@ -114,7 +114,7 @@ def test_reserved_logits_rows_count_on_a_gpu_written_ones_on_the_cpu() -> None:
     assert cuda == head
     planned = compute_buffer_bytes(GEMMA3_270M, CTX, 1, 512, PROFILE, "planned")
     assert planned == head + ROW  # and the host output buffer, when the device is unknown
-    if PROFILE.fused_attention("cpu", 4, CTX, 512):
+    if PROFILE.fused_attention("cpu", GEMMA3_270M, CTX, 512):
         cpu = compute_buffer_bytes(GEMMA3_270M, CTX, 1, 512, PROFILE, "cpu")
         assert cpu == layer + masks + ROW  # the layer's peak and the output buffer's row
 
@@ -209,7 +209,7 @@ def check_parts(path: Path, layers: int, kv_row: int) -> None:
 
     cpu, planned = budget(path, "cpu"), budget(path, "8GiB")
     arch = header_arch(path)
-    assert PROFILE.fused_attention("cpu", arch.n_heads, CTX, 512)  # the suite pins it on
+    assert PROFILE.fused_attention("cpu", arch, CTX, 512)  # the suite pins it on
     model = load_model(path)
     probe = GrowthProbe("llamacpp")
     runner = LlamaCppRunner(model, cfg(max_ctx=CTX, slots=1))

@@ -76,9 +76,10 @@ def test_cpu_budget_counts_what_is_resident() -> None:
     # Without flash attention (measured slower on this CPU: attention_plan.py) the chunk's
     # scores sit beside the layer, f32 masks instead of f16, and the CPU's f16 copy of them.
     from localinfer.backends.llamacpp.attention_plan import scores_bytes
+    from localinfer.backends.llamacpp.attention_probe import AttentionShape
     from localinfer.backends.llamacpp.profile import PROFILE
 
-    flash = PROFILE.fused_attention("cpu", 9, 2048, 512)
+    flash = PROFILE.fused_attention("cpu", AttentionShape(9, 3, 64), 2048, 512)
     unfused = 0 if flash else scores_bytes(9, 2048) + 2048 * 512 * (4 - 2)
     assert llamacpp("cpu") - llamacpp("8GiB") == unfused
     # A layer's peak (backends/llamacpp/compute_model.py), the f16 mask, the output buffer.

@@ -1,5 +1,6 @@
-"""Flash attention on or off for llama.cpp on the CPU, chosen by a measurement on this machine
-(backends/llamacpp/attention_plan.py); the budget follows the same choice."""
+"""Flash attention on or off for llama.cpp on the CPU, chosen by a measurement on this machine for
+the model's attention heads, on a probe model with those heads (backends/llamacpp/attention_plan.py,
+attention_probe.py); the budget follows the same choice."""
 
 from __future__ import annotations
 
@@ -20,6 +21,13 @@ from localinfer.backends.llamacpp.attention_plan import (
     flash_attention,
     scores_bytes,
 )
+from localinfer.backends.llamacpp.attention_probe import (
+    PROBE_EMBD,
+    PROBE_LAYERS,
+    PROBE_VOCAB,
+    AttentionShape,
+    probe_path,
+)
 from localinfer.backends.llamacpp.profile import PROFILE
 from localinfer.budget.report import BudgetRequest
 from localinfer.errors import BackendUnavailableError
@@ -29,6 +37,8 @@ from localinfer.loading.loader import load_model
 pytest.importorskip("llama_cpp")
 
 from localinfer.backends.llamacpp.runner import LlamaCppRunner  # noqa: E402
+
+SMOLLM2 = AttentionShape(9, 3, 64)  # the embedded model's heads
 
 
 @pytest.fixture(scope="module")
@@ -73,14 +83,14 @@ def test_environment_overrides_and_the_scores_cap(
     monkeypatch: pytest.MonkeyPatch, fresh_measurement: None
 ) -> None:
     monkeypatch.setenv(plan.ENV, "off")
-    assert flash_attention(9, 2048) is False
+    assert flash_attention(SMOLLM2, 2048) is False
     monkeypatch.setenv(plan.ENV, "on")
-    assert flash_attention(9, 2048) is True
+    assert flash_attention(SMOLLM2, 2048) is True
     monkeypatch.delenv(plan.ENV)
     # Beyond the cap of materialized scores, flash attention stays on without measuring.
     ctx = plan.SCORES_CAP // (plan.PREFILL_UBATCH * 32 * 4) + 1
     assert scores_bytes(32, ctx) > plan.SCORES_CAP
-    assert flash_attention(32, ctx) is True
+    assert flash_attention(AttentionShape(32, 8, 128), ctx) is True
     assert not list(Path(plan.cache_dir()).glob("llamacpp/attention-*.json"))
 
 
@@ -92,7 +102,11 @@ def test_measured_once_stored_and_reused(
     exe, starts = counting_python(tmp_path)
     monkeypatch.setattr(sys, "executable", str(exe))
     results: list[AttentionCalibration | None] = []
-    threads = [threading.Thread(target=lambda: results.append(plan.calibration(2))) for _ in "ab"]
+
+    def ask() -> None:
+        results.append(plan.calibration(2, SMOLLM2))
+
+    threads = [threading.Thread(target=ask) for _ in "ab"]
     for t in threads:
         t.start()
     for t in threads:
@@ -102,11 +116,17 @@ def test_measured_once_stored_and_reused(
     assert result is not None and results[1] == result
     assert {r.flash for r in result.rows} == {True, False}
     assert all(r.decode > 0 and r.prefill > 0 for r in result.rows)
-    path = plan.calibration_path(2)
+    assert result.heads == SMOLLM2.key
+    path = plan.calibration_path(2, SMOLLM2)
     assert path is not None and path.is_file()
-    assert plan.calibration(2) == result and starts.read_text().count("start") == 1
+    assert plan.calibration(2, SMOLLM2) == result and starts.read_text().count("start") == 1
     path.write_text("{not json")  # a damaged file is measured again, not a crash
-    assert plan.calibration(2) is not None and starts.read_text().count("start") == 2
+    assert plan.calibration(2, SMOLLM2) is not None and starts.read_text().count("start") == 2
+    # Other heads are another measurement, in another file
+    other = AttentionShape(4, 1, 256)
+    assert plan.calibration_path(2, other) != path
+    assert plan.calibration(2, other).heads == other.key  # type: ignore[union-attr]
+    assert starts.read_text().count("start") == 3
 
 
 def test_the_probe_runs_once_per_machine(
@@ -124,8 +144,8 @@ def test_a_failed_measurement_keeps_llama_cpp_default(
 ) -> None:
     monkeypatch.setattr(sys, "executable", "/bin/false")  # the child exits 1 without output
     with caplog.at_level(logging.WARNING):
-        assert plan.calibration(2) is None
-        assert flash_attention(9, 2048) is True
+        assert plan.calibration(2, SMOLLM2) is None
+        assert flash_attention(SMOLLM2, 2048) is True
     assert "flash attention stays on" in caplog.text
 
 
@@ -138,7 +158,7 @@ def test_runner_follows_the_decision(embedded, monkeypatch: pytest.MonkeyPatch) 
         runner.close()
     monkeypatch.delenv(plan.ENV)
     runner = LlamaCppRunner(embedded, config)
-    assert runner.flash_attention is flash_attention(embedded.config.n_heads, 512)
+    assert runner.flash_attention is flash_attention(embedded.config, 512)
     runner.close()
     explicit = LlamaCppRunner(embedded, config, flash_attn=True)  # an explicit choice wins
     assert explicit.flash_attention is True
@@ -172,8 +192,8 @@ def test_budget_counts_scores_exactly_when_the_runner_goes_without(
     mask = 4096 * 512 * (4 - 2)
     extra = budgets["off"].compute_bytes - budgets["on"].compute_bytes
     assert extra == 512 * 9 * 4096 * (4 + 2) + mask == scores_bytes(9, 4096) + mask
-    assert PROFILE.fused_attention("cpu", 9, 4096, 512) is False  # still "off"
-    assert PROFILE.fused_attention("planned", 9, 4096, 512) is True
+    assert PROFILE.fused_attention("cpu", SMOLLM2, 4096, 512) is False  # still "off"
+    assert PROFILE.fused_attention("planned", SMOLLM2, 4096, 512) is True
 
 
 def test_a_llama_cpp_built_for_another_cpu_is_an_error_not_a_crash(
@@ -208,3 +228,50 @@ def test_verify_measures_the_last_chunk_and_falls_back_cleanly(embedded) -> None
     refusing = Refuses(embedded, RunnerConfig(slots=1, max_ctx=1024, threads=2))
     assert _deep_start(refusing, report, 256) == 0 and refusing.slot_length(0) == 0
     refusing.close()
+
+
+def test_each_head_shape_is_decided_by_its_own_measurement(
+    fresh_measurement: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Many narrow heads (the embedded model's) measured faster without flash attention, few
+    wide ones (Gemma 3 270M's) with it: each shape gets its own answer, asked once."""
+    wide = AttentionShape(4, 1, 256)
+    timings = {
+        SMOLLM2.key: ((0.050, 0.025), (0.040, 0.009)),
+        wide.key: ((0.040, 0.009), (0.045, 0.01)),
+    }
+    asked: list[str] = []
+
+    def measured(threads: int, shape: AttentionShape) -> AttentionCalibration:
+        asked.append(shape.key)
+        return _calibration(*timings[shape.key])
+
+    monkeypatch.setattr(plan, "calibration", measured)
+    assert flash_attention(SMOLLM2, 2048) is False
+    assert flash_attention(wide, 2048) is True
+    assert flash_attention(SMOLLM2, 4096) is False
+    assert asked == [SMOLLM2.key, wide.key]
+
+
+def test_the_probe_model_has_the_heads_and_little_else(tmp_path: Path) -> None:
+    """The probe llama.cpp loads: the asked heads over a small residual stream, no tokenizer."""
+    import gguf
+
+    shape = AttentionShape(8, 2, 32)
+    path = probe_path(tmp_path, shape)
+    assert probe_path(tmp_path, shape) == path  # written once
+    fields = gguf.GGUFReader(path).fields
+
+    def value(key: str) -> object:
+        field = fields[key]
+        return field.contents()
+
+    assert value("llama.attention.head_count") == 8
+    assert value("llama.attention.head_count_kv") == 2
+    assert value("llama.attention.key_length") == 32
+    assert value("llama.embedding_length") == PROBE_EMBD
+    assert value("llama.block_count") == PROBE_LAYERS
+    assert value("tokenizer.ggml.model") == "none"
+    assert value("llama.vocab_size") == PROBE_VOCAB
+    with pytest.raises(ValueError, match="do not share"):
+        AttentionShape(9, 2, 64)

@@ -1,13 +1,13 @@
 """Time llama.cpp's attention with flash attention on and off, on this CPU (attention_plan.py).
 
-For each setting: a one-slot context for the embedded model, a synthetic DEPTH-token KV cache
-restored into it (``fill_synthetic``: 16 real cells repeated; what the cells hold does not change
-the work, and a restore costs milliseconds where prefilling 1,000 tokens costs seconds), then the
-best of a few CHUNK-token forwards and the median of a few one-token decode steps at that depth.
+For each setting: a one-sequence context for the probe model of the asked attention heads
+(attention_probe.py: the real model's heads, the rest shrunk), DEPTH tokens prefilled (a probe
+prefills them in milliseconds), then the best of a few CHUNK-token forwards and the median of a
+few one-token decode steps at that depth.
 
-Run as ``python -m localinfer.backends.llamacpp.attention_calibrate THREADS``: prints the result
-as JSON and stores it for attention_plan.py; with ``--probe`` it only loads llama.cpp and runs
-one forward (attention_plan.check_runs_here).
+Run as ``python -m localinfer.backends.llamacpp.attention_calibrate THREADS HEADS KV_HEADS
+HEAD_DIM``: prints the result as JSON and stores it for attention_plan.py; with ``--probe`` it
+only loads llama.cpp and runs one forward of the embedded model (attention_plan.check_runs_here).
 """
 
 from __future__ import annotations
@@ -16,52 +16,99 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Callable
+
+import numpy as np
 
 from localinfer.backends.base import RunnerConfig, SlotWork
+from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.attention_plan import (
     CHUNK,
     DEPTH,
     AttentionCalibration,
     AttentionTimes,
+    probe_folder,
     running_in_the_probe,
     store_calibration,
 )
+from localinfer.backends.llamacpp.attention_probe import PROBE_VOCAB, AttentionShape, probe_path
+from localinfer.backends.llamacpp.batch import BatchBuffer
 from localinfer.backends.llamacpp.runner import LlamaCppRunner
 from localinfer.loading.embedded import embedded_model_path
 from localinfer.loading.loader import load_model
 
 DECODE_STEPS = 6
 PREFILL_REPEATS = 2
+BATCH = 512  # prefill rows per llama_decode
 
 
-def time_setting(flash: bool, threads: int) -> AttentionTimes:
-    model = load_model(embedded_model_path())
-    config = RunnerConfig(slots=1, max_ctx=DEPTH + CHUNK + DECODE_STEPS + 8, threads=threads)
-    runner = LlamaCppRunner(model, config, flash_attn=flash)
+def time_setting(model_ptr: object, flash: bool, threads: int) -> AttentionTimes:
+    """One setting's times on the loaded probe model ``model_ptr``."""
+    llama = native.lib()
+    params = llama.llama_context_default_params()
+    params.n_ctx = DEPTH + CHUNK + DECODE_STEPS + 8
+    params.n_batch = params.n_ubatch = BATCH
+    params.n_seq_max = 1
+    params.n_threads = params.n_threads_batch = threads
+    params.no_perf = True
+    on, off = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    params.flash_attn_type = on if flash else off
+    ctx = llama.llama_init_from_model(model_ptr, params)
+    if not ctx:
+        raise RuntimeError("llama.cpp could not make a context for the attention probe")
     try:
-        runner.fill_synthetic(0, DEPTH)
-        chunk = tuple(range(200, 200 + CHUNK))
+        forward = _forwarder(llama, ctx)
+        ids = np.arange(DEPTH, dtype=np.int32) % PROBE_VOCAB
+        for start in range(0, DEPTH, BATCH):
+            forward(ids[start : start + BATCH], start)
+        memory = llama.llama_get_memory(ctx)
+        chunk = np.arange(CHUNK, dtype=np.int32) + 7
         chunks = []
         for _ in range(PREFILL_REPEATS + 1):  # the first warms up
-            start = time.perf_counter()
-            runner.forward([SlotWork(0, chunk, DEPTH)])
-            chunks.append((time.perf_counter() - start) / CHUNK)
-            runner.truncate(0, DEPTH)
+            began = time.perf_counter()
+            forward(chunk, DEPTH)
+            chunks.append((time.perf_counter() - began) / CHUNK)
+            llama.llama_memory_seq_rm(memory, 0, DEPTH, -1)
         steps = []
         for i in range(DECODE_STEPS + 2):  # the first two warm up
-            start = time.perf_counter()
-            runner.forward([SlotWork(0, (300,), DEPTH + i)])
-            steps.append(time.perf_counter() - start)
+            began = time.perf_counter()
+            forward(np.array([9], dtype=np.int32), DEPTH + i)
+            steps.append(time.perf_counter() - began)
         return AttentionTimes(
             flash=flash, decode=statistics.median(steps[2:]), prefill=min(chunks[1:])
         )
     finally:
-        runner.close()
+        llama.llama_free(ctx)
 
 
-def measure(threads: int) -> AttentionCalibration:
-    rows = tuple(time_setting(flash, threads) for flash in (True, False))
-    return AttentionCalibration(threads=threads, depth=DEPTH, rows=rows)
+def _forwarder(llama: object, ctx: object) -> Callable[[np.ndarray, int], None]:
+    """A forward of token ids at positions from ``start`` in sequence 0, the last row output."""
+    batch = BatchBuffer(llama, BATCH)
+
+    def forward(tokens: np.ndarray, start: int) -> None:
+        n = len(tokens)
+        want = np.zeros(n, dtype=np.int8)
+        want[-1] = 1
+        pos = np.arange(start, start + n, dtype=np.int32)
+        batch.fill(tokens, pos, np.zeros(n, dtype=np.int32), want)
+        if llama.llama_decode(ctx, batch.batch) != 0:  # type: ignore[attr-defined]
+            raise RuntimeError("llama_decode failed on the attention probe")
+
+    return forward
+
+
+def measure(threads: int, shape: AttentionShape) -> AttentionCalibration:
+    llama = native.lib()
+    path = probe_path(probe_folder(), shape)
+    params = native.weight_buffers(llama.llama_model_default_params())
+    model_ptr = llama.llama_model_load_from_file(str(path).encode(), params)
+    if not model_ptr:
+        raise RuntimeError(f"llama.cpp could not load the attention probe {path}")
+    try:
+        rows = tuple(time_setting(model_ptr, flash, threads) for flash in (True, False))
+    finally:
+        llama.llama_model_free(model_ptr)
+    return AttentionCalibration(threads=threads, depth=DEPTH, rows=rows, heads=shape.key)
 
 
 def probe() -> dict:
@@ -80,7 +127,8 @@ def main(argv: list[str]) -> int:
     if argv[:1] == ["--probe"]:
         print(json.dumps(probe()))
         return 0
-    result = measure(int(argv[0]))
+    threads, heads, kv_heads, head_dim = (int(a) for a in argv[:4])
+    result = measure(threads, AttentionShape(heads, kv_heads, head_dim))
     print(json.dumps(result.to_json()), flush=True)  # the parent reads it even if storing fails
     try:
         store_calibration(result)

@@ -1,4 +1,5 @@
-"""Flash attention on or off for llama.cpp on the CPU: measured once per machine, never assumed.
+"""Flash attention on or off for llama.cpp on the CPU: measured once per machine and head shape,
+never assumed.
 
 llama.cpp's ``flash_attn = auto`` turns its fused attention kernel on for the CPU. On the
 project's machine that kernel is the slow one wherever a forward carries few tokens per sequence
@@ -6,9 +7,10 @@ project's machine that kernel is the slow one wherever a forward carries few tok
 attention on the CPU"). Decode steps, batched decode (one token per slot), speculative
 verification and the short prefills that prefix reuse leaves are all such forwards; only long
 prefill chunks gain from it, and not by much. Which side wins depends on the
-CPU and the llama.cpp build, so attention_calibrate.py times both on the embedded model at
-DEPTH cached tokens (a synthetic KV restored, not prefilled: ~2 s in all), and the result is
-stored per machine, llama.cpp build and thread count.
+CPU, the llama.cpp build and the model's attention heads (many narrow heads favour the plain
+kernel, few wide ones the fused: attention_probe.py), so attention_calibrate.py times both at
+DEPTH cached tokens on a probe model with the real model's heads and little else (well under a
+second), and the result is stored per machine, llama.cpp build, thread count and head shape.
 
 The decision weighs a one-token decode step and a CHUNK-token forward (per token) equally and
 keeps llama.cpp's own default (on) unless off is ``MARGIN`` faster. Without flash attention a
@@ -51,15 +53,17 @@ except ImportError:  # Windows: no lock between processes
     fcntl = None  # type: ignore[assignment]
 
 from localinfer.backends.child_json import ChildResult, run_json_child
+from localinfer.backends.llamacpp.attention_probe import AttentionShape
 from localinfer.backends.llamacpp.cpu import physical_cores
 from localinfer.cpu_identity import cpu_identity
 from localinfer.errors import BackendUnavailableError
+from localinfer.facts.arch import AttentionHeads
 from localinfer.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
 ENV = "LOCALINFER_FLASH_ATTN"  # on | off: skip the measurement (benchmarks, tests)
-CALIBRATION_VERSION = 1
+CALIBRATION_VERSION = 2  # 2: per head shape, on the probe model
 DEPTH = 1024  # cached tokens the timed steps attend over
 CHUNK = 16  # tokens of the timed short forward (verification, a short prefill)
 MARGIN = 0.05  # off must save this share of a chat turn's time to replace llama.cpp's default
@@ -68,7 +72,7 @@ PREFILL_UBATCH = 512  # the runner's default n_ubatch: the most tokens one chunk
 SUBPROCESS_TIMEOUT_S = 120
 CALIBRATE_MODULE = "localinfer.backends.llamacpp.attention_calibrate"
 _LOCK = threading.Lock()  # one measurement per process: server loads run in threads
-_DECIDED: dict[tuple[int, str], bool] = {}
+_DECIDED: dict[tuple[int, str, str], bool] = {}
 _RUNS_HERE = False  # this process has seen llama.cpp run on this CPU (check_runs_here)
 
 
@@ -90,6 +94,7 @@ class AttentionCalibration:
     threads: int
     depth: int
     rows: tuple[AttentionTimes, ...]  # flash on and off
+    heads: str = ""  # AttentionShape.key of the probe it was measured on
     version: int = CALIBRATION_VERSION
 
     def row(self, flash: bool) -> AttentionTimes:
@@ -109,6 +114,7 @@ class AttentionCalibration:
         if sorted(r.flash for r in rows) != [False, True]:
             raise ValueError("an attention calibration needs one row with and one without")
         return cls(threads=int(data["threads"]), depth=int(data["depth"]), rows=rows,
+                   heads=str(data.get("heads", "")),
                    version=int(data.get("version", 0)))  # fmt: skip
 
 
@@ -118,25 +124,26 @@ def scores_bytes(n_heads: int, ctx: int, chunk: int = PREFILL_UBATCH) -> int:
     return chunk * n_heads * ctx * (4 + 2)
 
 
-def flash_attention(n_heads: int, ctx: int, chunk: int = PREFILL_UBATCH) -> bool:
+def flash_attention(heads: AttentionHeads, ctx: int, chunk: int = PREFILL_UBATCH) -> bool:
     """Whether a CPU llama.cpp context of ``ctx`` cells per sequence, prefilling up to ``chunk``
-    tokens at a time (its n_ubatch), for a model with ``n_heads`` query heads runs flash
-    attention here. The measurement is at this machine's default thread count, whatever a runner
-    is given, and decided once per process: the budget, which knows no thread count, and every
-    runner then decide alike."""
+    tokens at a time (its n_ubatch), for a model with these attention ``heads`` (a ModelConfig,
+    an ArchSpec, an AttentionShape) runs flash attention here. The measurement is at this
+    machine's default thread count, whatever a runner is given, and decided once per process and
+    head shape: the budget, which knows no thread count, and every runner then decide alike."""
     asked = os.environ.get(ENV, "").strip().lower()
     if asked in ("on", "off"):
         return asked == "on"
-    if scores_bytes(n_heads, ctx, chunk) > SCORES_CAP:
+    shape = AttentionShape.of(heads)
+    if scores_bytes(shape.n_heads, ctx, chunk) > SCORES_CAP:
         return True
-    return _machine_prefers_flash()
+    return _machine_prefers_flash(shape)
 
 
-def _machine_prefers_flash() -> bool:
-    key = (_default_threads(), str(cache_dir()))  # a test's own cache is another machine
+def _machine_prefers_flash(shape: AttentionShape) -> bool:
+    key = (_default_threads(), str(cache_dir()), shape.key)  # a test's cache: another machine
     with _LOCK:
         if key not in _DECIDED:
-            result = calibration(key[0])
+            result = calibration(key[0], shape)
             _DECIDED[key] = True if result is None else result.flash_faster()
         return _DECIDED[key]
 
@@ -155,19 +162,19 @@ def running_in_the_probe() -> None:
     _RUNS_HERE = True
 
 
-def calibration(threads: int) -> AttentionCalibration | None:
+def calibration(threads: int, shape: AttentionShape) -> AttentionCalibration | None:
     """This machine's measurement for ``threads`` (measured now if never measured: one process
     at a time, the others wait for its file); None when llama.cpp could not be measured here
     (logged: llama.cpp's default then applies)."""
-    path = calibration_path(threads)
+    path = calibration_path(threads, shape)
     if path is None:
         return None
-    stored = _stored(path, threads)
+    stored = _stored(path, threads, shape)
     if stored is not None:
         return stored
     path.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive(path.with_suffix(".lock")):
-        return _stored(path, threads) or _measure(threads)
+        return _stored(path, threads, shape) or _measure(threads, shape)
 
 
 def check_runs_here() -> None:
@@ -193,7 +200,7 @@ def check_runs_here() -> None:
 
 
 def store_calibration(result: AttentionCalibration) -> None:
-    path = calibration_path(result.threads)
+    path = calibration_path(result.threads, result.heads)
     if path is None:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -202,21 +209,30 @@ def store_calibration(result: AttentionCalibration) -> None:
     os.replace(tmp, path)
 
 
-def calibration_path(threads: int) -> Path | None:
-    """Where this machine's result for this llama.cpp build lives (None: no llama.cpp here)."""
+def calibration_path(threads: int, shape: AttentionShape | str = "") -> Path | None:
+    """Where this machine's result for this llama.cpp build and head shape lives (None: no
+    llama.cpp here)."""
     build = _llama_build()
     if build is None:
         return None
-    key = hashlib.sha256(f"{build}|{cpu_identity()}|{threads}".encode()).hexdigest()[:16]
-    return cache_dir() / "llamacpp" / f"attention-v{CALIBRATION_VERSION}-{key}.json"
+    heads = shape.key if isinstance(shape, AttentionShape) else shape
+    key = f"{build}|{cpu_identity()}|{threads}|{heads}"
+    name = f"attention-v{CALIBRATION_VERSION}-{hashlib.sha256(key.encode()).hexdigest()[:16]}"
+    return probe_folder() / f"{name}.json"
 
 
-def _stored(path: Path, threads: int) -> AttentionCalibration | None:
+def probe_folder() -> Path:
+    """Where the calibrations and their probe models live."""
+    return cache_dir() / "llamacpp"
+
+
+def _stored(path: Path, threads: int, shape: AttentionShape) -> AttentionCalibration | None:
     try:
         stored = AttentionCalibration.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent or unreadable: measure
-    fresh = (stored.version, stored.threads, stored.depth) == (CALIBRATION_VERSION, threads, DEPTH)
+    asked = (CALIBRATION_VERSION, threads, DEPTH, shape.key)
+    fresh = (stored.version, stored.threads, stored.depth, stored.heads) == asked
     return stored if fresh else None
 
 
@@ -258,9 +274,10 @@ def _refuse_illegal_instruction(child: ChildResult) -> None:
         )
 
 
-def _measure(threads: int) -> AttentionCalibration | None:
-    log.info("measuring llama.cpp's attention kernels on this CPU (once per machine)")
-    child = run_json_child(CALIBRATE_MODULE, [str(threads)], SUBPROCESS_TIMEOUT_S)
+def _measure(threads: int, shape: AttentionShape) -> AttentionCalibration | None:
+    log.info("measuring llama.cpp's attention kernels for %s heads on this CPU", shape.key)
+    args = [str(n) for n in (threads, shape.n_heads, shape.n_kv_heads, shape.head_dim)]
+    child = run_json_child(CALIBRATE_MODULE, args, SUBPROCESS_TIMEOUT_S)
     _refuse_illegal_instruction(child)
     try:
         if child.data is not None:

@@ -18,7 +18,7 @@ from localinfer.backends.llamacpp.context_shape import cells_per_sequence, slidi
 from localinfer.errors import BackendUnavailableError
 
 if TYPE_CHECKING:
-    from localinfer.facts.arch import ArchSpec
+    from localinfer.facts.arch import ArchSpec, AttentionHeads
     from localinfer.facts.kv_dtype import KVDtype
     from localinfer.facts.quantize_events import QuantizeProgress, QuantizeResult
 
@@ -52,7 +52,7 @@ class LlamaCppProfile(BackendProfile):
         """llama.cpp's graph at the runner's n_ubatch (compute_model.py), whatever the engine's
         chunk; a quantized cache turns flash attention on (cache_types.py)."""
         quantized_cache = cache is not None and cache.block > 1
-        fused = quantized_cache or self.fused_attention(device_kind, arch.n_heads, ctx, chunk)
+        fused = quantized_cache or self.fused_attention(device_kind, arch, ctx, chunk)
         return compute_buffer_bytes(arch, ctx, sequences, PREFILL_UBATCH, device_kind, fused)
 
     def node_compute_bytes(
@@ -69,7 +69,7 @@ class LlamaCppProfile(BackendProfile):
         """One CPU node's compute when the model is split across machines (compute_model.py),
         with the flash attention choice this machine's runner makes."""
         fused = (cache is not None and cache.block > 1) or self.fused_attention(
-            "cpu", arch.n_heads, ctx, PREFILL_UBATCH
+            "cpu", arch, ctx, PREFILL_UBATCH
         )
         return node_compute_bytes(arch, ctx, sequences, PREFILL_UBATCH, fused,
                                   layers=layers, output=output, host=host)  # fmt: skip
@@ -82,13 +82,15 @@ class LlamaCppProfile(BackendProfile):
             return base
         return base + VOCAB_TABLE_BYTES * vocab_size
 
-    def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
+    def fused_attention(
+        self, device_kind: str, heads: AttentionHeads, ctx: int, chunk: int
+    ) -> bool:
         """On this machine's CPU, what the runner will choose (attention_plan.py, measured),
         which depends on its n_ubatch, not on the engine's chunk; elsewhere llama.cpp's own
         default, flash attention on."""
         if device_kind != "cpu":
             return True
-        return flash_attention(n_heads, ctx, PREFILL_UBATCH)
+        return flash_attention(heads, ctx, PREFILL_UBATCH)
 
     def kv_dtype_refusal(self, kv_dtype: str | None, compute_dtype: str) -> str | None:
         """llama.cpp keeps its cache in any type of cache_types.py (Q8_0/Q4_0: the runner turns

@@ -104,7 +104,7 @@ class LlamaCppRunner(RankScoring):
         if is_quantized(self.kv_type):
             flash_attn = True  # llama.cpp reads a quantized V cache only in flash attention
         elif flash_attn is None and config.device == "cpu" and model.config is not None:
-            flash_attn = flash_attention(model.config.n_heads, config.max_ctx, max(1, n_batch))
+            flash_attn = flash_attention(model.config, config.max_ctx, max(1, n_batch))
         self.flash_attention = flash_attn  # measured (attention_plan.py); None: llama.cpp's own
         prepare_omp_wait()  # before llama_cpp loads libgomp, which reads it once (omp_wait.py)
         self._llama = native.lib()

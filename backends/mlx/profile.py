@@ -15,7 +15,7 @@ from localinfer.backends.mlx.gguf_forms import (
     describe_forms,
     held_tensor_bytes,
 )
-from localinfer.facts.arch import ArchSpec
+from localinfer.facts.arch import ArchSpec, AttentionHeads
 from localinfer.facts.held_weights import HeldWeights, StoredTensor
 from localinfer.facts.quant import mlx_recipe_layout
 
@@ -27,7 +27,9 @@ MLX_ARCHS = ("llama", "mistral", "qwen2", "qwen3")  # what model.py implements
 
 @dataclass(frozen=True, slots=True)
 class MLXProfile(BackendProfile):
-    def fused_attention(self, device_kind: str, n_heads: int, ctx: int, chunk: int) -> bool:
+    def fused_attention(
+        self, device_kind: str, heads: AttentionHeads, ctx: int, chunk: int
+    ) -> bool:
         """mx.fast.scaled_dot_product_attention is a fused kernel on Metal only; on a CPU it runs
         the composed fallback, which holds the chunk's float32 scores against every cell
         (measured: the peak grows 2.25 MiB per 256 cells for a 256-token chunk of the embedded

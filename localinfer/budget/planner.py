@@ -86,7 +86,7 @@ def compute_buffer_bytes(
     rows = tokens if device_kind in profile.memory.chunk_logits_on else min(tokens, sequences)
     logits = rows * arch.vocab_size * ACTIVATION_BYTES
     quantized_cache = cache is not None and cache.block > 1
-    fused = quantized_cache or profile.fused_attention(device_kind, arch.n_heads, ctx, chunk)
+    fused = quantized_cache or profile.fused_attention(device_kind, arch, ctx, chunk)
     elements = 0 if fused else tokens * arch.n_heads * ctx
     # Scores live inside a layer, logits after the last one: a graph allocator reuses one
     # buffer for both, so the larger of the two counts; a backend may convert the

@@ -6,13 +6,26 @@ header. Names follow Hugging Face's config.json where one exists.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 # ArchSpec's fields as a file gives them, not yet checked: the readers (hf_config, gguf_header)
 # fill them; the budget validates them as an ArchSpec, loading builds its ModelConfig from them.
 ArchFields = dict[str, Any]
+
+
+class AttentionHeads(Protocol):
+    """What names a model's attention heads: an ArchSpec, a runner's ModelConfig."""
+
+    @property
+    def n_heads(self) -> int: ...
+
+    @property
+    def n_kv_heads(self) -> int: ...
+
+    @property
+    def head_dim(self) -> int: ...
 
 
 class ArchSpec(BaseModel):
