@@ -7,6 +7,7 @@ MLX on CPU is slow, so everything here uses tiny models.
 
 from __future__ import annotations
 
+import sys
 import threading
 
 import numpy as np
@@ -282,3 +283,47 @@ def test_runner_used_from_another_thread():
     worker.start()
     worker.join()
     np.testing.assert_array_equal(there["x"], here)
+
+
+def _resident_bytes_of(path: str) -> int:
+    """Resident bytes of this process's mappings of the file at ``path`` (/proc/self/smaps)."""
+    total, inside = 0, False
+    with open("/proc/self/smaps", encoding="utf-8") as smaps:
+        for line in smaps:
+            head = line.split()
+            if head and "-" in head[0] and len(head) >= 5:  # a mapping's header line
+                inside = len(head) >= 6 and head[5] == path
+            elif inside and head[:1] == ["Rss:"]:
+                total += int(head[1]) * 1024
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
+def test_the_load_leaves_no_file_pages_or_freed_buffers_resident():
+    """Once the weights are MLX arrays, the GGUF's pages the load read leave the process (they
+    made RSS grow by the whole file beside the weights' copy) and MLX's cache of what the load
+    freed is handed back; the runner still reads the file where it must, as before."""
+    from localinfer.loading.embedded import embedded_model_path
+    from localinfer.loading.loader import load_model
+
+    model = load_model(embedded_model_path())
+    path = str(embedded_model_path().resolve())
+    runner = make_runner(model, slots=1, max_ctx=64)
+    assert _resident_bytes_of(path) < 2**20  # of 94 MiB read
+    assert mx.get_cache_memory() == 0
+    logits = feed(runner, 0, random_tokens(8, vocab=runner.info.vocab_size))
+    assert np.isfinite(logits).all()
+
+
+def test_fill_synthetic_sets_a_slots_cells_for_measurements():
+    """`budget --verify` fills slot 0 to the context's last chunk so that chunk's attention
+    spans every cell, as the budget counts it: a length change over the preallocated cache."""
+    runner = make_runner(tiny_model("llama"), slots=2, max_ctx=64)
+    runner.fill_synthetic(1, 48)
+    assert (runner.slot_length(0), runner.slot_length(1)) == (0, 48)
+    (logits,) = runner.forward([SlotWork(1, tuple(random_tokens(16)), 48)])
+    assert np.isfinite(logits).all() and runner.slot_length(1) == 64
+    with pytest.raises(ValueError):
+        runner.fill_synthetic(0, 65)
+    with pytest.raises(ValueError):
+        runner.fill_synthetic(2, 8)

@@ -86,11 +86,14 @@ PROFILE = MLXProfile(
     install_hint="pip install 'localinfer[mlx]'",
     formats=("gguf", "safetensors"),
     memory=MemoryModel(
-        # CPU (mlx-cpu 0.32.4, embedded model, fresh process, chunks of 256 from position 0):
-        # RSS growth minus the runner's weights, KV and overhead = 50.1 MiB (512 x 4 slots) and
-        # 51.4 (2,048 x 1, after the first chunk); a prefill to 2,048 cells grows it 16 MiB
-        # more (MLX's buffer cache keeps each chunk's differently sized score buffers).
-        runtime_bytes=52 * 2**20,
+        # CPU (mlx-cpu 0.32.4, embedded model, fresh process): RSS growth minus the runner's
+        # weights, KV and overhead (the largest forward's peak, which MLX's buffer cache keeps
+        # after it) = 39.5 MiB (512 x 4 slots) and 40.4 (2,048 x 1), `budget --verify` at the
+        # context's last chunk; 38.2 after a prefill to 2,048 cells in chunks of 256 (the RSS
+        # itself peaks there): the library, the loader's tokenizer, the session's modules. The
+        # file's pages and the load's freed buffers are not in it: the runner drops them
+        # (runner.py); kept, they made the growth 1.33-1.55x the predicted total.
+        runtime_bytes=40 * 2**20,
         # UNMEASURED placeholder: mx.get_active_memory() + mx.get_cache_memory() of an idle
         # runner minus its weights and KV cache, on an Apple Silicon Mac.
         accelerator_runtime_bytes=128 * 2**20,
