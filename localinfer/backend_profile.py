@@ -16,7 +16,7 @@ from localinfer.facts.kv_dtype import DTYPES
 from localinfer.facts.kv_dtype import kv_dtype as parse_kv
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Mapping, Sequence
 
     from localinfer.facts.arch import ArchSpec, AttentionHeads
     from localinfer.facts.held_weights import HeldWeights, StoredTensor
@@ -136,6 +136,17 @@ class BackendProfile:
         in the file's own quantization) at ``compute_dtype`` on ``device_kind``, in the runner's
         own form; None where the budget's general rule (stored_quant, recipe bytes) applies."""
         return None
+
+    def weight_forms(
+        self, stored: Mapping[str, int], device_kind: str, compute_dtype: str
+    ) -> dict[str, str]:
+        """The form this backend's runner holds a file's matrices in at ``compute_dtype`` on
+        ``device_kind``, by the type they are stored as: ``stored`` maps each matrix type of the
+        file ("Q4_K", "Q6_K", "BF16", ...) to the bytes stored so. A form is named as the
+        project names quantizations: a GGUF type (its blocks as stored), "mlx-4bit-g32",
+        "int4-g32", "int8", or a float dtype ("bf16", "f32"). Here, llama.cpp's rule: every
+        tensor as stored (its kernels read each block type on every device)."""
+        return {type_name: type_name for type_name in stored}
 
     def promoted_weight_bytes(self, arch: ArchSpec, quant: str, compute_dtype: str) -> int:
         """Bytes of a weight matrix's parts a forward pass converts to the compute dtype for

@@ -19,28 +19,69 @@ def route(kind: str, fmt: str | None, arch: str | None, installed=EVERYTHING, of
     )
 
 
-# (device, format, arch, llama.cpp GPU build) -> (backend, device); None: no GPU runner.
+# Matrix types of the files routed, with their stored bytes (a Q4_K_M keeps its LM head and
+# half its down projections at Q6_K; only which type holds the most bytes counts).
+Q4_K_M = {"Q4_K": 600, "Q6_K": 300}
+Q8_0 = {"Q8_0": 1000}
+BF16 = {"BF16": 1000}
+AS_STORED = "as stored"  # llama.cpp: every matrix in the file's own blocks
+TORCH_KQUANT = {"Q4_K": "int4-g32", "Q6_K": "int8"}
+
+# (device, format, arch, the file's matrices, llama.cpp GPU build) ->
+# (backend, device, the form each stored type is held in); None: no GPU runner.
 TABLE = [
-    ("cuda", "gguf", "qwen3", True, ("llamacpp", "cuda")),
-    ("cuda", "gguf", "gemma3", True, ("llamacpp", "cuda")),
-    ("cuda", "gguf", "qwen3", False, ("torch", "cuda")),  # CPU-only llama.cpp wheel
-    ("cuda", "gguf", "gemma3", False, None),  # torch lacks gemma3: not sent there
-    ("cuda", "gguf", "qwen3moe", False, None),
-    ("cuda", "safetensors", "llama", True, ("torch", "cuda")),
-    ("cuda", "safetensors", "phi3", True, None),
-    ("metal", "gguf", "qwen3", True, ("llamacpp", "metal")),
-    ("metal", "gguf", "gemma3", True, ("llamacpp", "metal")),
-    ("metal", "gguf", "qwen3", False, ("mlx", "metal")),
-    ("metal", "gguf", "phi3", False, None),
-    ("metal", "safetensors", "qwen2", True, ("mlx", "metal")),  # MLX-format repos too
-    ("metal", "safetensors", "gemma3", True, None),
-]
+    ("cuda", "gguf", "qwen3", Q4_K_M, True, ("llamacpp", "cuda", AS_STORED)),
+    ("cuda", "gguf", "gemma3", Q8_0, True, ("llamacpp", "cuda", AS_STORED)),
+    # CPU-only llama.cpp wheel: torch holds Q4_K as int4 groups of 32, Q6_K as int8
+    ("cuda", "gguf", "qwen3", Q4_K_M, False, ("torch", "cuda", TORCH_KQUANT)),
+    ("cuda", "gguf", "qwen3", Q8_0, False, ("torch", "cuda", {"Q8_0": "bf16"})),  # not K-quant
+    ("cuda", "gguf", "gemma3", Q4_K_M, False, None),  # torch lacks gemma3: not sent there
+    ("cuda", "gguf", "qwen3moe", Q4_K_M, False, None),
+    ("cuda", "safetensors", "llama", BF16, True, ("torch", "cuda", {"BF16": "bf16"})),
+    ("cuda", "safetensors", "phi3", BF16, True, None),
+    ("metal", "gguf", "qwen3", Q4_K_M, True, ("llamacpp", "metal", AS_STORED)),
+    ("metal", "gguf", "gemma3", Q4_K_M, True, ("llamacpp", "metal", AS_STORED)),
+    ("metal", "gguf", "qwen3", Q4_K_M, False,
+     ("mlx", "metal", {"Q4_K": "mlx-4bit-g32", "Q6_K": "mlx-8bit-g32"})),
+    ("metal", "gguf", "llama", Q8_0, False, ("mlx", "metal", {"Q8_0": "mlx-8bit-g32"})),
+    ("metal", "gguf", "phi3", Q4_K_M, False, None),
+    ("metal", "safetensors", "qwen2", BF16, True, ("mlx", "metal", {"BF16": "bf16"})),
+    ("metal", "safetensors", "gemma3", BF16, True, None),
+]  # fmt: skip
 
 
-@pytest.mark.parametrize(("kind", "fmt", "arch", "offloads", "want"), TABLE)
-def test_the_routing_table(kind, fmt, arch, offloads, want) -> None:
+@pytest.mark.parametrize(("kind", "fmt", "arch", "stored", "offloads", "want"), TABLE)
+def test_the_routing_table(kind, fmt, arch, stored, offloads, want) -> None:
+    """The runner, its device, and the form it holds the file's matrices in there (its
+    profile's rule, as the budget's plan reports it: BudgetReport.weight_forms)."""
     got = route(kind, fmt, arch, offloads=offloads)
-    assert (None if got is None else (got.backend, got.device)) == want
+    if got is None:
+        assert want is None
+        return
+    profile = backend_profile(got.backend)
+    forms = profile.weight_forms(stored, got.device, profile.default_dtype(got.device))
+    backend, device, want_forms = want
+    assert (got.backend, got.device) == (backend, device)
+    assert forms == ({t: t for t in stored} if want_forms == AS_STORED else want_forms)
+
+
+@pytest.mark.parametrize(
+    ("device", "backend", "forms"),
+    [
+        ("metal:16GiB", None, {"Q4_1": "Q4_1", "Q8_0": "Q8_0"}),  # llama.cpp, as stored
+        ("metal:16GiB", "mlx", {"Q4_1": "mlx-4bit-g32", "Q8_0": "mlx-8bit-g32"}),
+        ("cuda:12GiB", "torch", {"Q4_1": "bf16", "Q8_0": "bf16"}),  # no K-quant: dequantized
+    ],
+)
+def test_the_budget_reports_the_form_its_planned_runner_holds(device, backend, forms) -> None:
+    """The budget's plan for a machine that is not this one carries the same rule: the embedded
+    Q4_1 file (its table Q8_0), read from its header."""
+    from localinfer.backend_budget import compute_budget
+    from localinfer.budget import BudgetRequest
+    from localinfer.loading.embedded import embedded_model_path
+
+    request = BudgetRequest(str(embedded_model_path()), backend=backend, device=device)
+    assert compute_budget(request).weight_forms == forms
 
 
 def test_a_runner_that_is_not_installed_is_not_chosen() -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
@@ -17,6 +17,7 @@ from localinfer.backends.mlx.gguf_forms import (
 )
 from localinfer.facts.arch import ArchSpec, AttentionHeads
 from localinfer.facts.held_weights import HeldWeights, StoredTensor
+from localinfer.facts.kv_dtype import DTYPES
 from localinfer.facts.quant import mlx_recipe_layout
 
 FLOAT32_BYTES = 4
@@ -59,6 +60,18 @@ class MLXProfile(BackendProfile):
         total = sum(held_tensor_bytes(t.type_name, t.shape, float_bytes) for t in held)
         form = describe_forms((t.type_name for t in held), compute_dtype)
         return HeldWeights(total, f"MLX {form} (GGUF header)")
+
+    def weight_forms(
+        self, stored: Mapping[str, int], device_kind: str, compute_dtype: str
+    ) -> dict[str, str]:
+        """A GGUF block type in the affine groups gguf_forms.py maps it to (Q4_K 4-bit, Q6_K and
+        Q8_0 8-bit, in groups of 32), any other type (floats, IQ*) in the compute dtype."""
+        floats = DTYPES.get(compute_dtype, compute_dtype)
+        forms = {}
+        for type_name in stored:
+            form = GGUF_FORMS[type_name][0] if type_name in GGUF_FORMS else None
+            forms[type_name] = floats if form is None else f"mlx-{form.bits}bit-g{form.group}"
+        return forms
 
     def promoted_weight_bytes(self, arch: ArchSpec, quant: str, compute_dtype: str) -> int:
         """A quantized matrix's float16 scales and biases (backends/mlx/weights.py keeps them

@@ -11,16 +11,23 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 
 from localinfer.backend_profile import BackendProfile, MemoryModel, SpeculationCosts
-from localinfer.backends.torch.kquant_rules import held_bytes, held_source, is_kquant_file
+from localinfer.backends.torch.kquant_rules import GROUP as KQUANT_GROUP
+from localinfer.backends.torch.kquant_rules import (
+    held_bytes,
+    held_form,
+    held_source,
+    is_kquant_file,
+)
 from localinfer.backends.torch.native_build import cpu_flags
 from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens, native_plan
 from localinfer.facts.arch import ArchSpec
 from localinfer.facts.held_weights import HeldWeights, StoredTensor
+from localinfer.facts.kv_dtype import DTYPES
 from localinfer.facts.quant import TORCH_INT_GROUPS
 from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES
 
@@ -119,6 +126,21 @@ class TorchProfile(BackendProfile):
             return None
         float_bytes = 4 if compute_dtype == "float32" else 2
         return HeldWeights(held_bytes(tensors, float_bytes, device_kind), held_source(tensors))
+
+    def weight_forms(
+        self, stored: Mapping[str, int], device_kind: str, compute_dtype: str
+    ) -> dict[str, str]:
+        """A K-quant file's matrices as kquant_rules.py converts them on any device (Q4_K,
+        Q4_0, Q4_1 as int4 in groups of 32; other block types int8 per row; floats in the
+        compute dtype). Another GGUF's Q8_0/Q4_0/Q4_1 matrices stay as stored where this CPU's
+        native kernels keep them (float32, planner.kept_blocks); everything else is
+        dequantized into the compute dtype, as a safetensors model's matrices are held."""
+        floats = DTYPES.get(compute_dtype, compute_dtype)
+        if is_kquant_file(stored.items()):
+            names = {"int4": f"int4-g{KQUANT_GROUP}", "int8": "int8", "dense": floats}
+            return {type_name: names[held_form(type_name)] for type_name in stored}
+        kept = device_kind == "cpu" and compute_dtype == "float32" and self.keeps_blocks()
+        return {t: t if kept and t in NATIVE_BLOCK_TYPES else floats for t in stored}
 
     def keeps_blocks(self) -> bool:
         """A CPU float32 runner keeps a GGUF's Q8_0/Q4_0/Q4_1 matrices as stored blocks."""

@@ -180,7 +180,7 @@ def compute_budget(
         max_context=planner.max_context(budget, quant, request.concurrency, kv),
         max_concurrency=planner.max_sequences(budget, quant, ctx, kv),
         model_max_ctx=arch.max_ctx,
-        **_projector_fields(planner),
+        **_planner_fields(planner, quant),
         download_bytes=facts.download_bytes,
         reranker=arch.reranker,
         encoder=arch.encoder,
@@ -195,10 +195,12 @@ def compute_budget(
     return report
 
 
-def _projector_fields(planner: Planner) -> dict[str, Any]:
-    """The report's projector fields: the one counted, those beside the model, its figures."""
+def _planner_fields(planner: Planner, quant: str) -> dict[str, Any]:
+    """The report's fields the planner answers beside the breakdown: the form each stored
+    matrix type is held in, the projector counted, those beside the model, its figures."""
     facts = planner.facts
     return {
+        "weight_forms": planner.weight_forms(quant),
         "mmproj": facts.projector.name if facts.projector else None,
         "mmproj_files": list(facts.projectors),
         "vision": _vision_report(planner),

@@ -17,6 +17,7 @@ from localinfer.facts.quant import mlx_quant_bytes, torch_quant_bytes
 MAX_SEQUENCES = 4096  # upper end of the max-concurrency search
 ACTIVATION_BYTES = 4  # activations and logits are float32 on every backend
 RANK_CHUNK = 512  # a reranker's tokens per decode call (backends/llamacpp/rerank.py, RANK_UBATCH)
+FLOAT_TYPES = ("F32", "F16", "BF16")  # a safetensors model's dtypes, as GGUF names them
 # Compute dtypes a runner may hold dequantized weights in -> the budget's quant name.
 
 
@@ -177,6 +178,21 @@ class Planner:
         if self.profile.name == "mlx":
             return mlx_quant_bytes(self.facts.arch, quant, float_bytes)
         return None
+
+    def weight_forms(self, quant: str) -> dict[str, str]:
+        """Each matrix type of the file -> the form the runner holds it in at this plan's device
+        and dtype (BackendProfile.weight_forms: the profile's rule, as its runner loads); {} for
+        a quantization made on load (the recipe's row says it) or a file without its header."""
+        header = self.facts.header
+        if header is None or quant != header.quant:
+            return {}
+        stored: dict[str, int] = {}
+        for t in header.tensors:  # GGUF
+            if len(t.shape) == 2:
+                stored[t.type_name] = stored.get(t.type_name, 0) + t.nbytes
+        if not header.tensors and quant.upper() in FLOAT_TYPES:  # safetensors: one float dtype
+            stored[quant.upper()] = header.weight_bytes
+        return self.profile.weight_forms(stored, self.device_kind, self.compute_dtype())
 
     def breakdown(self, quant: str, ctx: int, sequences: int, kv: KVDtype) -> Breakdown:
         header = self.facts.header

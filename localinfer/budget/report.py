@@ -108,6 +108,10 @@ class BudgetReport(BaseModel):
     backend: str
     weights_bytes: int
     weights_source: str
+    # Each matrix type of the file -> the form the runner holds it in ("Q4_K": "int4-g32" on
+    # torch, "mlx-4bit-g32" on MLX, "Q4_K" as stored on llama.cpp); {} for a quantization made
+    # on load, or where the header is not read.
+    weight_forms: dict[str, str] = {}
     kv_cache_bytes: int
     compute_bytes: int
     runtime_bytes: int
