@@ -113,7 +113,7 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
         dtype=settings.dtype or choice.profile.default_dtype(device),
         device=device,
         threads=settings.threads,
-        quant=settings.quant,
+        quant=runner_quant(settings.quant, model.file_quant),
         kv_dtype=settings.kv_dtype,
         mmproj=_projector(model, settings.mmproj, choice.name),
     )
@@ -137,6 +137,16 @@ def build_runner(model: LoadedModel, settings: RunnerSettings) -> BuiltRunner:
         config = replace(config, mmproj=None)
         runner = create_runner(model, config, choice)
     return BuiltRunner(model, runner, choice, config, report)
+
+
+def runner_quant(asked: str | None, file_quant: str) -> str | None:
+    """--quant as the runners take it: the file's own type in any case ("q4_k_m" for a Q4_K_M
+    file) spelled as the file names it, since a runner keeps the file's numbers only for that
+    exact name (torch's weight plan) and would otherwise try to quantize to it; any other name
+    as typed, for the runner to read or refuse."""
+    if asked is not None and asked.strip().upper() == file_quant.upper():
+        return file_quant
+    return asked
 
 
 def _projector(model: LoadedModel, asked: str | None, backend: str) -> str | None:

@@ -153,3 +153,24 @@ def test_report_compares_a_row_with_the_reference_on_its_own_tokens() -> None:
     report = QualityReport("m", 100, [row("fp32", 10.0, 0, 1, ref=True), short])
     assert short.perplexity_rise(report.reference) == 0.0
     assert report.warnings() == [] and "+0.0%" in report.render()
+
+
+def test_the_files_own_quant_is_named_in_any_case() -> None:
+    """`quality --quant q4_1` on the Q4_1 embedded model: torch holds the file's own numbers, as
+    with Q4_1, instead of refusing 'q4_1' as a quantization it cannot make (which dropped the
+    torch row of `--backend all --quant q4_k_m`). runner_setup.runner_quant matches the name."""
+    from localinfer.loading.embedded import embedded_model_path
+    from localinfer.loading.loader import load_model
+    from localinfer.quality.run import QualityOptions, build_candidates
+    from localinfer.runner_setup import runner_quant
+
+    assert runner_quant("q4_k_m", "Q4_K_M") == runner_quant(" Q4_K_M", "Q4_K_M") == "Q4_K_M"
+    assert runner_quant("int4", "Q4_K_M") == "int4" and runner_quant(None, "Q4_1") is None
+    model = load_model(embedded_model_path())
+    notes: list[str] = []
+    options = QualityOptions(quants=("q4_1",), backend="torch", window=64, speed_steps=0)
+    (candidate,) = build_candidates(model, options, notes)
+    try:
+        assert candidate.runner.info.quant == "Q4_1" and not notes
+    finally:
+        candidate.runner.close()
