@@ -223,7 +223,8 @@ def versus_llamacpp(args) -> None:
     # Blocks kept; the kernels take forwards up to the calibrated limit, torch ops on dequantized
     # matrices the longer ones (prefill), as the runner does by default.
     blocks = TorchRunner(model, config, stored_blocks=True)
-    ops = TorchRunner(model, config, native_max_tokens=0)
+    # float32 matrices by name: the file would otherwise be held converted (int4 / int8)
+    ops = TorchRunner(model, config, native_max_tokens=0, stored_blocks=False)
     llama = LlamaCppRunner(model, config)
     runners = {"torch blocks": blocks, "torch ops": ops, "llama.cpp": llama}
     prompt = tuple(range(1, 38))  # the embedded model's chat prompt length (docs/facts.md)
@@ -297,7 +298,8 @@ def prefill_only(args) -> None:
     counts = [int(t) for t in args.prefill_tokens.split(",")]
     config = RunnerConfig(slots=1, max_ctx=max(counts) + 8, dtype="float32", threads=threads)
     runners = {"blocks": TorchRunner(model, config, stored_blocks=True),
-               "ops": TorchRunner(model, config, native_max_tokens=0)}  # fmt: skip
+               "ops": TorchRunner(model, config, native_max_tokens=0,
+                                  stored_blocks=False)}  # fmt: skip
     print(f"prefill: embedded SmolLM2 {model.file_quant}, kept blocks vs torch ops (fp32), "
           f"{threads} threads, median of {args.repeats} interleaved repeats; ratio = blocks "
           "speed / ops speed (median of per-repeat ratios)")  # fmt: skip

@@ -64,10 +64,14 @@ def other_paths(model, args, runner, max_ctx: int) -> dict:
 
     config = RunnerConfig(slots=1, max_ctx=max_ctx, dtype=args.dtype, device=args.device,
                           threads=args.threads)  # fmt: skip
-    paths = {"torch ops (native off)": TorchRunner(model, config, native_max_tokens=0)}
+    # stored_blocks=False: the dequantized matrices (not the int4 / int8 a GGUF would get)
+    ops = TorchRunner(model, config, native_max_tokens=0, stored_blocks=False)
+    paths = {"torch ops (native off)": ops}
     native_blocks = runner._model.weights.has_blocks()
     if not native_blocks:
-        forced = TorchRunner(model, config, native_max_tokens=DEFAULT_MAX_TOKENS)
+        forced = TorchRunner(
+            model, config, native_max_tokens=DEFAULT_MAX_TOKENS, stored_blocks=False
+        )
         if forced.native_max_tokens:
             paths[f"native kernels ({forced.info.quant})"] = forced
     if model.format == "gguf":

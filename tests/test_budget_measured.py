@@ -88,24 +88,27 @@ def test_cpu_budget_counts_what_is_resident() -> None:
 
     # torch on the CPU: its native kernels keep the file's Q4_1/Q8_0 blocks as stored where this
     # machine's calibration found them faster (norms are F32 already); the file's pages are
-    # dropped after the load. Asked for float32 weights, or without the kernels, float32
-    # weights; where the kernels do not run on float32 rows (switched off, no C compiler, or
-    # measured slower than torch ops) the oneDNN-packed copy of the tied LM head is held beside
-    # the table as well.
+    # dropped after the load. Elsewhere (the kernels off, or an unknown machine) the file is
+    # held converted: Q4_1 as int4 groups of 32, the Q8_0 table (the tied head) int8 per row
+    # (kquant_rules.holds_converted). Asked for float32 weights, float32 weights; where the
+    # kernels do not run on float32 rows (switched off, no C compiler, or measured slower than
+    # torch ops) the oneDNN-packed copy of the tied LM head is held beside the table as well.
     from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens
 
     def torch_cpu_weights(quant: str | None = None) -> int:
         request = BudgetRequest("smollm2-135m", device="cpu", backend="torch", quant=quant)
         return compute_budget(request).weights_bytes
 
+    converted = 94_905_600
     f32 = 134_515_008 * 4 + (0 if native_f32_tokens() else 49152 * 576 * 4)
-    assert torch_cpu_weights() == (96_576_768 if keeps_blocks() else f32)
+    assert torch_cpu_weights() == (96_576_768 if keeps_blocks() else converted)
     assert torch_cpu_weights("f32") == f32
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("LOCALINFER_NATIVE_KERNELS", "0")
-        assert torch_cpu_weights() == 134_515_008 * 4 + 49152 * 576 * 4
+        assert torch_cpu_weights() == converted
+        assert torch_cpu_weights("f32") == 134_515_008 * 4 + 49152 * 576 * 4
     planned = compute_budget(BudgetRequest("smollm2-135m", device="8GiB", backend="torch"))
-    assert planned.weights_bytes == 134_515_008 * 4
+    assert planned.weights_bytes == converted
 
 
 def test_total_error_only_from_a_fresh_process() -> None:

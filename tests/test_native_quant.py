@@ -173,9 +173,11 @@ def test_tiny_block_model_equals_dequantized_model(
 
 
 @pytest.mark.usefixtures("kernels")
-def test_memory_is_the_block_bytes_and_kernels_off_is_float32(
+def test_memory_is_the_block_bytes_and_kernels_off_converts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Without the kernels the blocks are not kept: the file is held converted, as on CUDA
+    (int4 groups of 32 from the stored codes, torch's packed kernel), not as float32."""
     blocks, dense, model = tiny_runners(tmp_path, "llama", ALL_Q4_1, slots=1)
     assert blocks.info.quant == "Q4_1" and dense.info.quant == "fp32"
     stored = model.weights.gguf.tensor_nbytes()  # every tensor as stored: blocks + F32 norms
@@ -185,11 +187,13 @@ def test_memory_is_the_block_bytes_and_kernels_off_is_float32(
     assert TorchRunner(model, RunnerConfig(slots=1, max_ctx=32, quant="none")).info.quant == "fp32"
     monkeypatch.setenv("LOCALINFER_NATIVE_KERNELS", "0")
     off = TorchRunner(model, RunnerConfig(slots=1, max_ctx=32, dtype="float32"))
-    assert off.info.quant == "fp32" and off.native_max_tokens == 0
-    assert not off._model.weights.has_blocks()
+    assert off.info.quant == "Q4_1" and off.native_max_tokens == 0
+    assert not off._model.weights.has_blocks() and "int4pack" in off.quant_kernels
     (logits,) = off.forward([SlotWork(0, seq(5, 0), 0)])
     (want,) = dense.forward([SlotWork(0, seq(5, 0), 0)])
-    np.testing.assert_allclose(logits, want, rtol=1e-4, atol=1e-4)
+    # The same weights (scale and zero rounded once to bf16), bf16 activations in the products:
+    # measured 0.52% of the logits' norm.
+    assert np.linalg.norm(logits - want) / np.linalg.norm(want) < 2e-2
 
 
 class WrongRowBytes:

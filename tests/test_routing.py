@@ -23,6 +23,7 @@ def route(kind: str, fmt: str | None, arch: str | None, installed=EVERYTHING, of
 # half its down projections at Q6_K; only which type holds the most bytes counts).
 Q4_K_M = {"Q4_K": 600, "Q6_K": 300}
 Q8_0 = {"Q8_0": 1000}
+Q4_0 = {"Q4_0": 900, "Q6_K": 100}  # llama.cpp keeps a Q4_0 file's LM head at Q6_K
 BF16 = {"BF16": 1000}
 AS_STORED = "as stored"  # llama.cpp: every matrix in the file's own blocks
 TORCH_KQUANT = {"Q4_K": "int4-g32", "Q6_K": "int8"}
@@ -34,7 +35,10 @@ TABLE = [
     ("cuda", "gguf", "gemma3", Q8_0, True, ("llamacpp", "cuda", AS_STORED)),
     # CPU-only llama.cpp wheel: torch holds Q4_K as int4 groups of 32, Q6_K as int8
     ("cuda", "gguf", "qwen3", Q4_K_M, False, ("torch", "cuda", TORCH_KQUANT)),
-    ("cuda", "gguf", "qwen3", Q8_0, False, ("torch", "cuda", {"Q8_0": "bf16"})),  # not K-quant
+    # not K-quant files: converted by the same rules (no native CPU kernels keep their blocks)
+    ("cuda", "gguf", "qwen3", Q8_0, False, ("torch", "cuda", {"Q8_0": "int8"})),
+    ("cuda", "gguf", "llama", Q4_0, False,
+     ("torch", "cuda", {"Q4_0": "int4-g32", "Q6_K": "int8"})),
     ("cuda", "gguf", "gemma3", Q4_K_M, False, None),  # torch lacks gemma3: not sent there
     ("cuda", "gguf", "qwen3moe", Q4_K_M, False, None),
     ("cuda", "safetensors", "llama", BF16, True, ("torch", "cuda", {"BF16": "bf16"})),
@@ -70,7 +74,7 @@ def test_the_routing_table(kind, fmt, arch, stored, offloads, want) -> None:
     [
         ("metal:16GiB", None, {"Q4_1": "Q4_1", "Q8_0": "Q8_0"}),  # llama.cpp, as stored
         ("metal:16GiB", "mlx", {"Q4_1": "mlx-4bit-g32", "Q8_0": "mlx-8bit-g32"}),
-        ("cuda:12GiB", "torch", {"Q4_1": "bf16", "Q8_0": "bf16"}),  # no K-quant: dequantized
+        ("cuda:12GiB", "torch", {"Q4_1": "int4-g32", "Q8_0": "int8"}),  # as a K-quant file's
     ],
 )
 def test_the_budget_reports_the_form_its_planned_runner_holds(device, backend, forms) -> None:

@@ -340,7 +340,8 @@ def embedded_reference(embedded: LoadedModel, embedded_tokens: list[int]) -> np.
 
 # (native_max_tokens, prefill chunk): a runner sending up to 32 tokens to the kernels takes
 # 16-token chunks through them and 64-token ones through torch ops on dense matrices; with the
-# kernels off the matrices are oneDNN-packed.
+# kernels off the matrices are oneDNN-packed (float32 asked by name: the file's own numbers
+# would be held converted to int4 / int8 there, weight_plan.py).
 EMBEDDED_PATHS = {"native": (32, 16), "torch-ops-dense": (32, 64), "torch-ops-packed": (0, 64)}
 
 
@@ -349,7 +350,10 @@ def test_embedded_model_matches_numpy_reference(
     embedded: LoadedModel, embedded_tokens: list[int], embedded_reference: np.ndarray, path: str
 ) -> None:
     native_max_tokens, chunk = EMBEDDED_PATHS[path]
-    runner = make_runner(embedded, native_max_tokens=native_max_tokens, slots=2, max_ctx=512)
+    quant = "fp32" if path == "torch-ops-packed" else None
+    runner = make_runner(
+        embedded, native_max_tokens=native_max_tokens, slots=2, max_ctx=512, quant=quant
+    )
     assert runner.packed_weights == (path == "torch-ops-packed")
     assert (runner.native_max_tokens >= chunk) == (path == "native")
     got = prefill_chunks(runner, 1, embedded_tokens, [chunk] * (512 // chunk))

@@ -1,6 +1,8 @@
-"""KQuantForm: a K-quant GGUF's matrices held quantized, converted from the stored bytes
-(kquant_rules.py names each type's form and counts its bytes for the budget; kquant_convert.py
-converts), multiplied by torch's packed kernels (quant_kernels.PACKED_ORDER) on CPU and CUDA.
+"""KQuantForm: a GGUF's matrices held quantized, converted from the stored bytes: a K-quant file's,
+and a Q8_0 / Q4_0 / Q4_1 file's where the native CPU kernels do not keep its blocks
+(kquant_rules.py decides which files, names each type's form and counts its bytes for the
+budget; kquant_convert.py converts), multiplied by torch's packed kernels
+(quant_kernels.PACKED_ORDER) on CPU and CUDA.
 
 * A fused matrix (q|k|v, gate|up) is one kernel where its parts share a form, else a
   SplitLinear of one kernel per run of parts.
@@ -19,7 +21,7 @@ import torch
 
 from localinfer.backends.torch.kquant_convert import compact, int4_matrix, int8_matrix, stack_rows
 from localinfer.backends.torch.kquant_linear import DenseLinear, SplitLinear
-from localinfer.backends.torch.kquant_rules import held_form, is_kquant_file
+from localinfer.backends.torch.kquant_rules import held_form, holds_converted
 from localinfer.backends.torch.quant_kernels import PACKED_ORDER, KernelChooser
 from localinfer.backends.torch.quant_layout import QuantMatrix
 from localinfer.backends.torch.quant_linear import QuantLinear
@@ -46,14 +48,14 @@ class StoredSource(Protocol):
     def shape(self, name: str) -> tuple[int, ...]: ...
 
 
-def holds_kquants(source: object) -> bool:
-    """Whether ``source`` is a GGUF whose matrices kquant_rules.py calls a K-quant file."""
+def held_converted(source: object, blocks_kept: bool) -> bool:
+    """Whether ``source`` is a GGUF whose matrices the runner holds converted (kquant_rules.
+    holds_converted; ``blocks_kept``: the native CPU kernels would keep its blocks)."""
     if not all(hasattr(source, a) for a in ("names", "raw", "quant_type", "shape")):
         return False
     src: StoredSource = source  # type: ignore[assignment]
-    return is_kquant_file(
-        (src.quant_type(n), src.raw(n).nbytes) for n in src.names() if len(src.shape(n)) == 2
-    )
+    names = [n for n in src.names() if len(src.shape(n)) == 2]
+    return holds_converted(((src.quant_type(n), src.raw(n).nbytes) for n in names), blocks_kept)
 
 
 class KQuantForm(WeightForm):

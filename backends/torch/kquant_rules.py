@@ -1,6 +1,8 @@
-"""How the torch runner holds a K-quant GGUF (llama.cpp's Q2_K ... Q6_K mixes), and the bytes of
-it: framework-free, so the budget (profile.py) counts by the rules the runner loads by
-(kquant_form.py, kquant_convert.py).
+"""How the torch runner holds a GGUF's block matrices quantized, converted from the stored bytes,
+and the bytes of it: framework-free, so the budget (profile.py) counts by the rules the runner
+loads by (kquant_form.py, kquant_convert.py). ``holds_converted`` decides which files: a K-quant
+file (llama.cpp's Q2_K ... Q6_K mixes) always; a Q8_0 / Q4_0 / Q4_1 file wherever torch's native
+CPU kernels do not keep its blocks as stored (CUDA; a CPU in bf16/fp16, or where they lost).
 
 Such a file's matrices are held quantized, each stored type in one form:
 
@@ -16,7 +18,9 @@ Such a file's matrices are held quantized, each stored type in one form:
 
 A file is a K-quant file when a matrix is stored as Q2_K, Q3_K, Q4_K or Q5_K, or Q6_K holds
 the most matrix bytes (a Q6_K file): a Q4_0 or Q5_0 file whose LM head llama.cpp keeps at Q6_K
-is not one, and keeps the runner's other rules (its Q4_0 blocks, weight_plan.py).
+is not one. A Q8_0 / Q4_0 / Q4_1 file (the type holding the most matrix bytes) is converted by
+the same rules (its Q6_K head int8) where its blocks are not kept; a Q5_0 / Q5_1 / IQ file keeps
+the runner's other rules (dequantized into the compute dtype).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from localinfer.facts.held_weights import StoredTensor
+from localinfer.loading.gguf_weights import STORED_BLOCK_TYPES as NATIVE_BLOCK_TYPES
 
 GROUP = 32  # inputs per int4 group: a Q4_K sub-block, a Q4_0 / Q4_1 block
 INT4_TYPES = ("Q4_K", "Q4_0", "Q4_1")
@@ -37,14 +42,35 @@ _NOT_HELD = ("rope_freqs.weight",)
 _INT4_ROWS = {"cpu": 16, "cuda": 8}
 
 
-def is_kquant_file(matrices: Iterable[tuple[str, int]]) -> bool:
-    """``matrices``: (GGUF type, stored bytes) of every matrix of the file."""
+def _totals(matrices: Iterable[tuple[str, int]]) -> dict[str, int]:
     totals: dict[str, int] = {}
     for type_name, nbytes in matrices:
         totals[type_name] = totals.get(type_name, 0) + nbytes
-    if any(t in totals for t in _MARKS):
+    return totals
+
+
+def _most(totals: dict[str, int]) -> str | None:
+    """The type holding the most matrix bytes (the file's own type, as its name says)."""
+    return max(totals, key=totals.__getitem__) if totals else None
+
+
+def is_kquant_file(matrices: Iterable[tuple[str, int]]) -> bool:
+    """``matrices``: (GGUF type, stored bytes) of every matrix of the file."""
+    totals = _totals(matrices)
+    return any(t in totals for t in _MARKS) or _most(totals) == "Q6_K"
+
+
+def holds_converted(matrices: Iterable[tuple[str, int]], blocks_kept: bool) -> bool:
+    """Whether the runner, loading a GGUF's own quantization, holds its matrices in the forms
+    ``held_form`` names: a K-quant file always; a file mostly stored as Q8_0 / Q4_0 / Q4_1
+    unless ``blocks_kept`` (torch's native CPU kernels keep those blocks as stored: a CPU, in
+    float32, where they measured faster). Else every matrix is dequantized into the compute
+    dtype. The one rule the runner (weight_plan.py) and the budget (profile.py) both follow; a
+    float name asked (``--quant f32|bf16|none``) is not the file's own and gets the float copy."""
+    totals = _totals(matrices)
+    if is_kquant_file(totals.items()):
         return True
-    return bool(totals) and max(totals, key=totals.__getitem__) == "Q6_K"
+    return not blocks_kept and _most(totals) in NATIVE_BLOCK_TYPES
 
 
 def held_form(type_name: str) -> str:
@@ -75,7 +101,7 @@ def int4_packs(rows: int, device_kind: str) -> bool:
 
 
 def held_bytes(tensors: Sequence[StoredTensor], float_bytes: int, device_kind: str) -> int:
-    """What the runner holds for a K-quant file's ``tensors``: each matrix in its type's form,
+    """What the runner holds for a converted file's ``tensors``: each matrix in its type's form,
     norms float32, biases in the compute dtype (``float_bytes``). An int4 embedding table that
     is also the LM head (no ``output.weight``) is held twice: codes for the row lookup, and
     the packed copy the head multiplies by."""

@@ -21,7 +21,7 @@ from localinfer.backends.torch.kquant_rules import (
     held_bytes,
     held_form,
     held_source,
-    is_kquant_file,
+    holds_converted,
 )
 from localinfer.backends.torch.native_build import cpu_flags
 from localinfer.backends.torch.native_plan import keeps_blocks, native_f32_tokens, native_plan
@@ -120,9 +120,11 @@ class TorchProfile(BackendProfile):
         compute_dtype: str,
         device_kind: str,
     ) -> HeldWeights | None:
-        """A K-quant GGUF's matrices as the runner converts them on load, on any device and
-        dtype (kquant_rules.py); None for any other file, which the general rules count."""
-        if not is_kquant_file((t.type_name, t.nbytes) for t in tensors if len(t.shape) == 2):
+        """The matrices of a file the runner converts on load (kquant_rules.holds_converted: a
+        K-quant file on any device and dtype, a Q8_0/Q4_0/Q4_1 one where its blocks are not
+        kept), in its forms; None for any other file, which the general rules count."""
+        matrices = [(t.type_name, t.nbytes) for t in tensors if len(t.shape) == 2]
+        if not self._converts(matrices, device_kind, compute_dtype):
             return None
         float_bytes = 4 if compute_dtype == "float32" else 2
         return HeldWeights(held_bytes(tensors, float_bytes, device_kind), held_source(tensors))
@@ -130,17 +132,31 @@ class TorchProfile(BackendProfile):
     def weight_forms(
         self, stored: Mapping[str, int], device_kind: str, compute_dtype: str
     ) -> dict[str, str]:
-        """A K-quant file's matrices as kquant_rules.py converts them on any device (Q4_K,
-        Q4_0, Q4_1 as int4 in groups of 32; other block types int8 per row; floats in the
-        compute dtype). Another GGUF's Q8_0/Q4_0/Q4_1 matrices stay as stored where this CPU's
-        native kernels keep them (float32, planner.kept_blocks); everything else is
-        dequantized into the compute dtype, as a safetensors model's matrices are held."""
+        """The forms of a file the runner converts (kquant_rules.holds_converted: a K-quant
+        file on any device; a Q8_0/Q4_0/Q4_1 file on CUDA, a planned machine, or a CPU that
+        does not keep its blocks): Q4_K, Q4_0, Q4_1 as int4 in groups of 32, other block types
+        int8 per row, floats in the compute dtype. Where this CPU's native kernels keep a
+        file's Q8_0/Q4_0/Q4_1 blocks (float32, planner.kept_blocks) they stay as stored, the
+        rest dequantized; any other file is dequantized into the compute dtype, as a
+        safetensors model's matrices are held."""
         floats = DTYPES.get(compute_dtype, compute_dtype)
-        if is_kquant_file(stored.items()):
+        if self._converts(list(stored.items()), device_kind, compute_dtype):
             names = {"int4": f"int4-g{KQUANT_GROUP}", "int8": "int8", "dense": floats}
             return {type_name: names[held_form(type_name)] for type_name in stored}
-        kept = device_kind == "cpu" and compute_dtype == "float32" and self.keeps_blocks()
+        kept = self._blocks_kept(device_kind, compute_dtype)
         return {t: t if kept and t in NATIVE_BLOCK_TYPES else floats for t in stored}
+
+    def _blocks_kept(self, device_kind: str, compute_dtype: str) -> bool:
+        """The runner's native kernels keep a GGUF's Q8_0/Q4_0/Q4_1 blocks (weight_plan.py)."""
+        return device_kind == "cpu" and compute_dtype == "float32" and self.keeps_blocks()
+
+    def _converts(self, matrices: list[tuple[str, int]], device_kind: str, dtype: str) -> bool:
+        """kquant_rules.holds_converted for this device and dtype. A K-quant file is converted
+        whatever the kernels keep, so only another file asks (the runner does the same): this
+        machine's calibration, which may measure, is not run for it."""
+        if holds_converted(matrices, blocks_kept=True):
+            return True
+        return holds_converted(matrices, self._blocks_kept(device_kind, dtype))
 
     def keeps_blocks(self) -> bool:
         """A CPU float32 runner keeps a GGUF's Q8_0/Q4_0/Q4_1 matrices as stored blocks."""

@@ -28,7 +28,7 @@ class BudgetRequest:
     prefill_chunk: int | None = None  # tokens per forward pass; None: the backend's
     online: bool = False  # catalog models not on disk: the Hub's metadata, not catalog numbers
     mmproj: str | None = None  # count a vision projector: "" the model's own, or a file name
-    dtype: str | None = None  # float32 | bfloat16 | float16: what torch dequantizes GGUF to
+    dtype: str | None = None  # float32 | bfloat16 | float16: torch's compute dtype
     kv_ram: str | None = None  # --kv-ram: None no RAM tier row; "auto" the default share; SIZE
 
     def __post_init__(self) -> None:

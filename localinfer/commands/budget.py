@@ -46,8 +46,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument(
         "--dtype",
         choices=("float32", "bfloat16", "float16"),
-        help="torch's compute dtype, which GGUF weights are dequantized to "
-        "(default: float32 on CPU, bfloat16 on CUDA)",
+        help="torch's compute dtype (default: float32 on CPU, bfloat16 on CUDA); a K-quant "
+        "GGUF, or a Q8_0/Q4_0/Q4_1 one its CPU kernels do not keep, stays int4/int8 unless "
+        "--quant names a float type",
     )
     parser.add_argument(
         "--online",
