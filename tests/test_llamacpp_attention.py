@@ -115,7 +115,7 @@ def test_measured_once_stored_and_reused(
     result = results[0]
     assert result is not None and results[1] == result
     assert {r.flash for r in result.rows} == {True, False}
-    assert all(r.decode > 0 and r.prefill > 0 for r in result.rows)
+    assert all(r.decode > 0 and r.prefill > 0 and r.batched > 0 for r in result.rows)
     assert result.heads == SMOLLM2.key
     path = plan.calibration_path(2, SMOLLM2)
     assert path is not None and path.is_file()

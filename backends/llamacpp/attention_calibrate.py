@@ -1,9 +1,10 @@
 """Time llama.cpp's attention with flash attention on and off, on this CPU (attention_plan.py).
 
-For each setting: a one-sequence context for the probe model of the asked attention heads
-(attention_probe.py: the real model's heads, the rest shrunk), DEPTH tokens prefilled (a probe
-prefills them in milliseconds), then the best of a few CHUNK-token forwards and the median of a
-few one-token decode steps at that depth.
+For each setting: a context of BATCHED sequences for the probe model of the asked attention heads
+(attention_probe.py: the real model's heads, the rest shrunk), DEPTH tokens prefilled in each (a
+probe prefills them in milliseconds), then the best of a few CHUNK-token forwards and the median
+of a few one-token decode steps in one sequence, and the median of a few steps decoding one token
+in every sequence, at that depth.
 
 Run as ``python -m localinfer.backends.llamacpp.attention_calibrate THREADS HEADS KV_HEADS
 HEAD_DIM``: prints the result as JSON and stores it for attention_plan.py; with ``--probe`` it
@@ -23,6 +24,7 @@ import numpy as np
 from localinfer.backends.base import RunnerConfig, SlotWork
 from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.attention_plan import (
+    BATCHED,
     CHUNK,
     DEPTH,
     AttentionCalibration,
@@ -46,9 +48,11 @@ def time_setting(model_ptr: object, flash: bool, threads: int) -> AttentionTimes
     """One setting's times on the loaded probe model ``model_ptr``."""
     llama = native.lib()
     params = llama.llama_context_default_params()
-    params.n_ctx = DEPTH + CHUNK + DECODE_STEPS + 8
+    cells = DEPTH + CHUNK + DECODE_STEPS + 8
+    params.n_ctx = BATCHED * cells
     params.n_batch = params.n_ubatch = BATCH
-    params.n_seq_max = 1
+    params.n_seq_max = BATCHED
+    params.kv_unified = False  # as the runner: a KV stream per sequence
     params.n_threads = params.n_threads_batch = threads
     params.no_perf = True
     on, off = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
@@ -59,8 +63,9 @@ def time_setting(model_ptr: object, flash: bool, threads: int) -> AttentionTimes
     try:
         forward = _forwarder(llama, ctx)
         ids = np.arange(DEPTH, dtype=np.int32) % PROBE_VOCAB
-        for start in range(0, DEPTH, BATCH):
-            forward(ids[start : start + BATCH], start)
+        for seq in range(BATCHED):
+            for start in range(0, DEPTH, BATCH):
+                forward(ids[start : start + BATCH], start, seq)
         memory = llama.llama_get_memory(ctx)
         chunk = np.arange(CHUNK, dtype=np.int32) + 7
         chunks = []
@@ -69,28 +74,43 @@ def time_setting(model_ptr: object, flash: bool, threads: int) -> AttentionTimes
             forward(chunk, DEPTH)
             chunks.append((time.perf_counter() - began) / CHUNK)
             llama.llama_memory_seq_rm(memory, 0, DEPTH, -1)
-        steps = []
+        steps, batched = [], []
         for i in range(DECODE_STEPS + 2):  # the first two warm up
             began = time.perf_counter()
             forward(np.array([9], dtype=np.int32), DEPTH + i)
             steps.append(time.perf_counter() - began)
+        llama.llama_memory_seq_rm(memory, 0, DEPTH, -1)  # every sequence at DEPTH again
+        for i in range(DECODE_STEPS + 2):
+            began = time.perf_counter()
+            forward(np.full(BATCHED, 9, dtype=np.int32), DEPTH + i, None)
+            batched.append((time.perf_counter() - began) / BATCHED)
         return AttentionTimes(
-            flash=flash, decode=statistics.median(steps[2:]), prefill=min(chunks[1:])
+            flash=flash,
+            decode=statistics.median(steps[2:]),
+            prefill=min(chunks[1:]),
+            batched=statistics.median(batched[2:]),
         )
     finally:
         llama.llama_free(ctx)
 
 
-def _forwarder(llama: object, ctx: object) -> Callable[[np.ndarray, int], None]:
-    """A forward of token ids at positions from ``start`` in sequence 0, the last row output."""
+def _forwarder(llama: object, ctx: object) -> Callable[..., None]:
+    """A forward of token ids: from position ``start`` in sequence ``seq``, the last row output;
+    or, with ``seq`` None, one token in each of BATCHED sequences at ``start``, each output."""
     batch = BatchBuffer(llama, BATCH)
 
-    def forward(tokens: np.ndarray, start: int) -> None:
+    def forward(tokens: np.ndarray, start: int, seq: int | None = 0) -> None:
         n = len(tokens)
-        want = np.zeros(n, dtype=np.int8)
-        want[-1] = 1
-        pos = np.arange(start, start + n, dtype=np.int32)
-        batch.fill(tokens, pos, np.zeros(n, dtype=np.int32), want)
+        if seq is None:
+            want = np.ones(n, dtype=np.int8)
+            pos = np.full(n, start, dtype=np.int32)
+            seqs = np.arange(n, dtype=np.int32)
+        else:
+            want = np.zeros(n, dtype=np.int8)
+            want[-1] = 1
+            pos = np.arange(start, start + n, dtype=np.int32)
+            seqs = np.full(n, seq, dtype=np.int32)
+        batch.fill(tokens, pos, seqs, want)
         if llama.llama_decode(ctx, batch.batch) != 0:  # type: ignore[attr-defined]
             raise RuntimeError("llama_decode failed on the attention probe")
 

@@ -12,8 +12,9 @@ kernel, few wide ones the fused: attention_probe.py), so attention_calibrate.py 
 DEPTH cached tokens on a probe model with the real model's heads and little else (well under a
 second), and the result is stored per machine, llama.cpp build, thread count and head shape.
 
-The decision weighs a one-token decode step and a CHUNK-token forward (per token) equally and
-keeps llama.cpp's own default (on) unless off is ``MARGIN`` faster. Without flash attention a
+The decision weighs a one-token decode step, a step of BATCHED sequences decoding together (per
+token: what a server runs) and a CHUNK-token forward (per token) equally, and keeps llama.cpp's
+own default (on) unless off is ``MARGIN`` faster. Without flash attention a
 prefill chunk materializes its scores against the whole context (chunk x heads x context
 floats); past ``SCORES_CAP`` bytes of them, memory wins and flash attention stays on. The budget
 asks :func:`flash_attention` with the same arguments as the runner, so both agree.
@@ -63,9 +64,10 @@ from localinfer.paths import cache_dir
 log = logging.getLogger(__name__)
 
 ENV = "LOCALINFER_FLASH_ATTN"  # on | off: skip the measurement (benchmarks, tests)
-CALIBRATION_VERSION = 2  # 2: per head shape, on the probe model
+CALIBRATION_VERSION = 3  # 2: per head shape, on the probe model; 3: with a batched step
 DEPTH = 1024  # cached tokens the timed steps attend over
 CHUNK = 16  # tokens of the timed short forward (verification, a short prefill)
+BATCHED = 4  # sequences of the timed batched decode step
 MARGIN = 0.05  # off must save this share of a chat turn's time to replace llama.cpp's default
 SCORES_CAP = 256 * 2**20  # bytes of materialized scores beyond which flash attention stays on
 PREFILL_UBATCH = 512  # the runner's default n_ubatch: the most tokens one chunk's scores cover
@@ -83,10 +85,11 @@ class AttentionTimes:
     flash: bool
     decode: float  # one-token step
     prefill: float  # per token of a CHUNK-token forward
+    batched: float = 0.0  # per token of a step of BATCHED sequences, one token each
 
     def chat_turn(self) -> float:
-        """Seconds for a decode step plus one token of a short forward."""
-        return self.prefill + self.decode
+        """Seconds for a decode step, one token of a batched step and one of a short forward."""
+        return self.prefill + self.decode + self.batched
 
 
 @dataclass(frozen=True, slots=True)
