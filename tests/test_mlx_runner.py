@@ -285,17 +285,31 @@ def test_runner_used_from_another_thread():
     np.testing.assert_array_equal(there["x"], here)
 
 
-def _resident_bytes_of(path: str) -> int:
-    """Resident bytes of this process's mappings of the file at ``path`` (/proc/self/smaps)."""
-    total, inside = 0, False
-    with open("/proc/self/smaps", encoding="utf-8") as smaps:
-        for line in smaps:
-            head = line.split()
-            if head and "-" in head[0] and len(head) >= 5:  # a mapping's header line
-                inside = len(head) >= 6 and head[5] == path
-            elif inside and head[:1] == ["Rss:"]:
-                total += int(head[1]) * 1024
-    return total
+# Run in a fresh interpreter: a test process's other mappings of the same file (a llama.cpp
+# runner's, a fixture's model) would be counted with the MLX runner's.
+_RESIDENT_CHILD = """
+import json
+import mlx.core as mx
+import numpy as np
+from localinfer.backends.base import RunnerConfig, SlotWork
+from localinfer.backends.mlx.runner import create_runner
+from localinfer.loading.embedded import embedded_model_path
+from localinfer.loading.loader import load_model
+
+path = str(embedded_model_path().resolve())
+runner = create_runner(load_model(embedded_model_path()), RunnerConfig(slots=1, max_ctx=64))
+resident, inside = 0, False
+with open("/proc/self/smaps", encoding="utf-8") as smaps:
+    for line in smaps:
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:  # a mapping's header line
+            inside = len(head) >= 6 and head[5] == path
+        elif inside and head[:1] == ["Rss:"]:
+            resident += int(head[1]) * 1024
+cache = mx.get_cache_memory()
+(logits,) = runner.forward([SlotWork(0, (1, 2, 3, 4), 0)])
+print(json.dumps({"resident": resident, "cache": cache, "finite": bool(np.isfinite(logits).all())}))
+"""
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc/self/smaps")
@@ -303,16 +317,16 @@ def test_the_load_leaves_no_file_pages_or_freed_buffers_resident():
     """Once the weights are MLX arrays, the GGUF's pages the load read leave the process (they
     made RSS grow by the whole file beside the weights' copy) and MLX's cache of what the load
     freed is handed back; the runner still reads the file where it must, as before."""
-    from localinfer.loading.embedded import embedded_model_path
-    from localinfer.loading.loader import load_model
+    import json
+    import subprocess
 
-    model = load_model(embedded_model_path())
-    path = str(embedded_model_path().resolve())
-    runner = make_runner(model, slots=1, max_ctx=64)
-    assert _resident_bytes_of(path) < 2**20  # of 94 MiB read
-    assert mx.get_cache_memory() == 0
-    logits = feed(runner, 0, random_tokens(8, vocab=runner.info.vocab_size))
-    assert np.isfinite(logits).all()
+    done = subprocess.run(
+        [sys.executable, "-c", _RESIDENT_CHILD], capture_output=True, text=True, check=True
+    )
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["resident"] < 2**20  # of 94 MiB read
+    assert seen["cache"] == 0
+    assert seen["finite"]
 
 
 def test_fill_synthetic_sets_a_slots_cells_for_measurements():
