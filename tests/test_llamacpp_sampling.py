@@ -19,6 +19,7 @@ from localinfer.loading.embedded import embedded_model_path  # noqa: E402
 from localinfer.session import open_model  # noqa: E402
 from tests.llamacpp_helpers import cfg, prompt, tiny_setup  # noqa: E402
 from tests.model_files import file_model  # noqa: E402
+from tests.sampling_checks import assert_draws_follow
 
 pytestmark = pytest.mark.llamacpp
 
@@ -70,21 +71,7 @@ def test_runner_draws_follow_the_host_distribution(tiny_runner, mix: dict) -> No
     probs = sampling_probs(SamplingParams(**mix), _logits(tiny_runner, context))
     spec = RunnerSampling(stream=1, seed=1234, **mix)
     counts = np.bincount(_draws(tiny_runner, spec, context), minlength=probs.shape[0])
-    # Never a token the host's distribution excludes (top-k, min-p and top-p cut the same set).
-    assert counts[probs == 0].sum() == 0
-    # Pearson's chi-square over the tokens expected 5+ times, the rest pooled: a wrong order of
-    # the cuts or temperature applied after them moves it far past this (p < 1e-6 for 20 cells).
-    expected = probs * DRAWS
-    big = expected >= 5
-    observed = np.append(counts[big], counts[~big].sum())
-    wanted = np.append(expected[big], expected[~big].sum())
-    keep = wanted > 0
-    chi2 = float((((observed - wanted) ** 2)[keep] / wanted[keep]).sum())
-    cells = int(keep.sum())
-    assert cells >= 3, cells
-    assert chi2 < cells + 6 * np.sqrt(2 * cells), (chi2, cells)
-    # Total variation, for the reader: a few hundredths at this many draws.
-    assert 0.5 * np.abs(counts / DRAWS - probs).sum() < 0.1
+    assert_draws_follow(counts, probs, DRAWS)
 
 
 def test_a_seed_repeats_and_a_new_stream_restarts_the_generator(tiny_runner) -> None:

@@ -20,6 +20,7 @@ from localinfer.backends.torch.sampling import DeviceSamplers, sorted_probs  # n
 from localinfer.engine import Engine  # noqa: E402
 from localinfer.engine.sampler import exact_sampling_probs, sampling_probs  # noqa: E402
 from localinfer.engine.types import Request, SamplingParams  # noqa: E402
+from tests.sampling_checks import assert_draws_follow  # noqa: E402
 from tests.tiny import random_tokens, tiny_model  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -112,21 +113,7 @@ def test_seeded_draws_follow_the_host_distribution(mix: dict, device: str) -> No
     probs = sampling_probs(SamplingParams(**mix), row.cpu().numpy())
     spec = RunnerSampling(stream=1, seed=1234, **mix)
     counts = np.bincount(_draws(DeviceSamplers(row.device), row, spec, DRAWS), minlength=256)
-    # Never a token the host's distribution excludes (top-k, min-p and top-p cut the same set).
-    assert counts[probs == 0].sum() == 0
-    # Pearson's chi-square over the tokens expected 5+ times, the rest pooled: a wrong order of
-    # the cuts or temperature applied after them moves it far past this (p < 1e-6 for 20 cells).
-    expected = probs * DRAWS
-    big = expected >= 5
-    observed = np.append(counts[big], counts[~big].sum())
-    wanted = np.append(expected[big], expected[~big].sum())
-    keep = wanted > 0
-    chi2 = float((((observed - wanted) ** 2)[keep] / wanted[keep]).sum())
-    cells = int(keep.sum())
-    assert cells >= 3, cells
-    assert chi2 < cells + 6 * np.sqrt(2 * cells), (chi2, cells)
-    # Total variation, for the reader: a right sampler's is about 0.05 at most on these.
-    assert 0.5 * np.abs(counts / DRAWS - probs).sum() < 0.1
+    assert_draws_follow(counts, probs, DRAWS)
 
 
 def _forward_draws(runner: TorchRunner, spec: RunnerSampling, n: int) -> list[int]:
