@@ -62,7 +62,10 @@ HARMONY_CALLER = {
 HIDDEN, HEADS, KV_HEADS, HEAD_DIM = 64, 4, 2, 16
 LAYERS, EXPERTS, EXPERTS_USED, EXPERT_FFN = 2, 4, 2, 64
 WINDOW, CTX = 128, 4096
-LOGIT_SCALE = 2.0  # the chain's logit is about 16 (8 x this) above every other
+# The chain's logit is about 8 x this above every other: 32, so a draw at temperature 1 (the
+# Anthropic API's default) leaves the chain with odds of about e^-32 a token; at 16 one such
+# test lost its thinking block once in a fresh-clone run.
+LOGIT_SCALE = 4.0
 
 
 def harmony_vocab() -> tuple[list[str], list[int], list[str]]:
