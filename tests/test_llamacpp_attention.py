@@ -48,14 +48,16 @@ def embedded():
 
 def _calibration(on: tuple[float, float], off: tuple[float, float]) -> AttentionCalibration:
     rows = (AttentionTimes(True, *on), AttentionTimes(False, *off))
-    return AttentionCalibration(threads=2, depth=1024, rows=rows)
+    return AttentionCalibration(threads=2, depths=(256, 1024), rows=rows)
 
 
 def test_off_is_chosen_only_when_it_saves_the_margin() -> None:
     assert not _calibration((0.050, 0.025), (0.040, 0.009)).flash_faster()
     assert _calibration((0.040, 0.009), (0.050, 0.025)).flash_faster()
-    # 2% faster off is within the margin: llama.cpp's own default stays.
+    # 2% or 10% faster off is within the margin: llama.cpp's own default stays.
     assert _calibration((0.050, 0.010), (0.049, 0.0098)).flash_faster()
+    assert _calibration((0.050, 0.010), (0.045, 0.009)).flash_faster()
+    assert plan.MARGIN > 0.10
 
 
 def test_calibration_round_trips_through_json() -> None:

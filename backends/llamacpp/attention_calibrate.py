@@ -1,10 +1,10 @@
 """Time llama.cpp's attention with flash attention on and off, on this CPU (attention_plan.py).
 
 For each setting: a context of BATCHED sequences for the probe model of the asked attention heads
-(attention_probe.py: the real model's heads, the rest shrunk), DEPTH tokens prefilled in each (a
-probe prefills them in milliseconds), then the best of a few CHUNK-token forwards and the median
-of a few one-token decode steps in one sequence, and the median of a few steps decoding one token
-in every sequence, at that depth.
+(attention_probe.py: the real model's heads, the rest shrunk), filled to each of DEPTHS tokens in
+turn (a probe prefills them in milliseconds); at each depth the best of a few CHUNK-token forwards
+and the median of a few one-token decode steps in one sequence, and the median of a few steps
+decoding one token in every sequence.
 
 Run as ``python -m localinfer.backends.llamacpp.attention_calibrate THREADS HEADS KV_HEADS
 HEAD_DIM``: prints the result as JSON and stores it for attention_plan.py; with ``--probe`` it
@@ -26,7 +26,7 @@ from localinfer.backends.llamacpp import native
 from localinfer.backends.llamacpp.attention_plan import (
     BATCHED,
     CHUNK,
-    DEPTH,
+    DEPTHS,
     AttentionCalibration,
     AttentionTimes,
     probe_folder,
@@ -45,10 +45,10 @@ BATCH = 512  # prefill rows per llama_decode
 
 
 def time_setting(model_ptr: object, flash: bool, threads: int) -> AttentionTimes:
-    """One setting's times on the loaded probe model ``model_ptr``."""
+    """One setting's times on the loaded probe model ``model_ptr``, summed over DEPTHS."""
     llama = native.lib()
     params = llama.llama_context_default_params()
-    cells = DEPTH + CHUNK + DECODE_STEPS + 8
+    cells = max(DEPTHS) + CHUNK + DECODE_STEPS + 8
     params.n_ctx = BATCHED * cells
     params.n_batch = params.n_ubatch = BATCH
     params.n_seq_max = BATCHED
@@ -62,36 +62,48 @@ def time_setting(model_ptr: object, flash: bool, threads: int) -> AttentionTimes
         raise RuntimeError("llama.cpp could not make a context for the attention probe")
     try:
         forward = _forwarder(llama, ctx)
-        ids = np.arange(DEPTH, dtype=np.int32) % PROBE_VOCAB
-        for seq in range(BATCHED):
-            for start in range(0, DEPTH, BATCH):
-                forward(ids[start : start + BATCH], start, seq)
-        memory = llama.llama_get_memory(ctx)
-        chunk = np.arange(CHUNK, dtype=np.int32) + 7
-        chunks = []
-        for _ in range(PREFILL_REPEATS + 1):  # the first warms up
-            began = time.perf_counter()
-            forward(chunk, DEPTH)
-            chunks.append((time.perf_counter() - began) / CHUNK)
-            llama.llama_memory_seq_rm(memory, 0, DEPTH, -1)
-        steps, batched = [], []
-        for i in range(DECODE_STEPS + 2):  # the first two warm up
-            began = time.perf_counter()
-            forward(np.array([9], dtype=np.int32), DEPTH + i)
-            steps.append(time.perf_counter() - began)
-        llama.llama_memory_seq_rm(memory, 0, DEPTH, -1)  # every sequence at DEPTH again
-        for i in range(DECODE_STEPS + 2):
-            began = time.perf_counter()
-            forward(np.full(BATCHED, 9, dtype=np.int32), DEPTH + i, None)
-            batched.append((time.perf_counter() - began) / BATCHED)
+        ids = np.arange(max(DEPTHS), dtype=np.int32) % PROBE_VOCAB
+        times, filled = [], 0
+        for depth in sorted(DEPTHS):
+            for seq in range(BATCHED):  # each sequence filled on from the last depth
+                for start in range(filled, depth, BATCH):
+                    forward(ids[start : min(start + BATCH, depth)], start, seq)
+            filled = depth
+            times.append(_times_at(forward, llama.llama_get_memory(ctx), depth))
         return AttentionTimes(
             flash=flash,
-            decode=statistics.median(steps[2:]),
-            prefill=min(chunks[1:]),
-            batched=statistics.median(batched[2:]),
+            decode=sum(t[0] for t in times),
+            prefill=sum(t[1] for t in times),
+            batched=sum(t[2] for t in times),
         )
     finally:
         llama.llama_free(ctx)
+
+
+def _times_at(forward: Callable[..., None], memory: object, depth: int) -> tuple[float, ...]:
+    """Seconds per token of a one-token step, a CHUNK-token forward and a step of BATCHED
+    sequences, with every sequence holding ``depth`` cells (and left so)."""
+    llama = native.lib()
+    chunk = np.arange(CHUNK, dtype=np.int32) + 7
+    chunks = []
+    for _ in range(PREFILL_REPEATS + 1):  # the first warms up
+        began = time.perf_counter()
+        forward(chunk, depth)
+        chunks.append((time.perf_counter() - began) / CHUNK)
+        llama.llama_memory_seq_rm(memory, 0, depth, -1)
+    steps, batched = [], []
+    for i in range(DECODE_STEPS + 2):  # the first two warm up
+        began = time.perf_counter()
+        forward(np.array([9], dtype=np.int32), depth + i)
+        steps.append(time.perf_counter() - began)
+    llama.llama_memory_seq_rm(memory, 0, depth, -1)  # every sequence at depth again
+    for i in range(DECODE_STEPS + 2):
+        began = time.perf_counter()
+        forward(np.full(BATCHED, 9, dtype=np.int32), depth + i, None)
+        batched.append((time.perf_counter() - began) / BATCHED)
+    for seq in range(BATCHED):
+        llama.llama_memory_seq_rm(memory, seq, depth, -1)
+    return statistics.median(steps[2:]), min(chunks[1:]), statistics.median(batched[2:])
 
 
 def _forwarder(llama: object, ctx: object) -> Callable[..., None]:
@@ -128,7 +140,7 @@ def measure(threads: int, shape: AttentionShape) -> AttentionCalibration:
         rows = tuple(time_setting(model_ptr, flash, threads) for flash in (True, False))
     finally:
         llama.llama_model_free(model_ptr)
-    return AttentionCalibration(threads=threads, depth=DEPTH, rows=rows, heads=shape.key)
+    return AttentionCalibration(threads=threads, depths=DEPTHS, rows=rows, heads=shape.key)
 
 
 def probe() -> dict:

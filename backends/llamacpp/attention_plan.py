@@ -9,12 +9,15 @@ verification and the short prefills that prefix reuse leaves are all such forwar
 prefill chunks gain from it, and not by much. Which side wins depends on the
 CPU, the llama.cpp build and the model's attention heads (many narrow heads favour the plain
 kernel, few wide ones the fused: attention_probe.py), so attention_calibrate.py times both at
-DEPTH cached tokens on a probe model with the real model's heads and little else (well under a
-second), and the result is stored per machine, llama.cpp build, thread count and head shape.
+each of DEPTHS cached tokens on a probe model with the real model's heads and little else (one to
+a few seconds, once), and the result is stored per machine, llama.cpp build, thread count and
+head shape.
 
 The decision weighs a one-token decode step, a step of BATCHED sequences decoding together (per
-token: what a server runs) and a CHUNK-token forward (per token) equally, and keeps llama.cpp's
-own default (on) unless off is ``MARGIN`` faster. Without flash attention a
+token: what a server runs) and a CHUNK-token forward (per token) equally, summed over a short and a
+long context (the winner can change with depth: on an AVX2 build the fused kernel is faster at 256
+cached tokens and slower at 1,024), and keeps llama.cpp's own default (on) unless off is
+``MARGIN`` faster. Without flash attention a
 prefill chunk materializes its scores against the whole context (chunk x heads x context
 floats); past ``SCORES_CAP`` bytes of them, memory wins and flash attention stays on. The budget
 asks :func:`flash_attention` with the same arguments as the runner, so both agree.
@@ -64,11 +67,16 @@ from localinfer.paths import cache_dir
 log = logging.getLogger(__name__)
 
 ENV = "LOCALINFER_FLASH_ATTN"  # on | off: skip the measurement (benchmarks, tests)
-CALIBRATION_VERSION = 3  # 2: per head shape, on the probe model; 3: with a batched step
-DEPTH = 1024  # cached tokens the timed steps attend over
+CALIBRATION_VERSION = 4  # 2: per head shape, on the probe model; 3: a batched step; 4: two depths
+DEPTHS = (256, 1024)  # cached tokens the timed steps attend over: a short chat and a long one
 CHUNK = 16  # tokens of the timed short forward (verification, a short prefill)
 BATCHED = 4  # sequences of the timed batched decode step
-MARGIN = 0.05  # off must save this share of a chat turn's time to replace llama.cpp's default
+# Off must save this share of the probe's chat turn to replace llama.cpp's default. The probe
+# overstates what off saves: its forward is nearly all attention, with a working set that stays in
+# cache, where a real model's steps carry the rest of the model and stream its KV from memory, so
+# the plain path's materialized scores cost more there (docs/measurements.md: a probe saving of
+# 16% was a tie on the real model, and one of 3-6% a loss in 11 of 12 forward shapes).
+MARGIN = 0.20
 SCORES_CAP = 256 * 2**20  # bytes of materialized scores beyond which flash attention stays on
 PREFILL_UBATCH = 512  # the runner's default n_ubatch: the most tokens one chunk's scores cover
 SUBPROCESS_TIMEOUT_S = 120
@@ -80,7 +88,7 @@ _RUNS_HERE = False  # this process has seen llama.cpp run on this CPU (check_run
 
 @dataclass(frozen=True, slots=True)
 class AttentionTimes:
-    """Seconds per token with flash attention ``flash`` at DEPTH cached tokens."""
+    """Seconds per token with flash attention ``flash``, summed over DEPTHS cached tokens."""
 
     flash: bool
     decode: float  # one-token step
@@ -95,7 +103,7 @@ class AttentionTimes:
 @dataclass(frozen=True, slots=True)
 class AttentionCalibration:
     threads: int
-    depth: int
+    depths: tuple[int, ...]
     rows: tuple[AttentionTimes, ...]  # flash on and off
     heads: str = ""  # AttentionShape.key of the probe it was measured on
     version: int = CALIBRATION_VERSION
@@ -104,7 +112,7 @@ class AttentionCalibration:
         return next(r for r in self.rows if r.flash == flash)
 
     def flash_faster(self) -> bool:
-        """Flash attention unless turning it off saves at least MARGIN of a chat turn."""
+        """Flash attention unless turning it off saves at least MARGIN of the probe's chat turn."""
         on, off = self.row(True).chat_turn(), self.row(False).chat_turn()
         return not off < on * (1 - MARGIN)
 
@@ -116,7 +124,8 @@ class AttentionCalibration:
         rows = tuple(AttentionTimes(**r) for r in data["rows"])
         if sorted(r.flash for r in rows) != [False, True]:
             raise ValueError("an attention calibration needs one row with and one without")
-        return cls(threads=int(data["threads"]), depth=int(data["depth"]), rows=rows,
+        depths = tuple(int(d) for d in data["depths"])
+        return cls(threads=int(data["threads"]), depths=depths, rows=rows,
                    heads=str(data.get("heads", "")),
                    version=int(data.get("version", 0)))  # fmt: skip
 
@@ -234,8 +243,8 @@ def _stored(path: Path, threads: int, shape: AttentionShape) -> AttentionCalibra
         stored = AttentionCalibration.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError):
         return None  # absent or unreadable: measure
-    asked = (CALIBRATION_VERSION, threads, DEPTH, shape.key)
-    fresh = (stored.version, stored.threads, stored.depth, stored.heads) == asked
+    asked = (CALIBRATION_VERSION, threads, DEPTHS, shape.key)
+    fresh = (stored.version, stored.threads, stored.depths, stored.heads) == asked
     return stored if fresh else None
 
 

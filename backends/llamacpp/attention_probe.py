@@ -11,7 +11,7 @@ the probe keeps the heads (count, KV heads, head size) and shrinks the rest: PRO
 layers over a residual stream of PROBE_EMBD (the projections map it to and from the heads' full
 width, as llama.cpp allows), an MLP of PROBE_FFN, a vocabulary of PROBE_VOCAB ids and no
 tokenizer (llama.cpp's "none" vocabulary; the calibration feeds ids). So nearly all of a probe's
-forward is attention, and a calibration takes well under a second. Written once per head shape
+forward is attention, and a calibration takes a second or a few. Written once per head shape
 into the cache.
 """
 
