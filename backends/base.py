@@ -26,6 +26,7 @@ from localinfer.backends import prompt_images as prompt_images  # images in prom
 from localinfer.backends.prompt_images import PromptImage
 from localinfer.backends.runner_sampling import RunnerSampling
 from localinfer.backends.runner_sampling import SamplesInRunner as SamplesInRunner
+from localinfer.errors import ContextOverflowError
 from localinfer.facts.pooling import Pooling
 
 LogitsWanted = Literal["last", "all"]
@@ -284,8 +285,6 @@ def kv_splicer(runner: object) -> KVSplicer | None:
 
 def check_batch(batch: Sequence[SlotWork], lengths: Sequence[int], max_ctx: int) -> None:
     """Validate a batch against the invariants in the module docstring (shared by all runners)."""
-    from localinfer.errors import ContextOverflowError
-
     seen: set[int] = set()
     for work in batch:
         if not 0 <= work.slot < len(lengths):

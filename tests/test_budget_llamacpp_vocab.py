@@ -79,6 +79,10 @@ def test_decode_calls_carry_at_most_the_reserved_rows() -> None:
         for start, end in spans[:-1]:
             assert end - start == n_batch or want[start : end + 1].sum() > max_outputs
     assert decode_spans(np.zeros(0, np.int8), 512, 33) == []
+    # A batch within both limits is one call (a decode step), however many rows it flags.
+    assert decode_spans(np.ones(8, np.int8), 512, 33) == [(0, 8)]
+    assert decode_spans(np.ones(8, np.int8), 512, 5) == [(0, 5), (5, 8)]
+    assert decode_spans(np.zeros(8, np.int8), 3, 33) == [(0, 3), (3, 6), (6, 8)]
 
 
 def test_both_caches_of_a_sliding_window_model_count() -> None:

@@ -77,11 +77,19 @@ class FlatBatch:
     def total(self) -> int:
         return len(self.tokens)
 
+    def slot_ends(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(slot, last position) of each slot with rows in ``[start, end)``: a slot's rows are
+        consecutive and ascending, so the last one a dict keeps is its end."""
+        seq, pos = self.seq[start:end].tolist(), self.pos[start:end].tolist()
+        return list(dict(zip(seq, pos, strict=True)).items())
+
 
 def decode_spans(want: np.ndarray, n_batch: int, max_outputs: int) -> list[tuple[int, int]]:
     """The ``[start, end)`` runs of a flat batch, in order, one ``llama_decode`` each: at most
     ``n_batch`` rows, of which at most ``max_outputs`` are flagged in ``want`` (llama.cpp aborts
     on a call with more outputs than its context reserved, context_shape.py)."""
+    if 0 < len(want) <= min(n_batch, max_outputs):  # one call, whatever is flagged
+        return [(0, len(want))]
     outputs = np.cumsum(want, dtype=np.int64)  # [total], outputs flagged in rows 0..i
     spans: list[tuple[int, int]] = []
     start = 0
@@ -96,11 +104,18 @@ def decode_spans(want: np.ndarray, n_batch: int, max_outputs: int) -> list[tuple
     return spans
 
 
-def flatten_batch(batch: Sequence[SlotWork]) -> FlatBatch:
+def flatten_batch(batch: Sequence[SlotWork], vocab: int) -> FlatBatch:
     """The rows of ``batch``, item by item in slot order (``outputs`` name the items by their
-    index in ``batch``). llama.cpp reuses the previous step's graph only when the batch lists the
-    same sequences in the same order; the engine lists them in admission order, which changes
-    whenever a request ends, and a rebuilt graph costs a sixth of an 8-sequence decode step."""
+    index in ``batch``); ValueError for a token id outside ``[0, vocab)``. llama.cpp reuses the
+    previous step's graph only when the batch lists the same sequences in the same order; the
+    engine lists them in admission order, which changes whenever a request ends, and a rebuilt
+    graph costs a sixth of an 8-sequence decode step."""
+    for work in batch:  # min and max in C: a decode step's Python is on its critical path
+        if work.tokens and (min(work.tokens) < 0 or max(work.tokens) >= vocab):
+            bad = next(t for t in work.tokens if not 0 <= t < vocab)
+            raise ValueError(f"slot {work.slot}: token id {bad} outside vocab {vocab}")
+    if all(len(w.tokens) == 1 for w in batch):  # "last" and "all" are the one row
+        return _flatten_steps(batch)
     total = sum(len(w.tokens) for w in batch)
     tokens = np.empty(total, dtype=np.int32)
     pos = np.empty(total, dtype=np.int32)
@@ -122,3 +137,17 @@ def flatten_batch(batch: Sequence[SlotWork]) -> FlatBatch:
             outputs.append(OutputRows(i, row + n - 1, 1))
         row += n
     return FlatBatch(tokens, pos, seq, want, outputs)
+
+
+def _flatten_steps(batch: Sequence[SlotWork]) -> FlatBatch:
+    """flatten_batch of one token per item, each an output row: a decode step, in a few list
+    operations rather than a numpy write per item."""
+    order = sorted(range(len(batch)), key=lambda k: batch[k].slot)
+    items = [batch[i] for i in order]
+    return FlatBatch(
+        tokens=np.array([w.tokens[0] for w in items], dtype=np.int32),
+        pos=np.array([w.start_pos for w in items], dtype=np.int32),
+        seq=np.array([w.slot for w in items], dtype=np.int32),
+        want=np.ones(len(items), dtype=np.int8),
+        outputs=[OutputRows(i, row, 1) for row, i in enumerate(order)],
+    )

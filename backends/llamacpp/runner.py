@@ -204,25 +204,21 @@ class LlamaCppRunner(RankScoring):
         return self._forward_tokens(batch)
 
     def _forward_tokens(self, batch: Sequence[SlotWork]) -> list[np.ndarray]:
-        for work in batch:
-            bad = [t for t in work.tokens if not 0 <= t < self._vocab]
-            if bad:
-                raise ValueError(f"slot {work.slot}: token id {bad[0]} outside vocab {self._vocab}")
-
-        flat = flatten_batch(batch)
+        flat = flatten_batch(batch, self._vocab)
         tokens, pos, seq, want = flat.tokens, flat.pos, flat.seq, flat.want
         pieces: list[list[np.ndarray]] = [[] for _ in batch]
         for start, end in decode_spans(want, self._n_batch, self._max_rows):
             self._decode(tokens[start:end], pos[start:end], seq[start:end], want[start:end])
-            self._max_outputs = max(self._max_outputs, int(want[start:end].sum()))
             # Sampled items draw in place; the other items' rows come out in one copy, each
             # item a view of its rows (an item's outputs are consecutive, items in slot order).
             copied: list[tuple[int, int]] = []  # (item, rows) in the order of their rows
             rows: list[int] = []
+            outputs = 0
             for out in flat.outputs:
                 lo, hi = max(out.row, start), min(out.row + out.n, end)
                 if hi <= lo:
                     continue
+                outputs += hi - lo
                 work = batch[out.item]
                 if work.sample is not None:
                     token = self._samplers.sample(self._ctx, work.slot, work.sample, lo - start)
@@ -230,14 +226,16 @@ class LlamaCppRunner(RankScoring):
                 else:
                     copied.append((out.item, hi - lo))
                     rows.extend(range(lo - start, hi - start))
-            block = self._copy_logits(np.asarray(rows, dtype=np.int64))  # [len(rows), vocab]
-            row = 0
-            for item, n in copied:
-                pieces[item].append(block[row : row + n])
-                row += n
+            self._max_outputs = max(self._max_outputs, outputs)
+            if rows:
+                block = self._copy_logits(np.asarray(rows, dtype=np.int64))  # [len(rows), vocab]
+                row = 0
+                for item, n in copied:
+                    pieces[item].append(block[row : row + n])
+                    row += n
             # Commit lengths chunk by chunk so a failure in a later chunk leaves them truthful.
-            for s in np.unique(seq[start:end]):
-                self._lengths[int(s)] = int(pos[start:end][seq[start:end] == s].max()) + 1
+            for s, last in flat.slot_ends(start, end):
+                self._lengths[s] = last + 1
 
         return [p[0] if len(p) == 1 else np.concatenate(p, axis=0) for p in pieces]
 
