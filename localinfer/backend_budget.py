@@ -68,3 +68,9 @@ def kv_dtype_refusal(requested: str, kv_dtype: str) -> str | None:
     default dtype on its device, in its runner's words; None where it holds one."""
     backend = device_backend(requested)
     return backend_profile(backend.name).kv_dtype_refusal(kv_dtype, backend.dtype)
+
+
+def step_prompt_tokens(backend: str) -> int:
+    """The prompt tokens one engine step carries on ``backend`` by default: what its profile
+    sizes one forward pass for, so the budget's compute buffers hold."""
+    return backend_profile(backend).memory.prefill_chunk

@@ -22,6 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from localinfer.backend_budget import step_prompt_tokens
 from localinfer.budget.report import DEFAULT_CTX, BudgetReport
 from localinfer.engine import Engine
 from localinfer.engine.kv.tiers import KVTierInfo, KVTiers
@@ -235,7 +236,7 @@ def open_session(
     kv_dtype: str | None = None,
     threads: int | None = None,
     max_queue: int = 64,
-    prefill_chunk: int = 256,
+    prefill_chunk: int | None = None,
     prefix_reuse: bool = True,
     cache_reuse: int = 0,
     kv: KVTierOptions | None = None,
@@ -251,12 +252,14 @@ def open_session(
 
     ``ctx``, ``dtype``, ``quant``, ``kv_dtype``: see RunnerSettings (``dtype``: bfloat16 on a
     GPU, float32 on CPU; llama.cpp keeps the file's types). The budget refuses what does not fit
-    before any weight loads; ``force`` loads anyway. ``prefix_reuse`` (on by default) lets a new
-    request reuse the KV of an idle slot that shares its prompt's beginning; ``cache_reuse`` N >
-    0 also moves cached chunks of N+ tokens found later in the prompt instead of prefilling them
-    (an approximation: see localinfer/engine/kv/chunk_reuse.py). ``kv`` (--kv-ram/--kv-disk; None:
-    no tiers) keeps slots' KV below the slots: a RAM tier (``kv.ram`` None: the budget's default
-    share, "0": off) spilling into a disk tier (``kv.disk``) that close() fills and a later
+    before any weight loads; ``force`` loads anyway. ``prefill_chunk``: prompt tokens a step
+    carries (None: what the backend's profile sizes a forward for, docs/measurements.md).
+    ``prefix_reuse`` (on by default) lets a new request reuse the KV of an idle slot that shares
+    its prompt's beginning; ``cache_reuse`` N > 0 also moves cached chunks of N+ tokens found
+    later in the prompt instead of prefilling them (an approximation: see
+    localinfer/engine/kv/chunk_reuse.py). ``kv`` (--kv-ram/--kv-disk; None: no tiers) keeps
+    slots' KV below the slots: a RAM tier (``kv.ram`` None: the budget's default share, "0":
+    off) spilling into a disk tier (``kv.disk``) that close() fills and a later
     session restores from; they need prefix reuse and a runner's KV cache with KVTransfer, else
     they are off and ``Session.tiers.notice`` says why. ``draft`` turns on speculative decoding:
     ``"ngram"``, ``"auto"`` (the catalog's recommended draft model), a draft model spec, or
@@ -288,7 +291,7 @@ def open_session(
             target.runner,
             opened.model.tokenizer,
             max_queue=max_queue,
-            prefill_chunk=prefill_chunk,
+            prefill_chunk=prefill_chunk or step_prompt_tokens(target.choice.name),
             prefix_reuse=prefix_reuse,
             cache_reuse=cache_reuse,
             speculator=speculator,

@@ -71,6 +71,8 @@ def test_a_conversation_resumes_from_the_disk_tier_in_a_new_session(
         in_slot = s.engine.generate(Request(prompt, GREEDY))
     with open_session(backend=backend, ctx=512, slots=2, threads=1, prefix_reuse=False) as s:
         cold = s.engine.generate(Request(prompt, GREEDY))
+        # A step's prompt tokens: what the backend's profile sizes one forward pass for.
+        assert s.engine._scheduler.prefill_chunk == {"llamacpp": 512, "torch": 256}[backend]
     assert cold.metrics.cached_tokens == 0
     expect = min(_shared(prompt, [*ids, *first.token_ids]), kept)
     assert restored.metrics.cached_tokens == in_slot.metrics.cached_tokens == expect
