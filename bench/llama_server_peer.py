@@ -153,11 +153,17 @@ def peer_env(base: Mapping[str, str], runner_wait: bool) -> dict[str, str]:
     """llama-server's environment: libgomp's threads wait as the runner's (omp_wait.py: a short
     spin, then sleep; unless the user chose in ``base``), or, without ``runner_wait``, libgomp's
     default."""
-    from localinfer.backends.llamacpp.omp_wait import DEFAULT_SPINCOUNT, POLICY_ENV, SPIN_ENV
+    from localinfer.backends.llamacpp.omp_wait import (
+        DEFAULT_POLICY,
+        DEFAULT_SPINCOUNT,
+        POLICY_ENV,
+        SPIN_ENV,
+    )
 
     env = dict(base)
     if runner_wait and SPIN_ENV not in env and POLICY_ENV not in env:
         env[SPIN_ENV] = str(DEFAULT_SPINCOUNT)
+        env[POLICY_ENV] = DEFAULT_POLICY
     return env
 
 

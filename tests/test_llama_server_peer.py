@@ -165,9 +165,9 @@ def test_the_real_build_serves_the_embedded_model_beside_localinfer(tmp_path: Pa
 
 def test_the_peer_threads_wait_as_the_runners_unless_told_or_the_user_chose() -> None:
     from bench.llama_server_peer import peer_env
-    from localinfer.backends.llamacpp.omp_wait import DEFAULT_SPINCOUNT
+    from localinfer.backends.llamacpp.omp_wait import DEFAULT_POLICY, DEFAULT_SPINCOUNT
 
-    spin = {"GOMP_SPINCOUNT": str(DEFAULT_SPINCOUNT)}
+    spin = {"GOMP_SPINCOUNT": str(DEFAULT_SPINCOUNT), "OMP_WAIT_POLICY": DEFAULT_POLICY}
     assert peer_env({"A": "1"}, runner_wait=True) == {"A": "1", **spin}
     assert peer_env({"A": "1"}, runner_wait=False) == {"A": "1"}  # libgomp's default
     assert peer_env({"OMP_WAIT_POLICY": "active"}, runner_wait=True) == {

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from localinfer.backends.llamacpp.omp_wait import (
+    DEFAULT_POLICY,
     DEFAULT_SPINCOUNT,
     POLICY_ENV,
     SPIN_ENV,
@@ -49,10 +50,11 @@ def test_sets_the_spin_count_before_libgomp_loads(maps: Path, clean_env: None) -
     wait = prepare_omp_wait(maps=maps)
     assert (wait.spincount, wait.policy, wait.source) == (
         str(DEFAULT_SPINCOUNT),
-        None,
+        DEFAULT_POLICY,
         "localinfer",
     )
     assert os.environ[SPIN_ENV] == str(DEFAULT_SPINCOUNT)
+    assert os.environ[POLICY_ENV] == DEFAULT_POLICY  # the throttled spin too: omp_wait.py
     assert prepare_omp_wait(spincount=5, maps=maps).source == "environment"  # set once
 
 
@@ -65,13 +67,14 @@ def test_the_users_environment_wins(
     assert wait.source == "environment"
     assert (wait.spincount if name == SPIN_ENV else wait.policy) == value
     assert os.environ.get(SPIN_ENV) == (value if name == SPIN_ENV else None)
+    assert os.environ.get(POLICY_ENV) == (value if name == POLICY_ENV else None)
 
 
 def test_too_late_once_libgomp_is_loaded(maps: Path, clean_env: None) -> None:
     maps.write_text(maps.read_text() + SYSTEM_GOMP)
     wait = prepare_omp_wait(maps=maps)
     assert wait.source == "too late"
-    assert SPIN_ENV not in os.environ
+    assert SPIN_ENV not in os.environ and POLICY_ENV not in os.environ
 
 
 CHILD = """
@@ -84,7 +87,8 @@ from tests.model_files import file_model
 before = libgomp_loaded()
 model = file_model(embedded_model_path(), "Q4_1")
 runner = LlamaCppRunner(model, RunnerConfig(slots=1, max_ctx=32, threads=1))
-print(json.dumps([before, libgomp_loaded(), os.environ.get("GOMP_SPINCOUNT")]))
+print(json.dumps([before, libgomp_loaded(), os.environ.get("GOMP_SPINCOUNT"),
+                  os.environ.get("OMP_WAIT_POLICY")]))
 runner.close()
 """
 
@@ -103,8 +107,8 @@ def test_a_fresh_process_opening_a_runner_gets_the_spin_count() -> None:
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
-    before, after, spin = json.loads(proc.stdout.strip().splitlines()[-1])
+    before, after, spin, policy = json.loads(proc.stdout.strip().splitlines()[-1])
     assert before is False
-    assert spin == str(DEFAULT_SPINCOUNT)
+    assert (spin, policy) == (str(DEFAULT_SPINCOUNT), DEFAULT_POLICY)
     if sys.platform.startswith("linux"):  # llama-cpp-python's Linux build runs on OpenMP
         assert after is True

@@ -33,6 +33,15 @@ LIBGOMP = "libgomp.so.1"  # the system libgomp llama-cpp-python links (torch bun
 # hundreds per token), a cost a quiet machine pays too; 1,000 keeps the barriers between two
 # running threads a spin (docs/measurements.md, "libgomp spin count").
 DEFAULT_SPINCOUNT = 1_000
+# libgomp spins only its "throttled" count (100 by default: a few microseconds) whenever it
+# manages more threads than the machine has CPUs, and each engine thread keeps its own OpenMP team
+# for as long as it lives: a second llama.cpp model in a server, or a team the main thread once
+# started, tips a 2-core machine over, and every graph node's barrier becomes a futex sleep.
+# ACTIVE raises the throttled count to 1,000 (capped at the spin count), so the threads wait alike
+# however many teams exist: two engines in one process decoded the embedded model at 30-32 ms a
+# token each, 11-13 with it (python -m bench.omp_teams; docs/measurements.md, "libgomp spin
+# count"). With the spin count set it changes nothing else.
+DEFAULT_POLICY = "ACTIVE"
 
 
 @dataclass(slots=True, frozen=True)
@@ -59,7 +68,8 @@ def libgomp_loaded(maps: Path = Path("/proc/self/maps")) -> bool:
 def prepare_omp_wait(
     spincount: int = DEFAULT_SPINCOUNT, maps: Path = Path("/proc/self/maps")
 ) -> OmpWait:
-    """Set ``GOMP_SPINCOUNT`` for llama.cpp's OpenMP threads unless the user chose how they wait.
+    """Set ``GOMP_SPINCOUNT`` and ``OMP_WAIT_POLICY`` for llama.cpp's OpenMP threads unless the
+    user chose how they wait.
 
     Call before llama_cpp is imported; later calls change nothing and say so.
     """
@@ -69,4 +79,5 @@ def prepare_omp_wait(
     if user_spin is not None or user_policy is not None:
         return OmpWait(user_spin, user_policy, "environment")
     os.environ[SPIN_ENV] = str(spincount)
-    return OmpWait(str(spincount), None, "localinfer")
+    os.environ[POLICY_ENV] = DEFAULT_POLICY
+    return OmpWait(str(spincount), DEFAULT_POLICY, "localinfer")
