@@ -5,11 +5,12 @@ per machine from the sources of the installed llama-cpp-python (bench/llama_serv
 sides run the same llama.cpp, and it starts with the llama.cpp runner's settings: the same file
 and threads (default: physical cores, as the runner), ``-np SLOTS -cb`` with ``--ctx`` cells per
 slot, ``--no-repack`` where the runner keeps weights out of llama.cpp's extra buffers (AMX CPUs:
-backends/llamacpp/native.py, weight_buffers), and OpenMP threads that wait as the runner's do
-(GOMP_SPINCOUNT, backends/llamacpp/omp_wait.py: with libgomp's default spin a waiting thread
-holds its core through the slices its partner needs whenever the machine is busier than its
-cores, and llama-server crawls; ``--peer-gomp-default`` shows it). Flash attention and batch
-sizes stay llama-server's defaults, what its user gets (``--peer-arg`` passes more).
+backends/llamacpp/native.py, weight_buffers). Its OpenMP threads wait as libgomp's default has
+them, what its user gets: on a quiet machine that long spin makes llama-server about a tenth
+faster at one client than the runner's short one (docs/measurements.md, "llama-server's spin");
+``--peer-gomp-runner`` gives it the runner's (GOMP_SPINCOUNT, backends/llamacpp/omp_wait.py),
+with which it holds up when the machine is busier than its cores. Flash attention and batch
+sizes stay llama-server's defaults too (``--peer-arg`` passes more).
 
 Beside it, `localinfer serve` on each backend of ``--backends`` that can load the file (the
 torch native kernels take Q4_0/Q4_1/Q8_0/F32 files; a backend that cannot start gets a row
@@ -93,9 +94,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="one more llama-server argument (repeat: --peer-arg=-fa --peer-arg=off)",
     )
     p.add_argument(
-        "--peer-gomp-default",
+        "--peer-gomp-runner",
         action="store_true",
-        help="llama-server's OpenMP threads spin as libgomp's default, not as the runner's",
+        help="llama-server's OpenMP threads wait as the runner's, not as libgomp's default",
     )
     p.add_argument("--json", type=Path, help="also write the figures here")
     return p.parse_args(argv)
@@ -326,7 +327,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: no llama-server: {exc}", file=sys.stderr)
         return 1
     setup = Setup(bench_model(args), binary, variant, not runner_repacks(args.avx2),
-                  not args.peer_gomp_default)  # fmt: skip
+                  args.peer_gomp_runner)  # fmt: skip
     before = load()
     servers: list[Server] = []
     try:
