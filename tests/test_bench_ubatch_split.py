@@ -1,0 +1,21 @@
+"""bench/ubatch_split.py end to end on the embedded model: a row per flash-attention setting."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+pytest.importorskip("llama_cpp")
+
+
+def test_prints_the_wave_and_every_depth_for_both_kernels(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from bench.ubatch_split import main
+
+    assert main(["--threads", "1", "--repeats", "1", "--depths", "16,40"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert [line.split(":")[0] for line in lines] == ["flash attention on ", "flash attention off"]
+    for line in lines:
+        assert re.search(r"wave \d+\.\d ms, 8x1 at 16: \d+\.\d ms, 8x1 at 40: \d+\.\d ms$", line)
