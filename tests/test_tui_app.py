@@ -7,9 +7,6 @@ well under a minute even on a busy 2-core machine.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
-
 import pytest
 
 from localinfer.conversations import Conversation, ConversationStore
@@ -23,7 +20,7 @@ from localinfer.tui.settings import ChatSettings
 from localinfer.tui.settings_screen import SettingsScreen
 from localinfer.tui.stats_panel import StatsPanel
 from localinfer.tui.system_prompt_screen import SystemPromptScreen
-from tests.tui_pilot import SIZE, module_session, wait_until
+from tests.tui_pilot import SIZE, ForwardGate, module_session, wait_until
 
 CTX = 512
 session = module_session(CTX)
@@ -86,28 +83,6 @@ async def test_answer_streams_and_stats_show(session, store):
         await app.workers.wait_for_complete()
         assert store.load(app.conversation.id).messages == app.conversation.messages
         assert app.query_one(PromptInput).text == ""
-
-
-class ForwardGate:
-    """Stands in for the runner's forward and lets a forward through only when the test says
-    so: an answer is still streaming at every step the test takes, however fast this machine
-    decodes (a wall-clock race otherwise)."""
-
-    def __init__(self, forward: Callable[..., object]) -> None:
-        self._forward = forward
-        self._allowed = threading.Semaphore(0)
-        self._open = threading.Event()
-
-    def __call__(self, batch):
-        while not self._open.is_set() and not self._allowed.acquire(timeout=0.05):
-            pass
-        return self._forward(batch)
-
-    def allow_one(self) -> None:
-        self._allowed.release()
-
-    def open(self) -> None:
-        self._open.set()
 
 
 async def test_escape_stops_mid_answer(session, store, monkeypatch):

@@ -10,7 +10,7 @@ from localinfer.tui.app import ChatApp
 from localinfer.tui.conversation_view import UserTurn
 from localinfer.tui.host import ChatHost
 from localinfer.tui.settings import ChatSettings
-from tests.tui_pilot import SIZE, module_session, wait_until
+from tests.tui_pilot import SIZE, ForwardGate, module_session, wait_until
 
 CTX = 256
 session = module_session(CTX)
@@ -26,16 +26,25 @@ def make_app(session, store, **settings) -> ChatApp:
     return ChatApp(ChatHost(ChatSettings(**{**base, **settings}), session=session), store)
 
 
-async def test_quitting_mid_answer_keeps_the_part_that_streamed(session, store):
+async def test_quitting_mid_answer_keeps_the_part_that_streamed(session, store, monkeypatch):
     """Ctrl+Q while an answer streams: the chat stops the answer, saves the question and the part
     that arrived (as a stopped answer), then exits cleanly (it used to crash mounting the
     "stopped" note into a closing view, and the turn was never saved)."""
+    gate = ForwardGate(session.engine.runner.forward)
+    monkeypatch.setattr(session.engine.runner, "forward", gate)
     app = make_app(session, store)
     async with app.run_test(size=SIZE) as pilot:
         app.prompt.load_text("Write a very long story about a dragon.")
         await pilot.press("enter")
-        await wait_until(pilot, lambda: app._answer is not None and bool(app._answer.source))
+        # Each look lets one more forward through: the answer is mid-stream when Ctrl+Q lands
+        # however fast this machine decodes (a fast one used to finish between two looks).
+        await wait_until(
+            pilot,
+            lambda: gate.allow_one() or (app._answer is not None and bool(app._answer.source)),
+        )
+        assert app.answering
         await pilot.press("ctrl+q")
+        gate.open()
         await wait_until(pilot, lambda: not app.is_running)
     assert app.return_code == 0
     saved = store.list()

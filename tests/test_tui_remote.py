@@ -29,7 +29,7 @@ from localinfer.tui.remote_metrics import engine_metrics_from
 from localinfer.tui.settings import ChatSettings
 from localinfer.tui.stats_panel import StatsPanel
 from tests.test_server_support import client_for, make_session, serving
-from tests.tui_pilot import SIZE, wait_until
+from tests.tui_pilot import SIZE, ForwardGate, wait_until
 
 KEY = "s3cret-key"
 
@@ -169,17 +169,25 @@ async def test_a_model_the_server_does_not_serve_lists_what_it_serves(session, s
     host.close()
 
 
-async def test_a_server_stopping_mid_answer_keeps_the_part_that_arrived(session, store):
+async def test_a_server_stopping_mid_answer_keeps_the_part_that_arrived(
+    session, store, monkeypatch
+):
+    gate = ForwardGate(session.engine.runner.forward)  # mid-stream however fast this machine is
+    monkeypatch.setattr(session.engine.runner, "forward", gate)
     srv = ServerThread(create_app(session)).start()
     app, host = remote_app(srv.url, store, max_tokens=900, temperature=0.8)
     try:
         async with app.run_test(size=SIZE) as pilot:
             await attached(pilot, app)
             await send(pilot, "Write a very long story about a dragon and a knight.")
-            await wait_until(pilot, lambda: app._answer is not None and bool(app._answer.source))
+            await wait_until(
+                pilot,
+                lambda: gate.allow_one() or (app._answer is not None and bool(app._answer.source)),
+            )
             # The process going away: uvicorn stops without waiting for the stream to end.
             srv.server.force_exit = True
             srv.stop()
+            gate.open()
             await wait_until(pilot, lambda: not app.answering, timeout=60)
             await pilot.pause()
             answer = app.query(AnswerTurn).last()

@@ -11,7 +11,7 @@ from localinfer.tui.app import ChatApp
 from localinfer.tui.conversation_view import AnswerTurn
 from localinfer.tui.host import ChatHost
 from localinfer.tui.settings import ChatSettings
-from tests.tui_pilot import SIZE, module_session, wait_until
+from tests.tui_pilot import SIZE, ForwardGate, module_session, wait_until
 
 CTX = 256
 session = module_session(CTX)
@@ -53,11 +53,15 @@ def newest_line_visible(app) -> bool | None:
     return view.y <= last < view.bottom
 
 
-async def test_a_short_terminal_shows_the_newest_text_while_it_streams(session, tmp_path):
+async def test_a_short_terminal_shows_the_newest_text_while_it_streams(
+    session, tmp_path, monkeypatch
+):
     """The room an answer holds below its text to grow into (RESERVE_LINES) is sized to the view:
     in a 12-row terminal it used to push the lines being written below the view's bottom, so the
     answer streamed out of sight (every sample below was False)."""
     settings = ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=120)
+    gate = ForwardGate(session.engine.runner.forward)
+    monkeypatch.setattr(session.engine.runner, "forward", gate)
     app = ChatApp(ChatHost(settings, session=session), ConversationStore(tmp_path / "c"))
     async with app.run_test(size=(60, 12)) as pilot:
         app.prompt.load_text("Write a long story about a dragon.")
@@ -66,6 +70,7 @@ async def test_a_short_terminal_shows_the_newest_text_while_it_streams(session, 
         await wait_until(pilot, lambda: app.answering)
         seen = []
         while app.answering:
+            gate.allow_one()  # one forward per sample, however fast this machine decodes
             await pilot.pause(0.05)  # a sleep, not an idle wait: samples land mid-stream
             visible = newest_line_visible(app)
             if visible is not None:

@@ -3,6 +3,7 @@ the app through its pilot."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -75,3 +76,25 @@ class ScriptedChatSession:
 
     def close(self) -> None:
         self.engine.close()
+
+
+class ForwardGate:
+    """Stands in for the runner's forward and lets a forward through only when the test says
+    so: an answer is still streaming at every step the test takes, however fast this machine
+    decodes (a wall-clock race otherwise)."""
+
+    def __init__(self, forward: Callable[..., object]) -> None:
+        self._forward = forward
+        self._allowed = threading.Semaphore(0)
+        self._open = threading.Event()
+
+    def __call__(self, batch):
+        while not self._open.is_set() and not self._allowed.acquire(timeout=0.05):
+            pass
+        return self._forward(batch)
+
+    def allow_one(self) -> None:
+        self._allowed.release()
+
+    def open(self) -> None:
+        self._open.set()
