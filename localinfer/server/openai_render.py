@@ -9,6 +9,7 @@ the non-streaming body and each streamed chunk come from one place and stay cons
 
 from __future__ import annotations
 
+import json
 import math
 import time
 import uuid
@@ -152,6 +153,8 @@ class ResponseBuilder:
     id: str = ""
     created: int = field(default_factory=lambda: int(time.time()))
     _text_pos: int = 0  # characters streamed so far (completion logprobs text_offset)
+    # A content chunk's bytes split around its text, made on the first content_sse call.
+    _content_parts: tuple[bytes, ...] | None = None  # () where no template could be made
 
     def __post_init__(self) -> None:
         if not self.id:
@@ -256,6 +259,22 @@ class ResponseBuilder:
         delta: Any = {"content": text} if self.kind == "chat" else text
         return self._chunk(delta, None, lp)
 
+    def content_sse(self, text: str) -> bytes:
+        """``sse(delta_chunk(text, ()))`` for a non-empty ``text``, byte for byte, without building
+        and encoding the whole chunk: every content chunk of a stream differs only in its text,
+        so the rest is encoded once. A streamed token costs the event loop this, on the cores
+        the compute threads run on."""
+        if self._content_parts is None:
+            self._content_parts = _split_around(self._content_chunk(CONTENT_MARKER))
+        self._text_pos += len(text)
+        if not self._content_parts:  # a fixed field holds the marker: encode the whole chunk
+            return sse(self._content_chunk(text))
+        head, tail = self._content_parts
+        return head + json.dumps(text).encode() + tail
+
+    def _content_chunk(self, text: str) -> dict[str, Any]:
+        return self._chunk({"content": text} if self.kind == "chat" else text, None, None)
+
     def finish_chunk(self, finish_reason: str, metrics: RequestMetrics | None) -> dict[str, Any]:
         chunk = self._chunk({} if self.kind == "chat" else "", finish_reason, None)
         chunk["timings"] = timings(metrics)
@@ -297,6 +316,21 @@ class ResponseBuilder:
         return chunk
 
 
+# Stands for the text while a content chunk's template is encoded: no id, model name or fixed
+# field holds it, and _split_around checks that it occurs exactly once.
+CONTENT_MARKER = "\ue000localinfer content\ue000"
+
+
+def _split_around(chunk: dict[str, Any]) -> tuple[bytes, ...]:
+    """The chunk's SSE bytes before and after its text (the marker); () if that is ambiguous."""
+    whole = sse(chunk)
+    marker = json.dumps(CONTENT_MARKER).encode()
+    if whole.count(marker) != 1:
+        return ()
+    head, _, tail = whole.partition(marker)
+    return head, tail
+
+
 class OpenAIRenderer:
     """Chat and text completions, whole or as ``chat.completion.chunk`` / ``text_completion``
     SSE chunks ending with ``data: [DONE]``."""
@@ -329,7 +363,12 @@ class OpenAIRenderer:
     def deltas(
         self, deltas: Sequence[StreamDelta], logprobs: Sequence[TokenLogprob]
     ) -> list[bytes]:
-        return [sse(chunk) for chunk in self.builder.delta_chunks(deltas, logprobs)]
+        builder = self.builder
+        if not builder.want_logprobs and all(type(d) is ContentDelta for d in deltas):
+            # The common token: text only. Without logprobs asked for, an event's logprobs
+            # never reach a chunk (delta_chunks), so this is the same list of messages.
+            return [builder.content_sse(d.text) for d in deltas if d.text]
+        return [sse(chunk) for chunk in builder.delta_chunks(deltas, logprobs)]
 
     def closing(self, answer: FinishedAnswer) -> list[bytes]:
         out = [sse(self.builder.finish_chunk(answer.finish_reason, answer.metrics))]
