@@ -22,8 +22,9 @@ CASES = {
     "default": {"env": (("GOMP_SPINCOUNT", "300000"),)},  # libgomp's own default
     "passive": {"env": (("OMP_WAIT_POLICY", "PASSIVE"),)},
     "active": {"env": (("OMP_WAIT_POLICY", "ACTIVE"),)},
-    "spin1k": {"env": (("GOMP_SPINCOUNT", "1000"),)},
-    "spin10k": {"env": (("GOMP_SPINCOUNT", "10000"),)},  # localinfer's default
+    "spin1k": {"env": (("GOMP_SPINCOUNT", "1000"),)},  # localinfer's default
+    "spin3k": {"env": (("GOMP_SPINCOUNT", "3000"),)},
+    "spin10k": {"env": (("GOMP_SPINCOUNT", "10000"),)},
     "spin30k": {"env": (("GOMP_SPINCOUNT", "30000"),)},
     "spin100k": {"env": (("GOMP_SPINCOUNT", "100000"),)},
     "threads1": {"threads": 1},

@@ -78,7 +78,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--backends",
         default="llamacpp,torch",
-        help="localinfer serve's, in order; BACKEND:host draws every token on the host",
+        help="localinfer serve's, in order; BACKEND:host draws every token on the host, "
+        "BACKEND:spinN gives that server libgomp's spin count N",
     )
     p.add_argument("--runs", type=int, default=1, help="each level this many times, interleaved")
     p.add_argument(
@@ -204,6 +205,24 @@ class Setup:
         ]
 
 
+def server_variant(spec: str, ours: Mapping[str, str] | None) -> tuple[str, dict | None, str]:
+    """(backend, environment, name) for one ``--backends`` entry: BACKEND, BACKEND:host (every
+    token drawn by the host sampler, the runner's draws' reference) or BACKEND:spinN (libgomp's
+    spin count N for this server alone, not for llama-server)."""
+    backend, _, variant = spec.partition(":")
+    base = dict(ours or os.environ)
+    if not variant:
+        return backend, (dict(ours) if ours is not None else None), f"localinfer ({backend})"
+    if variant == "host":
+        return backend, {**base, SAMPLING_ENV: "host"}, f"localinfer ({backend}, host sampling)"
+    if variant.startswith("spin") and variant[4:].isdigit():
+        from localinfer.backends.llamacpp.omp_wait import DEFAULT_POLICY, POLICY_ENV, SPIN_ENV
+
+        spin = {SPIN_ENV: variant[4:], POLICY_ENV: DEFAULT_POLICY}
+        return backend, {**base, **spin}, f"localinfer ({backend}, spin {variant[4:]})"
+    raise SystemExit(f"--backends: unknown variant {spec!r} (BACKEND, BACKEND:host, BACKEND:spinN)")
+
+
 def start_servers(args: argparse.Namespace, setup: Setup, servers: list[Server]) -> dict[str, str]:
     """llama-server, then localinfer on each backend, into ``servers`` (the caller stops them,
     whatever happens); {name: why not} for those that could not start."""
@@ -214,12 +233,7 @@ def start_servers(args: argparse.Namespace, setup: Setup, servers: list[Server])
     failed: dict[str, str] = {}
     ours = localinfer_env(args.avx2)
     for spec in (b.strip() for b in args.backends.split(",") if b.strip()):
-        # BACKEND:host: every token drawn by the host sampler (the runner's draws' reference)
-        backend, _, variant = spec.partition(":")
-        env = ours
-        if variant == "host":
-            env = {**(ours or os.environ), SAMPLING_ENV: "host"}
-        name = f"localinfer ({backend}{', host sampling' if variant == 'host' else ''})"
+        backend, env, name = server_variant(spec, ours)
         try:
             server = start_localinfer(setup.model, slots=args.slots, ctx=args.ctx,
                                       threads=args.threads, backend=backend, env=env)  # fmt: skip

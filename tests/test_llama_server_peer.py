@@ -174,3 +174,19 @@ def test_the_peer_threads_wait_as_the_runners_unless_told_or_the_user_chose() ->
         "OMP_WAIT_POLICY": "active"
     }
     assert peer_env({"GOMP_SPINCOUNT": "5"}, runner_wait=True) == {"GOMP_SPINCOUNT": "5"}
+
+
+def test_a_backend_variant_sets_the_spin_or_the_sampler_for_that_server_alone() -> None:
+    from bench.llama_server_peer import server_variant
+    from localinfer.session import SAMPLING_ENV
+
+    assert server_variant("llamacpp", None) == ("llamacpp", None, "localinfer (llamacpp)")
+    assert server_variant("torch", {"A": "1"})[1] == {"A": "1"}
+    backend, env, name = server_variant("llamacpp:spin3000", {"A": "1"})
+    assert (backend, name) == ("llamacpp", "localinfer (llamacpp, spin 3000)")
+    assert env == {"A": "1", "GOMP_SPINCOUNT": "3000", "OMP_WAIT_POLICY": "ACTIVE"}
+    _, env, name = server_variant("llamacpp:host", {"A": "1"})
+    assert env == {"A": "1", SAMPLING_ENV: "host"} and name.endswith("host sampling)")
+    for bad in ("llamacpp:spin", "llamacpp:spinx", "llamacpp:fast"):
+        with pytest.raises(SystemExit, match="unknown variant"):
+            server_variant(bad, None)
