@@ -27,6 +27,7 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from localinfer.server.errors import error_body
 from localinfer.server.limits import RequestLimits
+from localinfer.server.raw_body import RAW_BODY, ChunkedBodyWriter
 
 # How long a refused client may go on sending before the connection is closed regardless.
 LINGER_S = 2.0
@@ -68,6 +69,10 @@ class LimitedH11Protocol(H11Protocol):
         super().handle_events()
         if self.cycle is not before:  # a whole head arrived: a request is being served
             self._disarm_head_timer()
+            # Before its app task first runs (it is only scheduled): streams write their body
+            # chunks through this (raw_body.py).
+            extensions = self.cycle.scope.setdefault("extensions", {})
+            extensions[RAW_BODY] = ChunkedBodyWriter(self.cycle)
 
     def on_response_complete(self) -> None:
         # Armed first: the call below may start a pipelined request, which disarms it.

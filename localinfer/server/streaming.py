@@ -22,6 +22,7 @@ from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
 
 from localinfer.engine.types import FinishReason, RequestMetrics, StreamEvent, TokenLogprob
+from localinfer.server.raw_body import RAW_BODY, ChunkedBodyWriter
 
 T = TypeVar("T")
 
@@ -128,9 +129,27 @@ class EventStreamResponse(StreamingResponse):
     def __init__(self, body: AsyncIterator[bytes], on_close: Callable[[], None]) -> None:
         super().__init__(body, headers=SSE_HEADERS)
         self._on_close = on_close
+        self._raw: ChunkedBodyWriter | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        self._raw = scope.get("extensions", {}).get(RAW_BODY)
         try:
             await super().__call__(scope, receive, send)
         finally:
             self._on_close()
+
+    async def stream_response(self, send: Send) -> None:
+        """Starlette's, with each body chunk written by the connection's ChunkedBodyWriter when
+        it has one that is ready (raw_body.py: the bytes send would write, less the Python)."""
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        raw = self._raw
+        async for chunk in self.body_iterator:
+            if not isinstance(chunk, bytes | memoryview):
+                chunk = chunk.encode(self.charset)
+            if raw is not None and raw.ready():
+                await raw.write(chunk)
+            else:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
