@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from starlette.responses import StreamingResponse
-from starlette.types import Receive, Scope, Send
+from starlette.types import Message, Receive, Scope, Send
 
 from localinfer.engine.types import FinishReason, RequestMetrics, StreamEvent, TokenLogprob
 from localinfer.server.raw_body import RAW_BODY, ChunkedBodyWriter
@@ -139,17 +139,22 @@ class EventStreamResponse(StreamingResponse):
             self._on_close()
 
     async def stream_response(self, send: Send) -> None:
-        """Starlette's, with each body chunk written by the connection's ChunkedBodyWriter when
-        it has one that is ready (raw_body.py: the bytes send would write, less the Python)."""
-        await send(
-            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
-        )
+        """Starlette's, with the body chunks between the start and the end written by the
+        connection's ChunkedBodyWriter when it is ready once the start has gone out (raw_body.py:
+        the bytes send would write, less the Python)."""
         raw = self._raw
-        async for chunk in self.body_iterator:
-            if not isinstance(chunk, bytes | memoryview):
-                chunk = chunk.encode(self.charset)
-            if raw is not None and raw.ready():
-                await raw.write(chunk)
-            else:
-                await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if raw is None:
+            await super().stream_response(send)
+            return
+        direct = False
+
+        async def send_direct(message: Message) -> None:
+            nonlocal direct
+            if direct and message.get("more_body"):
+                await raw.write(message["body"])
+                return
+            await send(message)
+            if message["type"] == "http.response.start":
+                direct = raw.ready()
+
+        await super().stream_response(send_direct)
