@@ -31,6 +31,7 @@ from localinfer.engine.embedding import (
     EmbeddingRequest,
     check_embedding_request,
 )
+from localinfer.engine.event_channel import EventChannel
 from localinfer.engine.handle import GenerationResult, RequestHandle
 from localinfer.engine.kv.store import KVStore
 from localinfer.engine.metrics import Clock, MetricsRecorder, RequestTiming
@@ -177,25 +178,18 @@ class Engine:
         The request is validated and queued at once (errors raise here, before a server starts
         its response). Leaving the loop early (a client went away) aborts the request, which
         frees its slot at the next step."""
-        loop = asyncio.get_running_loop()
-        events: asyncio.Queue[StreamEvent] = asyncio.Queue()
-
-        def sink(event: StreamEvent) -> None:
-            loop.call_soon_threadsafe(events.put_nowait, event)
-
-        seq = self._enqueue(request, sink)
+        events = EventChannel(asyncio.get_running_loop())  # event_channel.py: batched wake-ups
+        seq = self._enqueue(request, events.post)
         return self._drain(seq, events)
 
-    async def _drain(
-        self, seq: Sequence, events: asyncio.Queue[StreamEvent]
-    ) -> AsyncIterator[StreamEvent]:
+    async def _drain(self, seq: Sequence, events: EventChannel) -> AsyncIterator[StreamEvent]:
         finished = False
         try:
             while not finished:
                 if self._thread is None:
                     while events.empty():
                         self._pump()
-                        await asyncio.sleep(0)  # let call_soon_threadsafe callbacks run
+                        await asyncio.sleep(0)  # let the mailbox's delivery run
                 event = await events.get()
                 finished = event.finish_reason is not None
                 yield event
