@@ -4,7 +4,8 @@ For each setting: a context of BATCHED sequences for the probe model of the aske
 (attention_probe.py: the real model's heads, the rest shrunk), filled to each of DEPTHS tokens in
 turn (a probe prefills them in milliseconds); at each depth the best of a few CHUNK-token forwards
 and the median of a few one-token decode steps in one sequence, and the median of a few steps
-decoding one token in every sequence.
+decoding one token in every sequence. Both settings' contexts live side by side and are timed in
+alternating rounds at each depth (time_settings), so the two see the same machine.
 
 Run as ``python -m localinfer.backends.llamacpp.attention_calibrate THREADS HEADS KV_HEADS
 HEAD_DIM``: prints the result as JSON and stores it for attention_plan.py; with ``--probe`` it
@@ -42,42 +43,84 @@ from localinfer.loading.loader import load_model
 DECODE_STEPS = 6
 PREFILL_REPEATS = 2
 BATCH = 512  # prefill rows per llama_decode
+ROUNDS = 4  # rounds at each depth, the two settings in the order ABBA ABBA (time_settings)
 
 
-def time_setting(model_ptr: object, flash: bool, threads: int) -> AttentionTimes:
-    """One setting's times on the loaded probe model ``model_ptr``, summed over DEPTHS."""
-    llama = native.lib()
-    params = llama.llama_context_default_params()
-    cells = max(DEPTHS) + CHUNK + DECODE_STEPS + 8
-    params.n_ctx = BATCHED * cells
-    params.n_batch = params.n_ubatch = BATCH
-    params.n_seq_max = BATCHED
-    params.kv_unified = False  # as the runner: a KV stream per sequence
-    params.n_threads = params.n_threads_batch = threads
-    params.no_perf = True
-    on, off = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
-    params.flash_attn_type = on if flash else off
-    ctx = llama.llama_init_from_model(model_ptr, params)
-    if not ctx:
-        raise RuntimeError("llama.cpp could not make a context for the attention probe")
+class _ProbeContext:
+    """A llama.cpp context on the probe model with flash attention ``flash``: BATCHED sequences,
+    filled on from one depth to the next (a probe prefills them in milliseconds)."""
+
+    def __init__(self, model_ptr: object, flash: bool, threads: int) -> None:
+        llama = native.lib()
+        params = llama.llama_context_default_params()
+        cells = max(DEPTHS) + CHUNK + DECODE_STEPS + 8
+        params.n_ctx = BATCHED * cells
+        params.n_batch = params.n_ubatch = BATCH
+        params.n_seq_max = BATCHED
+        params.kv_unified = False  # as the runner: a KV stream per sequence
+        params.n_threads = params.n_threads_batch = threads
+        params.no_perf = True
+        on, off = llama.LLAMA_FLASH_ATTN_TYPE_ENABLED, llama.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        params.flash_attn_type = on if flash else off
+        self.ctx = llama.llama_init_from_model(model_ptr, params)
+        if not self.ctx:
+            raise RuntimeError("llama.cpp could not make a context for the attention probe")
+        self.forward = _forwarder(llama, self.ctx)
+        self.filled = 0
+
+    def fill_to(self, depth: int) -> None:
+        ids = np.arange(depth, dtype=np.int32) % PROBE_VOCAB
+        for seq in range(BATCHED):  # each sequence filled on from the last depth
+            for start in range(self.filled, depth, BATCH):
+                self.forward(ids[start : min(start + BATCH, depth)], start, seq)
+        self.filled = depth
+
+    def times_at(self, depth: int) -> tuple[float, ...]:
+        return _times_at(self.forward, native.lib().llama_get_memory(self.ctx), depth)
+
+    def close(self) -> None:
+        native.lib().llama_free(self.ctx)
+
+
+def time_settings(
+    model_ptr: object, threads: int
+) -> tuple[AttentionTimes, AttentionTimes, tuple[float, ...]]:
+    """Both settings' times on the loaded probe model ``model_ptr`` (on, then off), each summed
+    over DEPTHS: at each depth ROUNDS rounds alternate the two settings, and each time is the
+    median of its rounds, so a machine whose speed drifts during the measurement (another
+    program starting, a busy neighbour on a shared host) slows both settings alike. Also the
+    share of the probe's turn that off saves in each round, summed over DEPTHS (the decision
+    asks every round to agree: attention_plan.AttentionCalibration.flash_faster)."""
+    probes: dict[bool, _ProbeContext] = {}
     try:
-        forward = _forwarder(llama, ctx)
-        ids = np.arange(max(DEPTHS), dtype=np.int32) % PROBE_VOCAB
-        times, filled = [], 0
+        for flash in (True, False):
+            probes[flash] = _ProbeContext(model_ptr, flash, threads)
+        per_depth: dict[bool, list[tuple[float, ...]]] = {True: [], False: []}
+        turns = {flash: [0.0] * ROUNDS for flash in (True, False)}  # per round, over DEPTHS
         for depth in sorted(DEPTHS):
-            for seq in range(BATCHED):  # each sequence filled on from the last depth
-                for start in range(filled, depth, BATCH):
-                    forward(ids[start : min(start + BATCH, depth)], start, seq)
-            filled = depth
-            times.append(_times_at(forward, llama.llama_get_memory(ctx), depth))
-        return AttentionTimes(
-            flash=flash,
-            decode=sum(t[0] for t in times),
-            prefill=sum(t[1] for t in times),
-            batched=sum(t[2] for t in times),
-        )
+            for probe in probes.values():
+                probe.fill_to(depth)
+            rounds: dict[bool, list[tuple[float, ...]]] = {True: [], False: []}
+            for r in range(ROUNDS):
+                for flash in (True, False) if r % 2 == 0 else (False, True):
+                    rounds[flash].append(probes[flash].times_at(depth))
+                    turns[flash][r] += sum(rounds[flash][-1])
+            for flash, got in rounds.items():
+                per_depth[flash].append(tuple(statistics.median(t) for t in zip(*got, strict=True)))
     finally:
-        llama.llama_free(ctx)
+        for probe in probes.values():
+            probe.close()
+    on, off = (
+        AttentionTimes(
+            flash=flash,
+            decode=sum(t[0] for t in per_depth[flash]),
+            prefill=sum(t[1] for t in per_depth[flash]),
+            batched=sum(t[2] for t in per_depth[flash]),
+        )
+        for flash in (True, False)
+    )
+    savings = tuple(1 - off_r / on_r for on_r, off_r in zip(turns[True], turns[False], strict=True))
+    return on, off, savings
 
 
 def _times_at(forward: Callable[..., None], memory: object, depth: int) -> tuple[float, ...]:
@@ -137,10 +180,12 @@ def measure(threads: int, shape: AttentionShape) -> AttentionCalibration:
     if not model_ptr:
         raise RuntimeError(f"llama.cpp could not load the attention probe {path}")
     try:
-        rows = tuple(time_setting(model_ptr, flash, threads) for flash in (True, False))
+        on, off, savings = time_settings(model_ptr, threads)
     finally:
         llama.llama_model_free(model_ptr)
-    return AttentionCalibration(threads=threads, depths=DEPTHS, rows=rows, heads=shape.key)
+    return AttentionCalibration(
+        threads=threads, depths=DEPTHS, rows=(on, off), heads=shape.key, round_savings=savings
+    )
 
 
 def probe() -> dict:
