@@ -300,15 +300,24 @@ def ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}x" if a is not None and b else "n/a"
 
 
+def run_ratio(row: Row, peer: Row) -> str:
+    """The median of the runs' own ratios. Each run has both servers a minute or two apart, so a
+    machine whose speed drifts between runs (a shared host) moves both sides of each alike."""
+    n = min(len(row.tps), len(peer.tps))
+    pairs = [a / b for a, b in zip(row.tps[:n], peer.tps[:n], strict=True) if b]
+    return f"{statistics.median(pairs):.2f}x" if pairs else "n/a"
+
+
 def ms(value: float | None) -> str:
     return "n/a" if value is None else f"{value:.0f}"
 
 
 def table(figures: Figures, failed: dict[str, str], levels: list[int]) -> list[str]:
-    """The side-by-side lines: every server per level, ratios to llama-server."""
+    """The side-by-side lines: every server per level, ratios to llama-server (of the medians,
+    and the median of each run's own ratio)."""
     width = max(len(n) for n in [*figures, *failed])
     head = (
-        f"{'clients':>7}  {'server':<{width}}  {'tok/s':>7}  {'vs peer':>7}  "
+        f"{'clients':>7}  {'server':<{width}}  {'tok/s':>7}  {'vs peer':>7}  {'by run':>6}  "
         f"{'TTFT p50':>8}  {'p95 ms':>6}  {'p50 vs peer':>11}  cut short"
     )
     lines = [head]
@@ -319,7 +328,8 @@ def table(figures: Figures, failed: dict[str, str], levels: list[int]) -> list[s
             p50 = row.ttft_ms(50)
             lines.append(
                 f"{c:>7}  {name:<{width}}  {row.median_tps:>7.1f}  "
-                f"{ratio(row.median_tps, peer.median_tps):>7}  {ms(p50):>8}  "
+                f"{ratio(row.median_tps, peer.median_tps):>7}  {run_ratio(row, peer):>6}  "
+                f"{ms(p50):>8}  "
                 f"{ms(row.ttft_ms(95)):>6}  {ratio(p50, peer.ttft_ms(50)):>11}  "
                 f"{row.short}/{row.requests}"
             )

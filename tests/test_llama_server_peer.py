@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from bench import llama_server, llamacpp_avx2
-from bench.llama_server_peer import Row, runner_repacks, table
+from bench.llama_server_peer import Row, run_ratio, runner_repacks, table
 from bench.peer_servers import llama_server_command
 from localinfer.bench.prompts import BenchPrompt
 from localinfer.bench.records import LevelResult, RequestRecord
@@ -122,7 +122,18 @@ def test_the_table_gives_ratios_to_llama_server_and_answers_cut_short() -> None:
     assert "1.00x" in peer_line and peer_line.rstrip().endswith("0/2")
     assert " 1.5 " in our_line and "0.19x" in our_line  # median of 3.0 and 0.0; 1.5 / 8
     assert "2.00x" in our_line and our_line.rstrip().endswith("2/3")  # TTFT p50 100 ms / 50
+    assert "by run" in lines[0] and " 0.38x " in our_line  # the one run both have: 3 / 8
     assert "did not start: file type Q4_K_M not supported" in failed_line
+
+
+def test_the_run_ratio_is_the_median_of_each_runs_own_ratio() -> None:
+    """Runs at a full, a half and a tenth of the speed, with 0.9x, 1.1x and 0.95x in each."""
+    peer, ours = Row(), Row()
+    for speed, ours_vs_peer in ((1.0, 0.9), (0.5, 1.1), (0.1, 0.95)):
+        peer.add(level(1, 1.0 / speed, [100]), max_tokens=100)
+        ours.add(level(1, 1.0 / (ours_vs_peer * speed), [100]), max_tokens=100)
+    assert run_ratio(ours, peer) == "0.95x"
+    assert run_ratio(Row(), peer) == "n/a"
 
 
 def test_completions_send_the_messages_as_raw_text() -> None:
