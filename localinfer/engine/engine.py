@@ -24,6 +24,7 @@ from collections.abc import Sequence as Seq
 from typing import Protocol
 
 from localinfer.backends.base import EmbeddingRunner, Runner
+from localinfer.engine.arrivals import Arrivals, gather_arrivals
 from localinfer.engine.detokenizer import Detokenizer
 from localinfer.engine.embedding import (
     EmbeddingHandle,
@@ -135,6 +136,7 @@ class Engine:
         self._wake = threading.Condition()
         self._calls = EngineCalls()  # persist_prefix, flush_kv: run between two steps
         self._closed = False
+        self.arrivals: Arrivals | None = None  # a server's requests still being read (arrivals.py)
         self._thread: threading.Thread | None = None
         self._direct = threading.RLock()  # _on_engine_thread's calls run outside the loop
         self._named = threading.Event()
@@ -384,6 +386,8 @@ class Engine:
                 return
             if not self._scheduler.has_work():
                 continue
+            if self.arrivals is not None and not self._scheduler.running:
+                gather_arrivals(self.arrivals, self._wake, lambda: self._closed)
             try:
                 self._scheduler.step()
             except Exception as exc:  # noqa: BLE001 - an engine bug must not hang every client

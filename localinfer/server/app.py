@@ -107,6 +107,7 @@ def create_app(
     )
     app.state.localinfer = state
     app.state.request_limits = limits  # uvicorn_config reads the connection half from here
+    app.state.arrivals = state.arrivals  # and the count of requests being read
     count_error = state.metrics.count_error
     install_error_handlers(app, on_error=count_error)
     install_openapi(app, api_key=bool(api_key), host_guard=not policy.any_host)

@@ -33,8 +33,10 @@ def uvicorn_config(
 ) -> uvicorn.Config:
     """``limits`` default to the ones ``create_app`` gave the app, so the connection and the app
     enforce the same numbers."""
+    app_state = getattr(app, "state", None)
     if limits is None:
-        limits = getattr(getattr(app, "state", None), "request_limits", None) or RequestLimits()
+        limits = getattr(app_state, "request_limits", None) or RequestLimits()
+    arrivals = getattr(app_state, "arrivals", None)  # the app's count of requests being read
     return uvicorn.Config(
         app,
         host=host,
@@ -45,7 +47,7 @@ def uvicorn_config(
         workers=None,
         access_log=log_level == "debug",
         # Always h11 (never httptools, if installed): the head limits live in this protocol.
-        http=LimitedH11Protocol.factory(limits),
+        http=LimitedH11Protocol.factory(limits, arrivals),
         h11_max_incomplete_event_size=limits.max_header_bytes,
     )
 

@@ -25,6 +25,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
+from localinfer.engine.arrivals import ARRIVAL, Arrival, Arrivals
 from localinfer.server.errors import error_body
 from localinfer.server.limits import RequestLimits
 from localinfer.server.raw_body import RAW_BODY, ChunkedBodyWriter
@@ -47,16 +48,22 @@ def raw_error(status: int, message: str, code: str) -> bytes:
 
 
 class LimitedH11Protocol(H11Protocol):
-    def __init__(self, *args: Any, limits: RequestLimits, **kwargs: Any) -> None:
+    def __init__(
+        self, *args: Any, limits: RequestLimits, arrivals: Arrivals | None = None, **kwargs: Any
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._limits = limits
         self._head_timer: asyncio.TimerHandle | None = None
         self._lingering = False
+        self._arrivals = arrivals  # requests being read, for the engines (engine/arrivals.py)
+        self._arrival: Arrival | None = None
 
     @classmethod
-    def factory(cls, limits: RequestLimits) -> Callable[..., LimitedH11Protocol]:
+    def factory(
+        cls, limits: RequestLimits, arrivals: Arrivals | None = None
+    ) -> Callable[..., LimitedH11Protocol]:
         """What uvicorn's ``Config(http=...)`` takes: a protocol class, or a callable like it."""
-        return functools.partial(cls, limits=limits)
+        return functools.partial(cls, limits=limits, arrivals=arrivals)
 
     # -- the head deadline ---------------------------------------------------------------------
 
@@ -73,15 +80,25 @@ class LimitedH11Protocol(H11Protocol):
             # chunks through this (raw_body.py).
             extensions = self.cycle.scope.setdefault("extensions", {})
             extensions[RAW_BODY] = ChunkedBodyWriter(self.cycle)
+            if self._arrivals is not None:  # counted until it reaches an engine or is answered
+                self._settle_arrival()
+                self._arrival = extensions[ARRIVAL] = self._arrivals.arrive()
 
     def on_response_complete(self) -> None:
+        self._settle_arrival()
         # Armed first: the call below may start a pipelined request, which disarms it.
         self._arm_head_timer()
         super().on_response_complete()
 
     def connection_lost(self, exc: Exception | None) -> None:
+        self._settle_arrival()
         self._disarm_head_timer()
         super().connection_lost(exc)
+
+    def _settle_arrival(self) -> None:
+        if self._arrival is not None:
+            self._arrival.settle()
+            self._arrival = None
 
     def _arm_head_timer(self) -> None:
         self._disarm_head_timer()

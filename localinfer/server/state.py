@@ -18,6 +18,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from localinfer.context_fit import OverflowPolicy
+from localinfer.engine.arrivals import Arrivals
 from localinfer.errors import LocalinferError
 from localinfer.server.errors import RETRY_AFTER_S, APIError
 from localinfer.server.image_fetch import ImageFetch
@@ -45,6 +46,8 @@ class ServerState:
         self.context_overflow = OverflowPolicy.STOP
         # serve --allow-image-urls: how image URLs are fetched; None: they are refused
         self.image_fetch: ImageFetch | None = None
+        # Requests being read: an idle engine waits for them to start together (engine/arrivals.py)
+        self.arrivals = Arrivals()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
