@@ -4,7 +4,9 @@ batch of posts, a closed loop, a cancelled reader; and the engine's streams thro
 from __future__ import annotations
 
 import asyncio
+import gc
 import threading
+import weakref
 
 import pytest
 
@@ -110,3 +112,15 @@ def test_each_loop_has_its_own_mailbox() -> None:
     finally:
         one.close()
         two.close()
+
+
+def test_the_registry_does_not_keep_a_dropped_loop_alive() -> None:
+    loop = asyncio.new_event_loop()
+    mailbox = LoopMailbox.of(loop)
+    gone = weakref.ref(loop)
+    loop.close()
+    del loop
+    gc.collect()
+    assert gone() is None
+    with pytest.raises(RuntimeError, match="gone"):
+        mailbox.post(EventChannel.__new__(EventChannel), event(0))

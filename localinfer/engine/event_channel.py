@@ -68,7 +68,8 @@ class LoopMailbox:
     _by_loop_lock = threading.Lock()
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+        # Weak: the registry's value must not keep its key (the loop) alive.
+        self._loop = weakref.ref(loop)
         self._lock = threading.Lock()
         self._posted: list[tuple[EventChannel, StreamEvent]] = []
 
@@ -89,7 +90,10 @@ class LoopMailbox:
             self._posted.append((channel, event))
         if wake:
             try:
-                self._loop.call_soon_threadsafe(self._deliver)
+                loop = self._loop()
+                if loop is None:  # a live channel holds its loop: only a stray post gets here
+                    raise RuntimeError("the event loop of this stream is gone")
+                loop.call_soon_threadsafe(self._deliver)
             except BaseException:
                 with self._lock:  # nothing will deliver them: a later post must wake again
                     self._posted.clear()
