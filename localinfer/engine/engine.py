@@ -386,7 +386,8 @@ class Engine:
                 return
             if not self._scheduler.has_work():
                 continue
-            if self.arrivals is not None and not self._scheduler.running:
+            s = self._scheduler  # from idle: no answer or embedding job waits on the pause
+            if self.arrivals is not None and not (s.running or s.embeddings.has_work()):
                 gather_arrivals(self.arrivals, self._wake, lambda: self._closed)
             try:
                 self._scheduler.step()

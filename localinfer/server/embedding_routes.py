@@ -34,6 +34,7 @@ from localinfer.server.errors import APIError, from_localinfer_error
 from localinfer.server.json_numbers import Integer, JsonInt
 from localinfer.server.model_ids import ModelId
 from localinfer.server.openapi_doc import error_responses
+from localinfer.server.protocol import settle_arrival
 from localinfer.server.state import ServedSession, ServerState
 
 PATH = "/v1/embeddings"
@@ -91,6 +92,7 @@ def add_embedding_routes(app: FastAPI, state: ServerState) -> None:
         check_lengths(ids, current.engine.max_ctx)
         try:
             with capability_refused(name, "give embeddings"):
+                settle_arrival(request.scope)
                 handle = current.engine.embed(EmbeddingRequest(ids, spec.pooling))
         except InvalidParameterError as exc:  # "input[2]: token id ...": OpenAI's param is input
             raise from_localinfer_error(exc, param="input") from None

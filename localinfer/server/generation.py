@@ -18,7 +18,6 @@ from fastapi import Request
 from fastapi.responses import Response
 
 from localinfer.engine import ConstraintSource, Engine
-from localinfer.engine.arrivals import ARRIVAL
 from localinfer.engine.images import PromptImage
 from localinfer.engine.reasoning import ReasoningSpec
 from localinfer.engine.types import Request as EngineRequest
@@ -29,6 +28,7 @@ from localinfer.server.answer_shape import PlainAnswer, ShapeFactory
 from localinfer.server.errors import APIError, from_localinfer_error
 from localinfer.server.json_response import SafeJSONResponse
 from localinfer.server.overflow import DROPPED_HEADER
+from localinfer.server.protocol import settle_arrival
 from localinfer.server.state import ServedSession, ServerState
 from localinfer.server.streaming import (
     ClientGone,
@@ -88,9 +88,7 @@ def _hand_over(state: ServerState, session: ServedSession, request: Request) -> 
     other requests still being read when it starts from idle (engine/arrivals.py)."""
     if isinstance(session.engine, Engine):
         session.engine.arrivals = state.arrivals
-    arrival = request.scope.get("extensions", {}).get(ARRIVAL)
-    if arrival is not None:
-        arrival.settle()
+    settle_arrival(request.scope)
 
 
 class _Exchange:

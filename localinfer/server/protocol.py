@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from http import HTTPStatus
 from typing import Any
 
@@ -45,6 +45,14 @@ def raw_error(status: int, message: str, code: str) -> bytes:
         "connection: close\r\n\r\n"
     )
     return head.encode("latin-1") + body
+
+
+def settle_arrival(scope: Mapping[str, Any]) -> None:
+    """The request of ``scope`` is read and handed to an engine: no engine waits for it any more
+    (engine/arrivals.py)."""
+    arrival = scope.get("extensions", {}).get(ARRIVAL)
+    if arrival is not None:
+        arrival.settle()
 
 
 class LimitedH11Protocol(H11Protocol):

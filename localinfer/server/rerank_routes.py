@@ -46,6 +46,7 @@ from localinfer.server.json_numbers import JsonInt
 from localinfer.server.json_response import SafeJSONResponse
 from localinfer.server.model_ids import ModelId
 from localinfer.server.openapi_doc import error_responses
+from localinfer.server.protocol import settle_arrival
 from localinfer.server.state import ServerState
 
 PATHS = ("/v1/rerank", "/rerank")
@@ -100,6 +101,7 @@ def add_rerank_routes(app: FastAPI, state: ServerState) -> None:
                 pairs_ids, current.model.tokenizer, spec, body.query, body.documents,
                 current.engine.max_ctx,
             )  # fmt: skip
+            settle_arrival(request.scope)
             handle = current.engine.embed(EmbeddingRequest(ids, RANK))
         except PairTooLongError as exc:
             raise from_localinfer_error(exc, param=exc.field) from None
