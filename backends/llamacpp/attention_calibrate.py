@@ -92,35 +92,35 @@ def time_settings(
     share of the probe's turn that off saves in each round, summed over DEPTHS (the decision
     asks every round to agree: attention_plan.AttentionCalibration.flash_faster)."""
     probes: dict[bool, _ProbeContext] = {}
+    # timed[flash][d][r]: the times at the d-th depth in round r
+    timed: dict[bool, list[list[tuple[float, ...]]]] = {True: [], False: []}
     try:
         for flash in (True, False):
             probes[flash] = _ProbeContext(model_ptr, flash, threads)
-        per_depth: dict[bool, list[tuple[float, ...]]] = {True: [], False: []}
-        turns = {flash: [0.0] * ROUNDS for flash in (True, False)}  # per round, over DEPTHS
         for depth in sorted(DEPTHS):
-            for probe in probes.values():
+            for flash, probe in probes.items():
                 probe.fill_to(depth)
-            rounds: dict[bool, list[tuple[float, ...]]] = {True: [], False: []}
+                timed[flash].append([])
             for r in range(ROUNDS):
                 for flash in (True, False) if r % 2 == 0 else (False, True):
-                    rounds[flash].append(probes[flash].times_at(depth))
-                    turns[flash][r] += sum(rounds[flash][-1])
-            for flash, got in rounds.items():
-                per_depth[flash].append(tuple(statistics.median(t) for t in zip(*got, strict=True)))
+                    timed[flash][-1].append(probes[flash].times_at(depth))
     finally:
         for probe in probes.values():
             probe.close()
-    on, off = (
-        AttentionTimes(
-            flash=flash,
-            decode=sum(t[0] for t in per_depth[flash]),
-            prefill=sum(t[1] for t in per_depth[flash]),
-            batched=sum(t[2] for t in per_depth[flash]),
-        )
-        for flash in (True, False)
-    )
-    savings = tuple(1 - off_r / on_r for on_r, off_r in zip(turns[True], turns[False], strict=True))
+    on, off = (_medians(flash, timed[flash]) for flash in (True, False))
+
+    def turn(flash: bool, r: int) -> float:  # round r's times, summed over the depths
+        return sum(sum(rounds[r]) for rounds in timed[flash])
+
+    savings = tuple(1 - turn(False, r) / turn(True, r) for r in range(ROUNDS))
     return on, off, savings
+
+
+def _medians(flash: bool, by_depth: list[list[tuple[float, ...]]]) -> AttentionTimes:
+    """Each time's median over the rounds at each depth, summed over the depths."""
+    per_depth = [[statistics.median(t) for t in zip(*rounds, strict=True)] for rounds in by_depth]
+    decode, prefill, batched = (sum(col) for col in zip(*per_depth, strict=True))
+    return AttentionTimes(flash=flash, decode=decode, prefill=prefill, batched=batched)
 
 
 def _times_at(forward: Callable[..., None], memory: object, depth: int) -> tuple[float, ...]:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from fastapi import Request
 from fastapi.responses import Response
 
-from localinfer.engine import ConstraintSource, Engine
+from localinfer.engine import ConstraintSource
 from localinfer.engine.images import PromptImage
 from localinfer.engine.reasoning import ReasoningSpec
 from localinfer.engine.types import Request as EngineRequest
@@ -72,7 +72,7 @@ async def generate(
         reasoning=given.reasoning,
         images=given.images,
     )
-    _hand_over(state, session, request)
+    settle_arrival(request.scope)  # read: no idle engine waits for it (engine/arrivals.py)
     try:
         # ``Engine.stream`` validates and queues the request at once: a full queue (or an engine
         # shutting down), a prompt past the context or a bad parameter raises here, before any
@@ -81,14 +81,6 @@ async def generate(
     except LocalinferError as exc:
         raise from_localinfer_error(exc) from None
     return await _Exchange(state, session, given, events).respond(request)
-
-
-def _hand_over(state: ServerState, session: ServedSession, request: Request) -> None:
-    """This request is read: the engine no longer waits for it, and waits for the server's
-    other requests still being read when it starts from idle (engine/arrivals.py)."""
-    if isinstance(session.engine, Engine):
-        session.engine.arrivals = state.arrivals
-    settle_arrival(request.scope)
 
 
 class _Exchange:

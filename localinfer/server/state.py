@@ -18,6 +18,7 @@ from fastapi import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from localinfer.context_fit import OverflowPolicy
+from localinfer.engine import Engine
 from localinfer.engine.arrivals import Arrivals
 from localinfer.errors import LocalinferError
 from localinfer.server.errors import RETRY_AFTER_S, APIError
@@ -101,6 +102,8 @@ class ServerState:
             lease.release()
             raise RuntimeError("session_for needs LeaseMiddleware around the app")
         held.append(lease)
+        if isinstance(lease.session.engine, Engine):  # a remote engine has its own server
+            lease.session.engine.arrivals = self.arrivals
         return lease.session
 
     def name_of(self, session: ServedSession) -> str:
