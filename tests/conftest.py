@@ -36,6 +36,25 @@ PINNED_CHOICES = {"LOCALINFER_NATIVE_PLAN": "native", "LOCALINFER_FLASH_ATTN": "
 def pytest_configure(config: pytest.Config) -> None:
     for name, value in PINNED_CHOICES.items():
         os.environ.setdefault(name, value)
+    pin_worker_to_its_core()
+
+
+def pin_worker_to_its_core() -> None:
+    """Under pytest-xdist with at least one worker per allowed CPU, hold each worker (and the
+    processes it starts) to one CPU of its own.
+
+    Every runner defaults to the cores this process may use (backends/llamacpp/cpu.py), so two
+    workers on two cores would each start two compute threads: four threads on two cores, whose
+    OpenMP teams (llama.cpp's and torch's) then wait at every barrier for a partner that is not
+    running. Pinned, each worker's runners see one core and start one thread. Tests that are
+    about thread counts set them themselves."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    count = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "0") or 0)
+    if not worker.startswith("gw") or not hasattr(os, "sched_setaffinity"):
+        return
+    cpus = sorted(os.sched_getaffinity(0))
+    if count >= len(cpus) > 1:
+        os.sched_setaffinity(0, {cpus[int(worker[2:]) % len(cpus)]})
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -81,7 +81,12 @@ def image_server(routes: Mapping[str, Route]) -> Iterator[Served]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     server.daemon_threads = True
     served.base = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, name="image-server", daemon=True)
+    thread = threading.Thread(  # a short poll: shutdown() waits for the next one
+        target=server.serve_forever,
+        kwargs={"poll_interval": 0.02},
+        name="image-server",
+        daemon=True,
+    )
     thread.start()
     try:
         yield served

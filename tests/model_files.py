@@ -336,3 +336,12 @@ def tiny_quantizable_llama(folder: Path) -> Path:
     return write_gguf(
         folder / "tiny-f32.gguf", config, {n: weights.get(n) for n in weights.names()}
     )
+
+
+def tiny_chat_gguf(folder: Path, name: str = "tiny-chat.gguf") -> Path:
+    """A tiny random llama GGUF with a tokenizer and a ChatML template, its context 2048 (as long
+    as a session's default and the benches'): a stand-in for the embedded model where a test is
+    about a path's plumbing, not the model. Its greedy and sampled answers do not end early."""
+    config = tiny_config("llama", vocab_size=TINY_VOCAB_SIZE, max_ctx=2048)
+    weights = tiny_weights(config)
+    return write_gguf(folder / name, config, {n: weights.get(n) for n in weights.names()})
