@@ -15,6 +15,7 @@ A table, then one JSON line.
     scripts/bench-chat
     scripts/bench-chat --backend llamacpp --threads 1
     scripts/bench-chat --quick            # 200 tokens, windows of 50 (a smoke run)
+    scripts/bench-chat --model path/to/model.gguf
     scripts/bench-chat --earlier 5        # five finished 1,000-token answers above it
     GOMP_SPINCOUNT=300000 scripts/bench-chat --backend llamacpp   # libgomp's own spin
 """
@@ -35,6 +36,7 @@ def parse_args() -> argparse.Namespace:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    p.add_argument("--model", help="a model file or name (default: the embedded model)")
     p.add_argument("--backend", choices=("torch", "llamacpp", "mlx"), help="default: as chat")
     p.add_argument("--threads", type=int, default=None, help="default: as chat")
     p.add_argument("--max-tokens", type=int, default=1000)
@@ -62,6 +64,7 @@ def main() -> int:
     from localinfer.tui.host import open_with_settings
 
     config = ChatBenchConfig(
+        model=args.model,
         max_tokens=args.max_tokens,
         window=args.window,
         backend=args.backend,

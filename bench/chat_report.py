@@ -35,7 +35,8 @@ def generate_command(config: ChatBenchConfig) -> list[str]:
         argv += ["--backend", config.backend]
     if config.threads:
         argv += ["--threads", str(config.threads)]
-    return [*argv, config.prompt]
+    model = [config.model] if config.model else []  # None: generate's own default, the embedded
+    return [*argv, *model, config.prompt]
 
 
 def run_generate(config: ChatBenchConfig) -> GenerateRun:

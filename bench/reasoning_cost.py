@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
+from collections.abc import Sequence
 
 from localinfer.engine.reasoning import ReasoningSpec
 from localinfer.engine.types import Request, SamplingParams
@@ -17,13 +18,13 @@ from localinfer.engine.types import Request, SamplingParams
 TARGET = 0.98
 
 
-def parse_args() -> argparse.Namespace:
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(prog="scripts/bench-reasoning", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     p.add_argument("--model", default=None, help="default: the embedded model")
     p.add_argument("--tokens", type=int, default=256)
     p.add_argument("--repeats", type=int, default=5)
-    return p.parse_args()
+    return p.parse_args(argv)
 
 
 def decode_rate(session, ids: list[int], tokens: int, reasoning: ReasoningSpec | None) -> float:
@@ -32,8 +33,8 @@ def decode_rate(session, ids: list[int], tokens: int, reasoning: ReasoningSpec |
     return float(result.metrics.decode_tps)
 
 
-def main() -> int:
-    args = parse_args()
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
     from localinfer.session import open_session
 
     session = open_session(args.model, slots=1)
