@@ -141,27 +141,36 @@ def test_closed_loop_keeps_exactly_c_requests_in_flight() -> None:
 
 
 @pytest.fixture(scope="module")
-def server_url():  # noqa: ANN201
+def server_url(tmp_path_factory: pytest.TempPathFactory):  # noqa: ANN201
+    """A real `localinfer serve` on a tiny random model (with a tokenizer and a chat template):
+    the load generator's HTTP, SSE and counting are under test, not the model, and a tiny one
+    loads and answers at once."""
     pytest.importorskip("llama_cpp")
+    from tests.model_files import TINY_VOCAB_SIZE, write_gguf
     from tests.serve_process import running_server
+    from tests.tiny import tiny_config, tiny_weights
 
-    args = ["--port", "0", "--backend", "llamacpp", "--slots", "2", "--ctx", "512",
+    config = tiny_config("llama", vocab_size=TINY_VOCAB_SIZE)
+    weights = tiny_weights(config)
+    model = tmp_path_factory.mktemp("model") / "tiny.gguf"
+    write_gguf(model, config, {n: weights.get(n) for n in weights.names()})
+    args = [str(model), "--port", "0", "--backend", "llamacpp", "--slots", "2", "--ctx", "512",
             "--threads", "1", "--log-level", "warning"]  # fmt: skip
     with running_server(args, what="the server to load") as url:
         yield url
 
 
-def test_bench_a_real_localinfer_server(server_url: str, tmp_path) -> None:
+def test_bench_a_real_localinfer_server(server_url: str, tmp_path, capsys) -> None:
+    # In this process: test_bench_table_against_a_real_server runs the command's own process.
+    from localinfer.cli import main
+
     png = tmp_path / "bench.png"
     plot = ["--plot", str(png)] if HAS_PLOT else []
-    done = subprocess.run(
-        [sys.executable, "-m", "localinfer", "bench", "--url", server_url, "--concurrency", "1,2",
-         "--requests", "2", "--max-tokens", "4", "--sizes", "short", "--ignore-eos", "--json",
-         "--no-progress", *plot],
-        capture_output=True, text=True, timeout=300,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    report = json.loads(done.stdout)
+    args = ["bench", "--url", server_url, "--concurrency", "1,2", "--requests", "2",
+            "--max-tokens", "4", "--sizes", "short", "--ignore-eos", "--json", "--no-progress",
+            *plot]  # fmt: skip
+    assert main(args) == 0
+    report = json.loads(capsys.readouterr().out)
     assert report["target"] == server_url + "/v1" and report["model"]
     for level, c in zip(report["levels"], (1, 2), strict=True):
         assert level["concurrency"] == c and level["ok"] == 2 and level["errors"] == 0

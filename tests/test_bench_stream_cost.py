@@ -1,5 +1,6 @@
 """scripts/bench-stream-cost end to end: one server per event loop, streamed and whole answers,
-and the asyncio server really runs without uvloop."""
+and the asyncio server really runs without uvloop. On a tiny model: the servers, the loops and
+the per-token figures are what is tested, not the embedded model's speed."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 from bench.child import child_env, module_argv
 from bench.stream_cost import server_env
+from tests.model_files import tiny_chat_gguf
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -21,10 +23,11 @@ def test_the_asyncio_server_cannot_import_uvloop(tmp_path: Path) -> None:
     assert done.returncode != 0 and "hidden by bench/stream_cost.py" in done.stderr
 
 
-def test_bench_prints_each_loop_and_mode() -> None:
+def test_bench_prints_each_loop_and_mode(tmp_path: Path) -> None:
+    model = str(tiny_chat_gguf(tmp_path))
     done = subprocess.run(
-        module_argv("bench.stream_cost", "--tokens", "6", "--rounds", "1", "--threads", "1",
-                    "--loops", "auto,asyncio"),
+        module_argv("bench.stream_cost", "--model", model, "--tokens", "6", "--rounds", "1",
+                    "--threads", "1", "--loops", "auto,asyncio"),
         capture_output=True, text=True, timeout=600, cwd=ROOT, env=child_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]

@@ -58,7 +58,9 @@ def test_generate_takes_a_negative_seed_as_the_server_does(
 ) -> None:
     # numpy's generators refuse negative seeds: --seed -1 was a ValueError traceback. The server
     # maps any int64 seed to seed % 2**64; the command line now does the same.
+    # One thread: llama.cpp's spinning threads only wait on each other on a busy shared machine.
     argv = ["generate", "--temperature", "0.9", "--max-tokens", "4", "--json", "Say hi"]
+    argv += ["--threads", "1"]
     rc = main([*argv, "--seed", "-1"])
     out, err = capsys.readouterr()
     assert rc == 0 and "Traceback" not in err
@@ -89,7 +91,7 @@ def test_generate_dash_reads_the_prompt_from_stdin(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # `cat notes.txt | localinfer generate -` used to send the one-character prompt "-".
-    argv = ["generate", "--raw", "--max-tokens", "1", "--json"]
+    argv = ["generate", "--raw", "--max-tokens", "1", "--json", "--threads", "1"]
     text = "The capital of France is\nParis, and"
     assert main([*argv, text]) == 0
     direct = json.loads(capsys.readouterr().out)["usage"]["prompt_tokens"]
@@ -189,9 +191,10 @@ def test_output_cut_short_by_a_closed_pipe_is_no_traceback() -> None:
     import subprocess
     import sys
 
-    texts = [f"text number {i}" for i in range(24)]  # ~11 KB a line: more than a pipe holds
+    # ~13 KB a line: 12 lines are over twice the 64 KiB a Linux pipe holds
+    texts = [f"text number {i}" for i in range(12)]
     proc = subprocess.Popen(
-        [sys.executable, "-m", "localinfer", "embed", *texts],
+        [sys.executable, "-m", "localinfer", "embed", "--threads", "1", *texts],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
@@ -205,11 +208,13 @@ def test_output_cut_short_by_a_closed_pipe_is_no_traceback() -> None:
 
 def test_generate_says_when_the_context_cut_the_answer(capsys: pytest.CaptureFixture[str]) -> None:
     # --max-tokens 100 in a 48-token context stopped after 32 tokens with "finish: length", the
-    # same words as a --max-tokens stop: nothing said the context had run out.
-    argv = ["generate", "--ctx", "48", "--raw", "1, 2, 3, 4, 5, 6,", "--max-tokens", "100"]
+    # same words as a --max-tokens stop: nothing said the context had run out. A 24-token context
+    # (the 17-token prompt and 8 answered) runs out the same way, for a quarter of the decoding.
+    argv = ["generate", "--threads", "1", "--ctx", "24", "--raw", "1, 2, 3, 4, 5, 6,"]
+    argv += ["--max-tokens", "100"]
     assert main(argv) == 0
     err = capsys.readouterr().err
-    assert "finish: length" in err and "the 48-token context is full" in err
+    assert "finish: length" in err and "the 24-token context is full" in err
     assert main([*argv[:-1], "5"]) == 0  # stopped by --max-tokens: no such note
     assert "context is full" not in capsys.readouterr().err
 

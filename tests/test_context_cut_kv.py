@@ -19,7 +19,11 @@ from localinfer.engine import Request, SamplingParams
 from localinfer.session import open_session
 from localinfer.tui.settings import CHAT_CHUNK_REUSE
 
-CTX = 1024
+# A 512-token slot: six turns (481 tokens) fill it, and the cut keeps 325 of them (the chat's fit
+# with a 64-token answer reserve): as many kept turns as the claim needs (> 300), at half the
+# prefill work of a 1024-token slot.
+CTX = 512
+ANSWER_RESERVE = 64
 QUESTION = "Tell me one more thing about the mill by the river and the hills around it."
 
 
@@ -55,12 +59,12 @@ def sessions(request: pytest.FixtureRequest) -> Iterator[dict[int, Any]]:
 def cut_and_ask(session: Any) -> tuple[Any, int, int]:
     """Fill the slot with a conversation, then send it cut (the chat's fit) with a new question:
     the request's metrics, the kept turns' tokens and the new question's tokens."""
-    before = conversation(11)
+    before = conversation(6)
     count = session.chat_prompt_ids
     assert len(count(before)) < CTX
     final_metrics(session, count(before), "before")
     after = [*before, {"role": "user", "content": QUESTION}]
-    fit = fit_with_room(after, lambda m: len(count(m)), CTX, 256, "drop-oldest")
+    fit = fit_with_room(after, lambda m: len(count(m)), CTX, ANSWER_RESERVE, "drop-oldest")
     assert 0 < fit.dropped < len(after) - 1
     kept = len(count(fit.messages[:-1])) - len(count([]))  # the kept turns, rendered
     question = len(count(fit.messages)) - len(count(fit.messages[:-1]))

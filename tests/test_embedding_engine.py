@@ -124,7 +124,9 @@ def test_real_stream_and_job_both_finish_on_llamacpp() -> None:
     pytest.importorskip("llama_cpp")
     from localinfer.session import open_session
 
-    texts = [f"Text number {i}: " + "some words about embeddings " * (i + 1) for i in range(10)]
+    # Ten texts of three lengths (about 150 tokens in all): the job ends well inside the 48-token
+    # stream beside it, and each token more is embedding work done twice (alone and beside it).
+    texts = [f"Text number {i}: " + "some words about embeddings " * (i % 3 + 1) for i in range(10)]
     with open_session(None, backend="llamacpp", slots=2, ctx=512, threads=1) as session:
         ids = session.chat_prompt_ids([{"role": "user", "content": "Tell me about the sea."}])
         request = Request(ids, SamplingParams(max_tokens=48, ignore_eos=True))

@@ -9,9 +9,11 @@ llama.cpp runs such files."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -227,12 +229,75 @@ def test_the_unedited_file_generates(tiny_gguf: Path, tmp_path: Path) -> None:
     assert "finish:" in done.stderr
 
 
+# `localinfer generate` of every hostile file, each in a process of its own, forked from one
+# driver that has imported the CLI once: each child is the state of a fresh `python -m localinfer`
+# (nothing an earlier case did leaks into it), its stderr is its file descriptor 2 (llama.cpp's
+# own log included), and a SIGABRT ends only that child. One interpreter start instead of one per
+# case: the start is most of a refusal's cost.
+FORK_DRIVER = textwrap.dedent(
+    """
+    import json, os, sys, threading
+    import localinfer.backend_budget, localinfer.loading.loader, localinfer.session
+    from localinfer.cli import build_parser, main
+
+    build_parser()  # imports every command: the children start with the modules loaded
+    assert threading.active_count() == 1  # nothing a fork would copy half-way
+    for case_id, path, cache, err in json.loads(sys.argv[1]):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        pid = os.fork()
+        if pid == 0:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), 1)  # stdout: only this driver's lines
+            os.dup2(os.open(err, os.O_WRONLY | os.O_CREAT | os.O_TRUNC), 2)
+            os.environ["LOCALINFER_CACHE_DIR"] = cache
+            argv = ["generate", path, "Hi", "--max-tokens", "2", "--ctx", "128", "--slots", "1"]
+            try:
+                code = main(argv)
+            except SystemExit as exc:  # what `sys.exit(main())` would exit with
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(code)
+        status = os.waitpid(pid, 0)[1]
+        print(json.dumps([case_id, os.waitstatus_to_exitcode(status)]), flush=True)
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def refusals(
+    tiny_gguf: Path, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, tuple[int, str, Path]]:
+    """Every case's (exit status, stderr, hostile file) from `generate` in its own process."""
+    root = tmp_path_factory.mktemp("refusals")
+    jobs = []
+    for number, (case_id, edits, _, _) in enumerate(CASES):
+        folder = root / str(number)
+        folder.mkdir()
+        path = _hostile(tiny_gguf, folder, edits)
+        jobs.append([case_id, str(path), str(folder / "cache"), str(folder / "stderr")])
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_DRIVER, json.dumps(jobs)],
+        capture_output=True, text=True, timeout=600,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    codes = dict(json.loads(line) for line in done.stdout.splitlines())
+    return {
+        case_id: (codes[case_id], Path(err).read_text(), Path(path))
+        for case_id, path, _, err in jobs
+    }
+
+
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_generate_refuses_with_one_line(tiny_gguf: Path, tmp_path: Path, case) -> None:
-    _, edits, words, _ = case
-    path = _hostile(tiny_gguf, tmp_path, edits)
-    done = _generate(path, tmp_path / "cache")
-    _assert_one_line_error(done.returncode, done.stderr, path, words)
+def test_generate_refuses_with_one_line(refusals: dict, case) -> None:
+    case_id, _, words, _ = case
+    returncode, stderr, path = refusals[case_id]
+    _assert_one_line_error(returncode, stderr, path, words)
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[3]], ids=[c[0] for c in CASES if c[3]])
@@ -252,14 +317,21 @@ def _stray_warnings(stderr: str, path: Path) -> list[str]:
 
 @pytest.mark.parametrize("backend", ["torch", "llamacpp"])
 def test_stray_pad_and_unk_ids_are_dropped_with_one_warning(
-    tiny_gguf: Path, tmp_path: Path, backend: str
+    tiny_gguf: Path, tmp_path: Path, backend: str, capsys, caplog
 ) -> None:
     pytest.importorskip({"torch": "torch", "llamacpp": "llama_cpp"}[backend])
     path = _hostile(tiny_gguf, tmp_path, {"set_kv": STRAY_IDS})
-    done = _generate(path, tmp_path / "cache", "--backend", backend)
-    assert done.returncode == 0, done.stderr
-    assert "Traceback" not in done.stderr and "finish:" in done.stderr, done.stderr
-    assert len(_stray_warnings(done.stderr, path)) == 1, done.stderr
+    if backend == "llamacpp":  # a process of its own: llama.cpp reads the file, and could abort
+        done = _generate(path, tmp_path / "cache", "--backend", backend)
+        returncode, stderr, warned = done.returncode, done.stderr, done.stderr
+    else:  # torch reads the file through localinfer's own loader: in this process (a separate
+        # one would spend most of its time importing torch); the warning is a log record here
+        argv = ["generate", str(path), "Hi", "--max-tokens", "2", "--ctx", "128"]
+        returncode = main([*argv, "--slots", "1", "--backend", backend])
+        stderr, warned = capsys.readouterr().err, caplog.text
+    assert returncode == 0, stderr
+    assert "Traceback" not in stderr and "finish:" in stderr, stderr
+    assert len(_stray_warnings(warned, path)) == 1, warned
 
 
 def test_stray_ids_leave_the_metadata_and_the_budget_runs(

@@ -64,13 +64,38 @@ def test_a_folder_holding_the_set_resolves_to_its_first_part(
     assert resolved.kind == "gguf" and resolved.path == tmp_path / parts[0].name
 
 
+@pytest.fixture(scope="module")
+def tiny_parts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    """A tiny random llama in the embedded model's Q4_1, whole and cut into three parts: what
+    each backend loads from the parts is the file's (the embedded set proves the bytes above);
+    building three backends' runners of the 135M model twice over would prove no more."""
+    import gguf
+
+    from tests.model_files import TINY_VOCAB_SIZE, write_gguf
+    from tests.tiny import tiny_config, tiny_weights
+
+    folder = tmp_path_factory.mktemp("tiny-split")
+    config = tiny_config("llama", vocab_size=TINY_VOCAB_SIZE)
+    weights = tiny_weights(config)
+    whole = write_gguf(
+        folder / "tiny-Q4_1.gguf", config, {n: weights.get(n) for n in weights.names()},
+        qtype=gguf.GGMLQuantizationType.Q4_1,
+    )  # fmt: skip
+    (folder / "parts").mkdir()
+    return whole, write_split_gguf(whole, folder / "parts", N_PARTS)
+
+
 @pytest.mark.parametrize("backend", ["llamacpp", "torch", "mlx"])
-def test_the_split_set_runs_as_the_whole_file(parts: list[Path], backend: str) -> None:
+def test_the_split_set_runs_as_the_whole_file(
+    tiny_parts: tuple[Path, list[Path]], backend: str
+) -> None:
     if backend == "mlx":
         pytest.importorskip("mlx.core")
+    whole, parts = tiny_parts
+    assert len(parts) == N_PARTS and load_model(parts[0]).file_quant == "Q4_1"
     settings = RunnerSettings(backend=backend, ctx=256, slots=1, threads=1)
     logits, budgets = [], []
-    for spec in (embedded_model_path(), parts[0]):
+    for spec in (whole, parts[0]):
         built = build_runner(open_model(str(spec)).model, settings)
         assert built.budget is not None
         logits.append(built.runner.forward([SlotWork(0, tuple(range(100, 120)), 0)])[0])

@@ -22,7 +22,9 @@ from localinfer.runner_setup import build_kv_tiers
 from localinfer.session import Session, open_session
 
 BACKENDS = ("torch", "llamacpp")
-GREEDY = SamplingParams(max_tokens=12, temperature=0.0, ignore_eos=True, logprobs=2)
+# Six tokens an answer: restored, in-slot and cold answers part at the first token a wrong cell
+# changes; each token more is a 135M forward in each of the four sessions.
+GREEDY = SamplingParams(max_tokens=6, temperature=0.0, ignore_eos=True, logprobs=2)
 SYSTEM = "You are a careful assistant. Answer in one short paragraph, and say when unsure. " * 4
 TURN_1 = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Name a river."}]
 

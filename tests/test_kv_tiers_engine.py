@@ -431,6 +431,11 @@ def test_restored_and_copied_equal_cold_on_tiny_models(
         r.close()
 
 
+# Six greedy tokens per answer: a wrong copy or restore shows from the first token on, and each
+# more token is one more 135M forward on each of the warm and cold engines.
+ANSWER = 6
+
+
 def test_embedded_model_restored_equals_cold_on_torch() -> None:
     pytest.importorskip("torch")
     from localinfer.backends.base import RunnerConfig
@@ -455,8 +460,8 @@ def test_embedded_model_restored_equals_cold_on_torch() -> None:
     prompts = [tok.encode(t, add_special_tokens=True) for t in texts]
     for turn in range(2):
         for i, prompt in enumerate(prompts):
-            tokens, reports = run(engine, prompt, 12)
-            assert tokens == list(cold.generate(Request(prompt, greedy(12))).token_ids)
+            tokens, reports = run(engine, prompt, ANSWER)
+            assert tokens == list(cold.generate(Request(prompt, greedy(ANSWER))).token_ids)
             if turn:
                 assert source_of(reports)[1] == "ram"
             prompts[i] = prompt + tokens + tok.encode(" Tell me more.")
@@ -465,9 +470,9 @@ def test_embedded_model_restored_equals_cold_on_torch() -> None:
     # A fresh runner restores from the spill tier alone, as a new process would.
     fresh = Engine(TorchRunner(model, config), tok, background=False, prefix_reuse=True,
                    kv_stores=[disk])  # fmt: skip
-    tokens, reports = run(fresh, prompts[1], 12)
+    tokens, reports = run(fresh, prompts[1], ANSWER)
     assert source_of(reports)[1] == "disk"
-    assert tokens == list(cold.generate(Request(prompts[1], greedy(12))).token_ids)
+    assert tokens == list(cold.generate(Request(prompts[1], greedy(ANSWER))).token_ids)
     for e in (fresh, cold):
         e.close()
     for r in (warm_runner, cold_runner, fresh.runner):

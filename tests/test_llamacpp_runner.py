@@ -203,11 +203,14 @@ def test_context_overflow_raises_before_compute(embedded: LoadedModel) -> None:
     runner.close()
 
 
-def test_every_slot_gets_max_ctx_cells(embedded: LoadedModel) -> None:
-    # Non-unified KV: each sequence owns its cells, so all slots can be full at once.
-    runner = LlamaCppRunner(embedded, cfg(slots=3, max_ctx=100))
+def test_every_slot_gets_max_ctx_cells(tmp_path: Path) -> None:
+    # Non-unified KV: each sequence owns its cells, so all slots can be full at once. The cache's
+    # layout is the runner's, whatever the model: a tiny one fills 300 cells for a sliver of the
+    # 135M model's prefill.
+    config, _, model = tiny_setup(tmp_path)
+    runner = LlamaCppRunner(model, cfg(slots=3, max_ctx=100))
     assert runner.cells_per_slot >= 100
-    full = [SlotWork(s, prompt(100, 30 + s), 0) for s in range(3)]
+    full = [SlotWork(s, prompt(100, 30 + s, vocab=config.vocab_size, low=3), 0) for s in range(3)]
     runner.forward(full)
     assert [runner.slot_length(s) for s in range(3)] == [100, 100, 100]
     runner.close()

@@ -17,6 +17,7 @@ from gguf import quants as gguf_quants  # noqa: E402
 from localinfer.backends.base import RunnerConfig, SlotWork  # noqa: E402
 from localinfer.backends.torch import cpu_kernels  # noqa: E402
 from localinfer.backends.torch.block_weights import BlockMatrix  # noqa: E402
+from localinfer.backends.torch.native_forward import CHUNK_TOKENS  # noqa: E402
 from localinfer.backends.torch.runner import TorchRunner  # noqa: E402
 from localinfer.errors import ModelFileError  # noqa: E402
 from localinfer.loading.gguf_config import config_from_gguf  # noqa: E402
@@ -247,7 +248,12 @@ def test_embedded_model_on_blocks_equals_float32(embedded: LoadedModel) -> None:
             assert "hg" in _vma_flags(m.blocks.data_ptr())
             assert m.blocks.untyped_storage().nbytes() == m.blocks.nbytes  # own storage
 
-    prompt = seq(300, 7)  # > 256: the block runner's forward runs in two native chunks
+    # The block runner's long forwards run in native chunks (CHUNK_TOKENS, 256 in use): 16 here,
+    # so a 40-token prompt takes three chunks (one ragged) at an eighth of a 300-token prefill's
+    # cost, while the dense runner's one-shot forward is the reference: chunked equals one-shot.
+    assert blocks._native.chunk_tokens == CHUNK_TOKENS  # the attribute the forward reads
+    blocks._native.chunk_tokens = 16  # the ragged batch below (24 tokens) is chunked too
+    prompt = seq(40, 7)
     (got,) = blocks.forward([SlotWork(0, prompt, 0, logits="all")])
     (want,) = dense.forward([SlotWork(0, prompt, 0, logits="all")])
     np.testing.assert_array_equal(got, want)
@@ -259,12 +265,14 @@ def test_embedded_model_on_blocks_equals_float32(embedded: LoadedModel) -> None:
             trail += runner.forward([SlotWork(0, (token,), len(prompt) + i)])
         return trail
 
-    decoded = greedy(blocks, got[-1], 6)  # decode steps, logits equal at every one
-    for g, w in zip(decoded, greedy(dense, want[-1], 6), strict=True):
+    # Decode steps, logits equal at every one (three: each reads all 538 MB of dense weights).
+    steps = 3
+    decoded = greedy(blocks, got[-1], steps)
+    for g, w in zip(decoded, greedy(dense, want[-1], steps), strict=True):
         np.testing.assert_array_equal(g, w)
     tokens = [int(np.argmax(x)) for x in decoded]
     ragged = [
-        SlotWork(0, (tokens[-1], 5, 6), len(prompt) + 6, logits="all"),
+        SlotWork(0, (tokens[-1], 5, 6), len(prompt) + steps, logits="all"),
         SlotWork(1, seq(20, 8), 0, logits="all"),
         SlotWork(2, (42,), 0),
     ]

@@ -24,7 +24,8 @@ from tests.hub_server import FakeHub
 from tests.test_pull import FILE_Q8, REPO_360, cli, hub_env
 
 pytest.importorskip("llama_cpp")
-LLAMA = ["--backend", "llamacpp"]
+# One thread: llama.cpp's spinning threads only wait on each other on a busy shared machine.
+LLAMA = ["--backend", "llamacpp", "--threads", "1"]
 
 
 def closed_port() -> int:
@@ -106,7 +107,7 @@ CHAT_SCRIPT = textwrap.dedent(
     from localinfer.tui.settings import ChatSettings
 
     async def main():
-        session = open_session("smollm2-360m", backend="llamacpp", ctx=256, slots=1)
+        session = open_session("smollm2-360m", backend="llamacpp", ctx=256, slots=1, threads=1)
         settings = ChatSettings(model="smollm2-360m", ctx=256, slots=1, max_tokens=4,
                                 temperature=0.0)
         app = ChatApp(ChatHost(settings, session=session), ConversationStore(sys.argv[1]))

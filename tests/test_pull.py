@@ -10,7 +10,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -67,6 +67,33 @@ def cli(env: dict[str, str], *args: str, timeout: float = 120) -> subprocess.Com
     )
 
 
+@pytest.fixture
+def in_process(
+    hub: FakeHub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture
+) -> Callable[..., tuple[int, str, str]]:
+    """`localinfer ARGS` in this process, in the environment ``cli`` gives its child: the error
+    paths start no interpreter of their own (the tests above and below keep the real child)."""
+    from test_budget_remote import point_at
+
+    from localinfer.cli import main
+
+    for name in os.environ:
+        if name.startswith(("HF_", "HUGGINGFACE_")):
+            monkeypatch.delenv(name)
+    env = hub_env(tmp_path, hub.url)
+    for name in ("HF_HUB_CACHE", "HF_HOME", "LOCALINFER_CACHE_DIR", "LOCALINFER_DATA_DIR"):
+        monkeypatch.setenv(name, env[name])
+    point_at(monkeypatch, hub.url)  # huggingface_hub read HF_ENDPOINT at its import
+
+    def run(*args: str) -> tuple[int, str, str]:
+        capsys.readouterr()
+        code = main(list(args))  # an exception escaping main would fail the test: a traceback
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run
+
+
 def test_pull_resumes_a_dropped_download_and_rm_frees_it(
     hub: FakeHub, tmp_path: Path, gguf_bytes: bytes
 ) -> None:
@@ -114,54 +141,52 @@ def test_pull_resumes_a_dropped_download_and_rm_frees_it(
     assert gone.returncode == 1 and "not in the Hugging Face cache" in gone.stderr
 
 
-def test_pull_refuses_a_model_that_does_not_fit(hub: FakeHub, tmp_path: Path) -> None:
-    env = hub_env(tmp_path, hub.url)
-    refused = cli(env, "pull", "smollm2-1.7b", "--device", "1GiB")
-    assert refused.returncode == 3
-    assert "does not fit" in refused.stderr and "--force" in refused.stderr
+def test_pull_refuses_a_model_that_does_not_fit(hub: FakeHub, in_process: Callable) -> None:
+    code, _, err = in_process("pull", "smollm2-1.7b", "--device", "1GiB")
+    assert code == 3
+    assert "does not fit" in err and "--force" in err
     assert hub.requests == []  # the budget ran before any request to the Hub
 
-    forced = cli(env, "pull", "smollm2-1.7b", "--device", "1GiB", "--force", "--quiet")
-    assert forced.returncode == 0, forced.stderr
-    assert "downloading anyway" in forced.stderr
-    assert Path(forced.stdout.strip()).name == FILE_17
+    code, out, err = in_process("pull", "smollm2-1.7b", "--device", "1GiB", "--force", "--quiet")
+    assert code == 0, err
+    assert "downloading anyway" in err
+    assert Path(out.strip()).name == FILE_17
 
 
-def test_pull_errors_are_one_line(hub: FakeHub, tmp_path: Path) -> None:
-    env = hub_env(tmp_path, hub.url)
-    missing = cli(env, "pull", "nobody/missing-model", "--quant", "Q4_0")
-    assert missing.returncode == 1
-    assert "nobody/missing-model is not on the Hub" in missing.stderr
-    assert "Traceback" not in missing.stderr
+def test_pull_errors_are_one_line(in_process: Callable) -> None:
+    code, _, err = in_process("pull", "nobody/missing-model", "--quant", "Q4_0")
+    assert code == 1
+    assert "nobody/missing-model is not on the Hub" in err
+    assert "Traceback" not in err
 
-    no_quant = cli(env, "pull", "smollm2-360m", "--quant", "Q2_K")
-    assert no_quant.returncode == 1 and "there is no Q2_K" in no_quant.stderr
+    code, _, err = in_process("pull", "smollm2-360m", "--quant", "Q2_K")
+    assert code == 1 and "there is no Q2_K" in err
 
-    embedded = cli(env, "pull", "smollm2-135m")
-    assert embedded.returncode == 0 and "nothing to download" in embedded.stderr
-    assert cli(env, "rm", "smollm2-135m").returncode == 1
+    code, _, err = in_process("pull", "smollm2-135m")
+    assert code == 0 and "nothing to download" in err
+    assert in_process("rm", "smollm2-135m")[0] == 1
 
 
-def test_pull_by_repo_id(hub: FakeHub, tmp_path: Path) -> None:
-    env = hub_env(tmp_path, hub.url)
+def test_pull_by_repo_id(hub: FakeHub, in_process: Callable) -> None:
     # A catalog repo id is that catalog model; a lower-case quant still finds the file.
-    done = cli(env, "pull", REPO_360, "--quant", "q4_k_m", "--quiet", "--device", "64GiB")
-    assert done.returncode == 0, done.stderr
-    assert Path(done.stdout.strip()).name == FILE_Q4
+    args = ("--quant", "q4_k_m", "--quiet", "--device", "64GiB")
+    code, out, err = in_process("pull", REPO_360, *args)
+    assert code == 0, err
+    assert Path(out.strip()).name == FILE_Q4
     assert not hub.file_gets(FILE_Q8)
 
     # A repo outside the catalog is budgeted from its GGUF header before download; one whose
     # header is not a GGUF's still comes, with a warning. The quant picks the file.
     hub.add_file("someone/tiny-GGUF", "tiny-Q4_0.gguf", b"q4" * 100)
     hub.add_file("someone/tiny-GGUF", "tiny-Q8_0.gguf", b"q8" * 100)
-    other = cli(env, "pull", "someone/tiny-GGUF", "--quant", "Q8_0", "--quiet")
-    assert other.returncode == 0, other.stderr
-    assert "warning: no memory budget for someone/tiny-GGUF" in other.stderr
-    assert "not a GGUF file" in other.stderr
-    assert Path(other.stdout.strip()).read_bytes() == b"q8" * 100
+    code, out, err = in_process("pull", "someone/tiny-GGUF", "--quant", "Q8_0", "--quiet")
+    assert code == 0, err
+    assert "warning: no memory budget for someone/tiny-GGUF" in err
+    assert "not a GGUF file" in err
+    assert Path(out.strip()).read_bytes() == b"q8" * 100
     assert not hub.file_gets("tiny-Q4_0.gguf")
-    removed = cli(env, "rm", "someone/tiny-GGUF")
-    assert removed.returncode == 0 and "(200 bytes)" in removed.stdout
+    code, out, _ = in_process("rm", "someone/tiny-GGUF")
+    assert code == 0 and "(200 bytes)" in out
 
 
 def test_plans_name_only_the_files_a_quantization_needs() -> None:
@@ -191,14 +216,12 @@ def test_plans_name_only_the_files_a_quantization_needs() -> None:
 
 @pytest.mark.parametrize("spec", ["../x", "a/b c", "org/..", "org/x--y"])
 def test_pull_refuses_a_malformed_repo_id_in_one_line(
-    hub: FakeHub, tmp_path: Path, spec: str
+    hub: FakeHub, in_process: Callable, spec: str
 ) -> None:
-    done = cli(hub_env(tmp_path, hub.url), "pull", spec)
-    assert done.returncode == 1
-    assert done.stderr.startswith("localinfer: error: ") and "not a Hugging Face repo id" in (
-        done.stderr
-    )
-    assert len(done.stderr.strip().splitlines()) == 1  # no HFValidationError traceback
+    code, _, err = in_process("pull", spec)
+    assert code == 1
+    assert err.startswith("localinfer: error: ") and "not a Hugging Face repo id" in err
+    assert len(err.strip().splitlines()) == 1  # no HFValidationError traceback
     assert hub.requests == []
 
 
@@ -226,7 +249,11 @@ def test_a_killed_pulls_partial_file_goes_and_a_running_ones_stays(
     hub: FakeHub, tmp_path: Path, gguf_bytes: bytes
 ) -> None:
     repo = "someone/big-GGUF"
-    q8, q4 = gguf_bytes, gguf_bytes + b"\0"  # two blobs (etags), each over a 10 MiB chunk
+    # Two blobs (etags), each over a 10 MiB chunk and the 12 MB a stalled download sends: the
+    # GGUF's first 16 MiB (its header, so the budget reads it as before; not all 94 MB, which
+    # three pulls would copy for nothing).
+    q8 = gguf_bytes[: 16 * 2**20]
+    q4 = q8 + b"\0"
     hub.add_file(repo, "big-Q8_0.gguf", q8)
     hub.add_file(repo, "big-Q4_0.gguf", q4)
     # A stalled download must not time out and resume: it stays in progress until released.

@@ -106,21 +106,25 @@ def test_a_random_four_layer_model_split_over_two_workers_decodes_as_unsplit(
 
 
 def test_serve_with_rpc_answers_as_the_unsplit_server(two_workers: list) -> None:
+    """`serve --rpc` answers what the unsplit engine does. The unsplit answer comes from an
+    in-process session with serve's settings: a second server process would only start another
+    interpreter to run the same engine (the split one is the real `localinfer serve`)."""
     import httpx
 
+    from localinfer.session import open_session
     from tests.serve_process import running_server
 
-    body = {"model": "smollm2-135m", "max_tokens": 12, "temperature": 0,
-            "messages": [{"role": "user", "content": "Name three colours."}]}  # fmt: skip
+    messages = [{"role": "user", "content": "Name three colours."}]
+    body = {"model": "smollm2-135m", "max_tokens": 12, "temperature": 0, "messages": messages}
     args = ["--port", "0", "--backend", "llamacpp", "--slots", "1", "--ctx", "512",
             "--threads", "1"]  # fmt: skip
-    answers = []
+    with open_session(None, backend="llamacpp", slots=1, ctx=512, threads=1) as whole:
+        ids = whole.chat_prompt_ids(messages)
+        unsplit = _run(whole, ids, SamplingParams(max_tokens=12, temperature=0)).text
     rpc = ["--rpc", ",".join(w.endpoint for w in two_workers), "--tensor-split", "1,1,1"]
-    for extra in ([], rpc):
-        with running_server([*args, *extra], "serve", env=dict(os.environ)) as url:
-            reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
-            answers.append(reply["choices"][0]["message"]["content"])
-    assert answers[0] and answers[1] == answers[0]
+    with running_server([*args, *rpc], "serve", env=dict(os.environ)) as url:
+        reply = httpx.post(url + "/v1/chat/completions", json=body, timeout=120).json()
+    assert unsplit and reply["choices"][0]["message"]["content"] == unsplit
 
 
 def test_a_worker_killed_mid_answer_ends_it_with_its_address_and_the_rest_keeps_serving() -> None:

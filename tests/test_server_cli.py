@@ -3,14 +3,19 @@ Ctrl-C; mistakes are one line and exit 1."""
 
 from __future__ import annotations
 
-import os
+import io
 import signal
 import socket
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager, redirect_stderr
 
 import httpx
 import openai
+import pytest
 
+from localinfer.cli import main as cli_main
+from localinfer.commands import serve as serve_command
 from tests.serve_process import SERVE, read_port
 from tests.test_server_support import wait_until
 
@@ -105,19 +110,34 @@ def test_busy_port_is_one_line_and_exit_1() -> None:
 
 
 def refused(*args: str, env: dict[str, str] | None = None) -> str:
-    """Run ``serve`` with settings it must refuse before loading anything; its stderr."""
-    done = subprocess.run(
-        [*SERVE, *args, "--port", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env=None if env is None else {**os.environ, **env},
-    )
-    assert done.returncode == 1, done.stderr
-    assert "Traceback" not in done.stderr
-    (line,) = done.stderr.strip().splitlines()
+    """Run ``serve`` with settings it must refuse before loading anything; its stderr.
+
+    In-process through the CLI's own ``main`` (argv to exit code and stderr): a refusal is
+    decided there, and a process per case only added a Python start-up. The process itself (one
+    line, exit 1, no traceback) is tested above on the unknown model and the busy port."""
+    with pytest.MonkeyPatch.context() as patch, _captured_stderr() as stderr:
+        for name, value in (env or {}).items():
+            patch.setenv(name, value)
+        # A setting that is not refused would go on to listen and serve forever: fail instead.
+        patch.setattr(serve_command, "_bind", _must_not_bind)
+        code = cli_main(["serve", *args, "--port", "0"])
+    err = stderr.getvalue()
+    assert code == 1, err
+    assert "Traceback" not in err
+    (line,) = err.strip().splitlines()
     assert line.startswith("localinfer: error:")
     return line
+
+
+def _must_not_bind(host: str, port: int) -> socket.socket:
+    raise AssertionError(f"serve went on to listen on {host}:{port}: nothing was refused")
+
+
+@contextmanager
+def _captured_stderr() -> Iterator[io.StringIO]:
+    buffer = io.StringIO()
+    with redirect_stderr(buffer):
+        yield buffer
 
 
 def test_an_empty_api_key_is_refused_not_taken_as_no_key() -> None:

@@ -94,7 +94,9 @@ def test_the_chi_square_test_catches_a_broken_residual(
     monkeypatch: pytest.MonkeyPatch, use_draft: bool
 ) -> None:
     monkeypatch.setattr(verify_module, "residual", _resample_from_p)
-    counts = sample_pairs(N, 2, use_draft, seed=3)
+    # Half the samples the passing tests take, as below: caught with fewer is caught with N
+    # (measured: 354 with a draft, 400 without, against the bound of 225; at N 654 and 731).
+    counts = sample_pairs(N // 2, 2, use_draft, seed=3)
     stat, df = chi2(counts.reshape(-1), expected_pairs().reshape(-1))
     assert stat > 3 * chi2_critical(df), (stat, df)
 

@@ -164,7 +164,8 @@ def test_embedded_llamacpp_speculation_is_token_identical(embedded, slots: int) 
     path = embedded.path
     target = llamacpp_runner(path, "Q4_1", slots, max_ctx=512, flash_attn=True)
     draft = llamacpp_runner(path, "Q4_1", slots, max_ctx=512)  # a self-draft
-    m_ngram, m_draft = check_parity(target, draft, ps[:slots], 48, embedded.tokenizer)
+    # 32 tokens (48 before): measured 1.72 tokens a target forward with two slots, 6.2 with one.
+    m_ngram, m_draft = check_parity(target, draft, ps[:slots], 32, embedded.tokenizer)
     # The edit copies its prompt: lookups pay off (the free-chat prompt in slot 1 does not).
     assert m_ngram.tokens_per_target_forward is not None and m_ngram.tokens_per_target_forward > 1.5
     assert m_draft.spec_acceptance_rate is not None and m_draft.spec_acceptance_rate > 0.9
@@ -179,9 +180,9 @@ def test_embedded_llamacpp_speculation_without_flash_attention_up_to_a_near_tie(
     ps = [chat_ids(embedded, EDIT_PROMPT), chat_ids(embedded, "Name three rivers in Europe.")]
     path = embedded.path
     runner = llamacpp_runner(path, "Q4_1", 2, max_ctx=512, flash_attn=False)
-    plain, _ = generate(runner, None, ps, 48, embedded.tokenizer)
+    plain, _ = generate(runner, None, ps, 32, embedded.tokenizer)
     config = SpecConfig(max_busy_slots=2, measure_draft_cost=False)
-    spec, metrics = generate(runner, Speculator(config), ps, 48, embedded.tokenizer)
+    spec, metrics = generate(runner, Speculator(config), ps, 32, embedded.tokenizer)
     assert metrics.spec_proposed > 0
     for prompt, p, q in zip(ps, plain, spec, strict=True):
         i = next((i for i, (a, b) in enumerate(zip(p, q, strict=True)) if a != b), None)

@@ -131,7 +131,12 @@ def _bodies(text: str) -> list[tuple[str, dict[str, Any]]]:
                 **common,
             },
         ),
-        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "Hi"}], "stop": text}),
+        # A bare-string stop (not a list); bounded like the rest: the point is the stop's parsing,
+        # and an unbounded answer only spends tokens.
+        (
+            "/v1/chat/completions",
+            {"messages": [{"role": "user", "content": "Hi"}], "stop": text, **common},
+        ),
         ("/v1/completions", {"prompt": text, **common}),
         ("/v1/completions", {"prompt": "Say" + text, "stop": [text], **common}),
         ("/v1/completions", {"prompt": [text], **common}),

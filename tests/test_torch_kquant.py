@@ -12,6 +12,7 @@ built once per module in about a second; nothing is downloaded.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import gguf
@@ -225,6 +226,18 @@ def test_a_tied_int4_table_gathers_codes_and_heads_a_packed_copy(
 # -- the budget ------------------------------------------------------------------------------------
 
 
+@functools.cache
+def _runner_weights(path: Path, dtype: str) -> int:
+    """What a CPU runner on ``path`` in ``dtype`` holds for its weights (the context does not
+    change it): each file and dtype loaded once per module, not once per test that asks (the
+    SmolLM2 file's conversion is most of those tests' time); an int, so nothing else is shared."""
+    runner = TorchRunner(load_model(path), RunnerConfig(max_ctx=16, dtype=dtype))
+    try:
+        return runner.memory().weights
+    finally:
+        runner.close()
+
+
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_the_profile_counts_what_the_runner_holds(files: dict[str, Path], dtype: str) -> None:
     for key in ("smollm2", "q4_k_m", "q5_k_m"):
@@ -232,9 +245,7 @@ def test_the_profile_counts_what_the_runner_holds(files: dict[str, Path], dtype:
         header = read_gguf_header(path)
         held = PROFILE.held_gguf_weights(header.tensors, header.arch, dtype, "cpu")
         assert held is not None and held.source.startswith("torch: ")
-        runner = TorchRunner(load_model(path), RunnerConfig(max_ctx=16, dtype=dtype))
-        assert runner.memory().weights == held.bytes, key
-        runner.close()
+        assert _runner_weights(path, dtype) == held.bytes, key
 
 
 def test_the_budget_counts_what_the_runner_holds(files: dict[str, Path]) -> None:
@@ -242,9 +253,7 @@ def test_the_budget_counts_what_the_runner_holds(files: dict[str, Path]) -> None
     path = files["smollm2"]
     request = BudgetRequest(str(path), ctx=64, backend="torch", device="cpu", dtype="bfloat16")
     report = compute_budget(request)
-    runner = TorchRunner(load_model(path), RunnerConfig(max_ctx=64, dtype="bfloat16"))
-    measured = runner.memory().weights
-    runner.close()
+    measured = _runner_weights(path, "bfloat16")
     assert abs(report.weights_bytes / measured - 1) <= 0.10
     assert "int4 groups of 32" in report.weights_source
     # A planned GPU: the same forms, int8 row scales in the compute dtype (no GPU to measure).
@@ -258,7 +267,5 @@ def test_the_budget_counts_what_the_runner_holds(files: dict[str, Path]) -> None
 def test_the_float32_cpu_budget_counts_what_the_runner_holds(files: dict[str, Path]) -> None:
     path = files["smollm2"]
     report = compute_budget(BudgetRequest(str(path), ctx=64, backend="torch", device="cpu"))
-    runner = TorchRunner(load_model(path), RunnerConfig(max_ctx=64))
-    measured = runner.memory().weights
-    runner.close()
+    measured = _runner_weights(path, "float32")  # RunnerConfig's default dtype
     assert abs(report.weights_bytes / measured - 1) <= 0.10

@@ -293,6 +293,9 @@ def test_protocol_info_and_close() -> None:
 
 # -- the embedded real model (SmolLM2-135M-Instruct Q4_1, dequantized to fp32) -----------------
 
+# About 145 tokens of real text: ten 16-token native chunks, three torch-ops chunks of 64 and two
+# bf16 chunks of 128, each path crossing chunk boundaries with the cache, at under half the cost
+# of the 313-token text these tests first read (the numpy float64 reference is the dearest).
 TEXT = (
     "The lighthouse stood on a narrow spit of rock at the mouth of the harbour, and for more "
     "than a hundred years its keepers had written down the weather twice a day. The logbooks "
@@ -301,16 +304,7 @@ TEXT = (
     "1987, the last keeper, a quiet man named Thomas Hale, carried the books up the hill to the "
     "village library, where they sat untouched for decades. A student looking for a thesis "
     "topic found them by accident. She noticed that the entries described storms in far more "
-    "detail than the official records, which had been kept thirty miles inland. Working through "
-    "the pages one winter, she built a table of every gale, the direction it came from, and how "
-    "long it lasted. The result surprised the meteorologists: the coast had grown windier, but "
-    "only in autumn, and only since the middle of the century. Her paper was short, careful and "
-    "widely read. Today the books are scanned, the originals kept in a dry room, and visitors "
-    "to the library can read Thomas Hale's neat handwriting on a screen beside the door. The "
-    "lighthouse still turns its beam every night, though no one climbs the stairs to wind the "
-    "clockwork any more. Children from the village school visit it each spring, and their "
-    "teacher tells them that careful notes, taken every day by someone who cares, can outlast "
-    "the person who wrote them and answer questions nobody had thought to ask."
+    "detail than the official records, which had been kept thirty miles inland."
 )
 
 
@@ -329,7 +323,7 @@ def embedded() -> LoadedModel:
 @pytest.fixture(scope="module")
 def embedded_tokens(embedded: LoadedModel) -> list[int]:
     tokens = embedded.tokenizer.encode(TEXT)
-    assert 250 <= len(tokens) <= 400, len(tokens)
+    assert 129 <= len(tokens) <= 160, len(tokens)  # past one bf16 chunk of 128
     return tokens
 
 
@@ -370,7 +364,7 @@ def test_embedded_model_bf16_agrees_on_top1(
     embedded: LoadedModel, embedded_tokens: list[int], embedded_reference: np.ndarray
 ) -> None:
     runner = make_runner(embedded, slots=1, max_ctx=512, dtype="bfloat16")
-    got = prefill_chunks(runner, 0, embedded_tokens, [128] * 3)
+    got = prefill_chunks(runner, 0, embedded_tokens, [128] * 2)
     agree = np.mean(got.argmax(-1) == embedded_reference.argmax(-1))
     assert agree >= 0.85, agree
 

@@ -7,6 +7,7 @@ import asyncio
 import json
 import subprocess
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,6 +23,7 @@ from bench.chat import (
 from bench.chat_report import GenerateRun, report_lines, run_generate, verdicts
 from bench.child import child_env, module_argv
 from localinfer.conversations import ConversationStore
+from tests.model_files import tiny_chat_gguf
 from tests.tui_pilot import ScriptedChatSession, module_session
 
 session = module_session(512)
@@ -62,11 +64,11 @@ def test_chat_run_measures_the_answer_and_the_keys_typed_meanwhile(tmp_path, mon
 
 
 def test_generate_and_the_engine_alone_answer_the_chats_request(session, tmp_path):
-    config = ChatBenchConfig(max_tokens=12, keys=0)
+    config = ChatBenchConfig(max_tokens=8, keys=0)
     chat = asyncio.run(run_chat(session, config, ConversationStore(tmp_path)))
     generate = run_generate(config)
     alone = run_engine_alone(session, config)
-    assert generate.completion_tokens == chat.completion_tokens == len(alone.arrivals) == 12
+    assert generate.completion_tokens == chat.completion_tokens == len(alone.arrivals) == 8
     # The same request: prompt, template, greedy, budget.
     assert generate.text == chat.text == alone.text
     assert generate.decode_tps and generate.decode_tps > 0
@@ -108,9 +110,12 @@ def test_verdicts_against_the_targets():
     assert "same answer: yes" in lines[-1]
 
 
-def test_bench_chat_quick_run():
-    """scripts/bench-chat --quick end to end: the table, then one JSON line with every figure."""
-    argv = module_argv("bench.chat_cli", "--quick", "--threads", "1")
+def test_bench_chat_quick_run(tmp_path: Path) -> None:
+    """scripts/bench-chat --quick end to end: the table, then one JSON line with every figure.
+    On a tiny model: the script's plumbing is tested here (the embedded model's answer through
+    the same three paths is the test above), and 3 x 200 tokens of it cost next to nothing."""
+    model = str(tiny_chat_gguf(tmp_path))
+    argv = module_argv("bench.chat_cli", "--quick", "--threads", "1", "--model", model)
     proc = subprocess.run(argv, capture_output=True, text=True, timeout=600, env=child_env())
     assert proc.returncode == 0, proc.stderr[-2000:]
     out = proc.stdout

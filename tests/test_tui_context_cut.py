@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from localinfer.context_fit import SUMMARY_OPENING, outside_count
-from localinfer.conversations import ConversationStore
+from localinfer.conversations import Conversation, ConversationStore
 from localinfer.tui.app import ChatApp
 from localinfer.tui.context_marker import ContextMarker, SummaryNote
 from localinfer.tui.conversation_view import AnswerTurn, ConversationView, UserTurn
@@ -127,15 +127,33 @@ async def test_sixty_turns_past_the_context(tmp_path) -> None:
         assert metrics.prompt_tokens - metrics.cached_tokens < 80, (i, metrics)
 
 
-async def run_turns(settings: ChatSettings, store: ConversationStore, turns: int) -> Any:
-    """``turns`` questions through the app; the app's host, conversation and view as shown, and
-    the view again after the saved file was reopened."""
+def seeded(store: ConversationStore, turns: int) -> str:
+    """A saved conversation of ``turns`` answered questions, inside the context: the app reopens
+    it and goes on from there, so only the turns around the cuts are generated (the test is what
+    the app does at a cut; sixty answered turns are test_sixty_turns_past_the_context's)."""
+    conversation = Conversation(model="smollm2-135m")
+    for i in range(turns):
+        conversation.add("user", question(i))
+        conversation.add("assistant", f"Oaks grow on hill {i}.")  # 8 tokens, as the app's
+    store.save(conversation)
+    return conversation.id
+
+
+async def run_turns(
+    settings: ChatSettings, store: ConversationStore, first: int, turns: int
+) -> Any:
+    """Questions ``first`` to ``turns - 1`` through the app, after reopening a saved conversation
+    of the ``first`` before them; the app's host, conversation and view as shown, the view again
+    after the saved file was reopened, and the notices."""
+    saved = seeded(store, first)
     host = RecordingHost(settings, opener=partial(open_with_settings, kv=None))
     app = ChatApp(host, store)
     try:
         async with app.run_test(size=SIZE) as pilot:
             await wait_until(pilot, lambda: host.loaded and not app.loading)
-            for i in range(turns):
+            app.open_conversation(saved)
+            await pilot.pause()
+            for i in range(first, turns):
                 await send(pilot, app, question(i))
             await app.workers.wait_for_complete()
             conversation, shown = app.conversation, view_signature(app.view)
@@ -152,8 +170,11 @@ async def run_turns(settings: ChatSettings, store: ConversationStore, turns: int
 async def test_summarize_keeps_the_summary_as_a_note_above_the_line(tmp_path) -> None:
     settings = SETTINGS.changed(ctx=512, context_overflow="summarize")
     store = ConversationStore(tmp_path)
-    host, conversation, shown, reopened, _ = await run_turns(settings, store, 12)
-    assert sum(m.role == "assistant" for m in conversation.messages) == 12
+    # Seven saved turns, then three asked: the first and the third outgrow the context, each
+    # cut with its summary.
+    host, conversation, shown, reopened, _ = await run_turns(settings, store, 7, 10)
+    assert sum(m.role == "assistant" for m in conversation.messages) == 10
+    assert len(host.finals) == 5  # three answers and two summaries
     notes = [m for m in conversation.messages if m.role == "system"]
     assert notes and all(m.content for m in notes)
     start = conversation.context_start
@@ -179,8 +200,10 @@ async def test_summarize_keeps_the_summary_as_a_note_above_the_line(tmp_path) ->
 async def test_stop_refuses_the_question_that_does_not_fit(tmp_path) -> None:
     settings = SETTINGS.changed(ctx=512, context_overflow="stop")
     store = ConversationStore(tmp_path)
-    _, conversation, shown, _, notices = await run_turns(settings, store, 12)
+    # Eight saved turns, then four asked: two fit, the third and fourth are refused.
+    host, conversation, shown, _, notices = await run_turns(settings, store, 8, 12)
     assert conversation.context_start == 0
     assert not [kind for kind, _ in shown if kind in ("ContextMarker", "SummaryNote")]
     refused = [n for n in notices if n.startswith("Not answered") and "maximum context" in n]
-    assert refused and sum(m.role == "assistant" for m in conversation.messages) == 10
+    assert len(refused) == 2 and sum(m.role == "assistant" for m in conversation.messages) == 10
+    assert len(host.finals) == 2

@@ -108,9 +108,11 @@ settings = ChatSettings(backend=sys.argv[1], ctx=2048, slots=1)
 host = ChatHost(settings)
 host.ui_started.set()
 host.load(settings)
-# One answer to a prompt longer than a prefill chunk: the compute buffers are written, as after
-# the one prefill chunk `--verify` runs.
-ids = host.prompt_ids([{"role": "user", "content": "Tell me about painting. " * 80}])
+# One answer to a prompt of 291 tokens, longer than torch's prefill chunk (256): the compute
+# buffers are written, as after the one prefill chunk `--verify` runs. (llama.cpp sizes its
+# buffers at load for its 512-token chunk; measured totals: 203 MiB here, 207 MiB with 431
+# prompt tokens, 205 MiB by --verify. Each prompt token more is prefill work, most on torch.)
+ids = host.prompt_ids([{"role": "user", "content": "Tell me about painting. " * 52}])
 host.submit(Request(ids, SamplingParams(max_tokens=4))).result()
 f = host.memory()
 print(json.dumps({"weights": f.measured.weights, "kv": f.measured.kv_cache,

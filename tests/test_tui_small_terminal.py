@@ -59,7 +59,10 @@ async def test_a_short_terminal_shows_the_newest_text_while_it_streams(
     """The room an answer holds below its text to grow into (RESERVE_LINES) is sized to the view:
     in a 12-row terminal it used to push the lines being written below the view's bottom, so the
     answer streamed out of sight (every sample below was False)."""
-    settings = ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=120)
+    # 40 tokens fill the 12-row terminal's view about halfway through: with the old full
+    # reserve (reserve_for returning RESERVE_LINES) the samples turn False from there on, and this
+    # test fails; more tokens only add samples (each one a forward and a 50 ms pause).
+    settings = ChatSettings(ctx=CTX, slots=1, temperature=0.0, max_tokens=40)
     gate = ForwardGate(session.engine.runner.forward)
     monkeypatch.setattr(session.engine.runner, "forward", gate)
     app = ChatApp(ChatHost(settings, session=session), ConversationStore(tmp_path / "c"))

@@ -182,8 +182,14 @@ class PacedHost(ChatHost):
         return paced(super().submit(request))
 
 
+# The view follows from about the 300th token on (where the answer outgrows the 40-row screen);
+# 600 leave as many to stream after the user scrolls up, and a next answer of 150 still grows
+# the view at its end. More tokens only add paced events (2 ms each) and renders.
+FIRST_ANSWER, NEXT_ANSWER = 600, 150
+
+
 async def test_the_view_follows_the_answer_only_until_the_user_scrolls_up(scripted, tmp_path):
-    settings = ChatSettings(ctx=4096, slots=1, temperature=0.0, max_tokens=2000)
+    settings = ChatSettings(ctx=4096, slots=1, temperature=0.0, max_tokens=FIRST_ANSWER)
     app = CountingApp(PacedHost(settings, session=scripted), ConversationStore(tmp_path))
     async with app.run_test(size=SIZE) as pilot:
         prompt = app.query_one(PromptInput)
@@ -193,15 +199,20 @@ async def test_the_view_follows_the_answer_only_until_the_user_scrolls_up(script
         # Following: the end of the answer stays in view while it grows past the screen.
         await wait_until(pilot, lambda: view.max_scroll_y > 10)
         assert view.scroll_y == view.max_scroll_y
+        assert app.answering  # more of the answer is still to come
         view.scroll_to(y=0, animate=False)  # the user scrolls up to read the beginning
         await wait_until(pilot, lambda: not app.answering)
         await pilot.pause()
-        assert app.query_one(AnswerTurn).source == ANSWER
+        first = scripted.model.tokenizer.decode(scripted.tokens[:FIRST_ANSWER])
+        assert app.query_one(AnswerTurn).source == first
         assert view.scroll_y == 0 < view.max_scroll_y  # left where the user put it
         view.scroll_end(animate=False)  # back at the end: following again
         await pilot.pause()
+        app.host.settings = settings.changed(max_tokens=NEXT_ANSWER)
+        before = view.max_scroll_y
         prompt.load_text("Once more, please.")
         await pilot.press("enter")
         await wait_until(pilot, lambda: not app.answering)
         await pilot.pause()
+        assert view.max_scroll_y > before + 10  # the next answer grew the view
         assert view.scroll_y == view.max_scroll_y
