@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import threading
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -20,14 +19,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from localinfer.commands.serve import parse_keep_alive
-from localinfer.errors import InvalidParameterError, OutOfMemoryBudgetError
+from localinfer.engine.engine import Engine
+from localinfer.errors import OutOfMemoryBudgetError
 from localinfer.server import ServerThread, create_app
-from localinfer.server.memory_plan import BudgetNeed, Holder, plan_load
 from localinfer.server.model_loading import LoadSettings, ServeSupply, named_source
 from localinfer.server.model_pool import ModelPool, PoolSettings
 from localinfer.server.pool_model import ModelSource
 from localinfer.server.served_session import ServedSession
+from tests.engine_gate import engine_held
 from tests.model_files import tiny_checkpoint, write_gguf
 from tests.serve_process import running_server
 from tests.test_server_support import wait_until
@@ -136,40 +135,7 @@ def tiny_id(path: str) -> str:
     return Path(path).stem
 
 
-# -- the memory plan and the flags, without a server ---------------------------------------------
-
-
-def need(n: int, cap: int = 100) -> BudgetNeed:
-    return BudgetNeed("cpu", n, cap, f"m at {n}")
-
-
-def test_plan_unloads_idle_models_least_recently_used_first() -> None:
-    holders = [Holder("a", need(40), last_used=3.0), Holder("b", need(40), last_used=1.0)]
-    assert plan_load("c", need(30), holders).victims == ("b",)
-    assert plan_load("c", need(70), holders).victims == ("b", "a")
-    assert plan_load("c", need(20), holders).victims == ()
-    busy = [Holder("a", need(40), 3.0, "1 request in flight"), holders[1]]
-    plan = plan_load("c", need(70), busy)
-    assert plan.blocked and "1 request in flight" in plan.blocked and not plan.victims
-    other_device = [Holder("x", BudgetNeed("cuda:0", 90, 100), 0.0, "2 requests in flight")]
-    assert plan_load("c", need(90), other_device).victims == ()
-
-
-def test_plan_refuses_what_can_never_fit_with_the_numbers() -> None:
-    with pytest.raises(OutOfMemoryBudgetError, match="needs 120 B but cpu holds 100 B"):
-        plan_load("c", need(120), [])
-    pinned = [Holder("a", need(60), 0.0, "pinned")]
-    with pytest.raises(OutOfMemoryBudgetError, match="pinned models hold 60 B"):
-        plan_load("c", need(50), pinned)
-
-
-def test_keep_alive_durations() -> None:
-    assert parse_keep_alive("5m") == 300.0 and parse_keep_alive("30s") == 30.0
-    assert parse_keep_alive("1h") == 3600.0 and parse_keep_alive("250ms") == 0.25
-    assert parse_keep_alive("2") == 2.0 and parse_keep_alive("0") == 0.0
-    assert parse_keep_alive("-1") is None
-    with pytest.raises(InvalidParameterError, match="--keep-alive"):
-        parse_keep_alive("soon")
+# -- what a request may load, without a server -------------------------------------------------
 
 
 def test_models_from_decides_what_a_request_may_load(tiny: tuple[str, str]) -> None:
@@ -260,6 +226,10 @@ def test_a_limit_that_fits_one_swaps_models(tiny: tuple[str, str], needs: dict[s
         assert s.state(tiny_id(tiny[0])) == "available"
 
 
+# A stream the test holds open with an EngineGate: its length only needs to outlast the gate.
+STREAM_TOKENS = 8
+
+
 def stream_chat(url: str, model: str, tokens: int) -> httpx.Response:
     body = {
         "model": model,
@@ -280,20 +250,28 @@ def finish_reason(lines: list[str]) -> str | None:
     return next((r for r in reasons if r), None)
 
 
+def engine_of(s: Pool, model_id: str) -> Engine:
+    known = s.pool.find_known(model_id)
+    assert known is not None and known.session is not None, f"{model_id} is not loaded"
+    return known.session.engine
+
+
 def test_no_eviction_under_an_in_flight_stream(
     tiny: tuple[str, str], needs: dict[str, int]
 ) -> None:
     limit = max(needs[SMOL], needs[tiny[0]]) + min(needs[SMOL], needs[tiny[0]]) // 2
     with served([SMOL], memory=limit, wait=0) as s:
-        stream = stream_chat(s.url, SMOL, 200)
-        assert stream.status_code == 200
-        lines = stream.iter_lines()
-        first = next(line for line in lines if line.startswith("data: "))
-        refused = s.chat(tiny[0])  # does not fit beside the streaming model, and may not wait
-        assert refused.status_code == 503, refused.text
-        assert int(refused.headers["retry-after"]) >= 1
-        error = refused.json()["error"]
-        assert error["code"] == "memory_in_use" and "in flight" in error["message"]
+        # The stream's engine waits after its first tokens: in flight while the test runs.
+        with engine_held(engine_of(s, SMOL), free=2):
+            stream = stream_chat(s.url, SMOL, STREAM_TOKENS)
+            assert stream.status_code == 200
+            lines = stream.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            refused = s.chat(tiny[0])  # does not fit beside the streaming model, may not wait
+            assert refused.status_code == 503, refused.text
+            assert int(refused.headers["retry-after"]) >= 1
+            error = refused.json()["error"]
+            assert error["code"] == "memory_in_use" and "in flight" in error["message"]
         rest = [first[6:], *(line[6:] for line in lines if line.startswith("data: "))]
         stream.close()
         assert rest[-1] == "[DONE]" and finish_reason(rest) == "length"  # the stream completed
@@ -312,14 +290,15 @@ def test_a_waiting_request_loads_once_the_stream_ends(
 ) -> None:
     limit = max(needs[SMOL], needs[tiny[0]]) + min(needs[SMOL], needs[tiny[0]]) // 2
     with served([SMOL], memory=limit, wait=300) as s:
-        stream = stream_chat(s.url, SMOL, 200)
-        lines = stream.iter_lines()
-        first = next(line for line in lines if line.startswith("data: "))
         answers: list[httpx.Response] = []
         waiter = threading.Thread(target=lambda: answers.append(s.chat(tiny[0])))
-        waiter.start()
-        wait_until(lambda: s.pool.find_known(tiny[0]) is not None, 60, "the request to arrive")
-        assert s.state(SMOL) == "loaded"  # not unloaded under the stream
+        with engine_held(engine_of(s, SMOL), free=2):
+            stream = stream_chat(s.url, SMOL, STREAM_TOKENS)
+            lines = stream.iter_lines()
+            first = next(line for line in lines if line.startswith("data: "))
+            waiter.start()
+            wait_until(lambda: s.pool.find_known(tiny[0]) is not None, 60, "the request")
+            assert s.state(SMOL) == "loaded"  # not unloaded under the stream
         rest = [first[6:], *(line[6:] for line in lines if line.startswith("data: "))]
         stream.close()
         waiter.join(300)
@@ -388,11 +367,11 @@ def test_start_up_models_that_do_not_fit_together_stop_the_server(
     assert isinstance(app.state.localinfer.load_exception, OutOfMemoryBudgetError)
 
 
-def test_serve_command_with_two_models(tiny: tuple[str, str], tmp_path: Path) -> None:
+@pytest.mark.usefixtures("private_cache")
+def test_serve_command_with_two_models(tiny: tuple[str, str]) -> None:
     args = [SMOL, tiny[0], "--port", "0", "--slots", "1", "--ctx", "256", "--threads", "1"]
     args += ["--models-from", "none", "--keep-alive", "-1"]
-    env = {**os.environ, "LOCALINFER_CACHE_DIR": str(tmp_path / "cache")}
-    with running_server(args, "serve with two models", env=env) as url:
+    with running_server(args, "serve with two models") as url:
         cards = {c["id"]: c for c in httpx.get(url + "/v1/models").json()["data"]}
         assert set(cards) == {SMOL, tiny_id(tiny[0])}
         assert all(card["state"] == "loaded" for card in cards.values())
