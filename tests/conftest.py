@@ -63,10 +63,26 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.isa)
 
 
+def cache_with_the_runs_kernels(cache: Path) -> Path:
+    """``cache`` (created), whose ``kernels`` folder is the run's own cache's: the native kernels
+    are a build product of this machine, not something a test caches, and compiling them again
+    for each private cache cost seconds a test (test_torch_native's tests of the build use
+    folders of their own)."""
+    from localinfer.paths import cache_dir
+
+    kernels = cache_dir() / "kernels"  # LOCALINFER_CACHE_DIR as the run started, or the user's
+    kernels.mkdir(parents=True, exist_ok=True)
+    cache.mkdir(parents=True, exist_ok=True)
+    if not (cache / "kernels").exists():
+        (cache / "kernels").symlink_to(kernels, target_is_directory=True)
+    return cache
+
+
 @pytest.fixture
 def private_cache(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """LOCALINFER_CACHE_DIR in this test's own folder: nothing cached by another test is seen."""
-    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path / "cache"))
+    """LOCALINFER_CACHE_DIR in this test's own folder: nothing cached by another test is seen
+    (but the compiled native kernels: cache_with_the_runs_kernels)."""
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(cache_with_the_runs_kernels(tmp_path / "cache")))
 
 
 @pytest.fixture
@@ -75,7 +91,8 @@ def session_cache(
 ) -> None:
     """LOCALINFER_CACHE_DIR in one folder for the whole run: kept out of the user's cache, but
     what one test caches (a parsed chat template, a quantized model) the next may reuse."""
-    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
+    cache = cache_with_the_runs_kernels(tmp_path_factory.getbasetemp() / "cache")
+    monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(cache))
 
 
 @pytest.fixture
