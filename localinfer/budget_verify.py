@@ -33,7 +33,9 @@ log = logging.getLogger(__name__)
 _LIBRARY = {"torch": "torch", "llamacpp": "llama_cpp", "mlx": "mlx.core"}
 
 
-def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck:
+def verify_budget(
+    report: BudgetReport, dtype: str | None = None, threads: int | None = None
+) -> MemoryCheck:
     """Build the runner the report budgets for and measure it. Needs the model on disk.
 
     The measurement is what a session would hold: the model's tokenizer and the runner, after
@@ -61,7 +63,7 @@ def verify_budget(report: BudgetReport, dtype: str | None = None) -> MemoryCheck
     before = process_rss()
     # The loaded model stays referenced while RSS is read: a session keeps its tokenizer (a
     # 262k vocabulary's tables are ~130 MiB), and the budget's runtime row counts it.
-    model, runner = _budgeted_runner(report, dtype)
+    model, runner = _budgeted_runner(report, dtype, threads)
     try:
         # One full prefill chunk, so compute buffers reach the size the budget counts: the
         # context's last, where a runner can be filled up to it cheaply, so its attention spans
@@ -152,7 +154,9 @@ def _return_free_heap() -> None:
             ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def _budgeted_runner(report: BudgetReport, dtype: str | None) -> tuple[LoadedModel, Runner]:
+def _budgeted_runner(
+    report: BudgetReport, dtype: str | None, threads: int | None = None
+) -> tuple[LoadedModel, Runner]:
     """The model opened as a session opens it, and its runner at the report's settings
     (verify_budget asks only for one that fits; force skips the session's own budget check,
     which would repeat it). The dtype defaults to the one the budget assumed (the backend's
@@ -169,6 +173,7 @@ def _budgeted_runner(report: BudgetReport, dtype: str | None) -> tuple[LoadedMod
         report.ctx,
         report.concurrency,
         dtype,
+        threads=threads,
         device=report.device,
         force=True,
         kv_dtype=report.kv_dtype,

@@ -168,12 +168,17 @@ async def run_turns(
 
 
 async def test_summarize_keeps_the_summary_as_a_note_above_the_line(tmp_path) -> None:
-    settings = SETTINGS.changed(ctx=512, context_overflow="summarize")
+    # A small context, so that few saved turns fill it: the first question's summary prefills
+    # the reopened conversation (329 tokens here; 429 at ctx 512 with seven saved turns). At 368
+    # every decision has 12 tokens or more to spare (the two cuts, the whole conversation in the
+    # first summary's prompt, the third question's room); ctx 352 leaves 1 for that prompt, 384
+    # leaves 3 for the second question, which there is not cut.
+    settings = SETTINGS.changed(ctx=368, context_overflow="summarize")
     store = ConversationStore(tmp_path)
-    # Seven saved turns, then three asked: the first and the third outgrow the context, each
+    # Five saved turns, then three asked: the first and the second outgrow the context, each
     # cut with its summary.
-    host, conversation, shown, reopened, _ = await run_turns(settings, store, 7, 10)
-    assert sum(m.role == "assistant" for m in conversation.messages) == 10
+    host, conversation, shown, reopened, _ = await run_turns(settings, store, 5, 8)
+    assert sum(m.role == "assistant" for m in conversation.messages) == 8
     assert len(host.finals) == 5  # three answers and two summaries
     notes = [m for m in conversation.messages if m.role == "system"]
     assert notes and all(m.content for m in notes)
@@ -198,12 +203,15 @@ async def test_summarize_keeps_the_summary_as_a_note_above_the_line(tmp_path) ->
 
 
 async def test_stop_refuses_the_question_that_does_not_fit(tmp_path) -> None:
-    settings = SETTINGS.changed(ctx=512, context_overflow="stop")
+    # A small context, so that few saved turns fill it (the first question prefills them all:
+    # 311 tokens here, 461 at ctx 512 with eight turns); the second question's prompt leaves
+    # 22 tokens free, the third's is ~30 past the context.
+    settings = SETTINGS.changed(ctx=384, context_overflow="stop")
     store = ConversationStore(tmp_path)
-    # Eight saved turns, then four asked: two fit, the third and fourth are refused.
-    host, conversation, shown, _, notices = await run_turns(settings, store, 8, 12)
+    # Five saved turns, then four asked: two fit, the third and fourth are refused.
+    host, conversation, shown, _, notices = await run_turns(settings, store, 5, 9)
     assert conversation.context_start == 0
     assert not [kind for kind, _ in shown if kind in ("ContextMarker", "SummaryNote")]
     refused = [n for n in notices if n.startswith("Not answered") and "maximum context" in n]
-    assert len(refused) == 2 and sum(m.role == "assistant" for m in conversation.messages) == 10
+    assert len(refused) == 2 and sum(m.role == "assistant" for m in conversation.messages) == 7
     assert len(host.finals) == 2

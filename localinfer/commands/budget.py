@@ -6,8 +6,9 @@ import argparse
 import json
 
 from localinfer.command_help import command_parser
-from localinfer.counts import parse_count
+from localinfer.counts import parse_count, positive_int_arg
 from localinfer.model_options import add_mmproj_option
+from localinfer.threads_option import THREADS_HELP
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -65,6 +66,15 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="load the model with the real runner, run one prefill chunk, and compare its "
         "measured memory with the prediction",
     )
+    # The runner's threads for --verify (the prediction does not depend on them): a machine
+    # shared with other busy programs, as a parallel test suite is, measures with fewer.
+    parser.add_argument(
+        "--threads",
+        type=positive_int_arg,
+        default=None,
+        metavar="N",
+        help=f"with --verify: {THREADS_HELP}",
+    )
     parser.add_argument(
         "--kv-ram",
         default=None,
@@ -112,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if args.verify:
         from localinfer.budget_verify import verify_budget
 
-        check = verify_budget(report, args.dtype)
+        check = verify_budget(report, args.dtype, threads=args.threads)
     if args.json:
         data = report.model_dump()
         if check is not None:
