@@ -18,20 +18,23 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from localinfer.backends.base import RunnerConfig, SlotWork
-from localinfer.backends.llamacpp.attention_plan import calibration, flash_attention
-from localinfer.backends.llamacpp.attention_probe import AttentionShape
 from localinfer.backends.llamacpp.cpu import physical_cores
-from localinfer.backends.llamacpp.runner import LlamaCppRunner
 from localinfer.loading.embedded import embedded_model_path
-from localinfer.loading.loader import load_model
+
+# The runner, its attention plan and the model loader are imported where they are used, after
+# the arguments are parsed: `--help` imports none of them.
+if TYPE_CHECKING:
+    from localinfer.backends.llamacpp.runner import LlamaCppRunner
 
 SHAPES = (("decode 1", 1, 1), ("4 slots x 1", 4, 1), ("16 tokens", 1, 16), ("512 tokens", 1, 512))
 
 
 def time_shape(runner: LlamaCppRunner, depth: int, slots: int, tokens: int, repeats: int) -> float:
     """tok/s of forwards of ``tokens`` tokens in each of ``slots`` slots at ``depth``."""
+    from localinfer.backends.base import SlotWork
+
     batch = [SlotWork(s, tuple(range(200, 200 + tokens)), depth) for s in range(slots)]
     runs = []
     for i in range(repeats + 1):
@@ -45,6 +48,9 @@ def time_shape(runner: LlamaCppRunner, depth: int, slots: int, tokens: int, repe
 
 
 def measure(model, depth: int, flash: bool, threads: int, repeats: int) -> list[float]:
+    from localinfer.backends.base import RunnerConfig
+    from localinfer.backends.llamacpp.runner import LlamaCppRunner
+
     config = RunnerConfig(slots=4, max_ctx=depth + 520, threads=threads)
     runner = LlamaCppRunner(model, config, flash_attn=flash)
     try:
@@ -63,6 +69,10 @@ def main() -> int:
     parser.add_argument("--depths", default="256,1024,2048")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
+    from localinfer.backends.llamacpp.attention_plan import calibration, flash_attention
+    from localinfer.backends.llamacpp.attention_probe import AttentionShape
+    from localinfer.loading.loader import load_model
+
     path = Path(args.model) if args.model else embedded_model_path()
     model = load_model(path)
     threads = physical_cores()

@@ -41,7 +41,9 @@ import time
 from pathlib import Path
 
 from bench.child import child_env, module_argv
-from localinfer.budget.report import MemoryCheck
+
+# The budget (localinfer.budget, which loads numpy and gguf) is imported where it is used:
+# `--help` does not import it.
 
 TOLERANCE = 0.10  # issue 7: predicted within +-10% of measured in every cell
 MODEL = "smollm2-135m"  # the embedded SmolLM2-135M-Instruct Q4_1
@@ -120,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def measured_grid(args: argparse.Namespace) -> bool:
     """The +-10% check: every cell's prediction against the measured RSS growth."""
+    from localinfer.budget.report import MemoryCheck
+
     backends = [b for b in args.backends.split(",") if b]
     contexts = [int(c) for c in args.ctx.split(",")]
     concurrencies = [int(c) for c in args.concurrency.split(",")]

@@ -22,14 +22,12 @@ import tempfile
 import time
 from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from localinfer.budget.measured import process_rss
-from localinfer.conversations import ConversationStore
-from localinfer.tui.app import ChatApp
-from localinfer.tui.host import ChatHost, open_with_settings
-from localinfer.tui.prompt_input import PromptInput
-from localinfer.tui.settings import ChatSettings
+# The chat app, its host and the budget's RSS reader are imported where they are used: `--help`
+# imports none of them.
+if TYPE_CHECKING:
+    from localinfer.tui.app import ChatApp
 
 CHECKPOINTS = (20, 50, 100, 150, 200)
 SIZE = (120, 40)
@@ -49,6 +47,8 @@ async def wait_for(pilot: Any, condition: Any, timeout: float = 300.0) -> None:
 
 async def send(pilot: Any, app: ChatApp, text: str) -> None:
     """Send ``text``; return once it is answered (or refused: then raise)."""
+    from localinfer.tui.prompt_input import PromptInput
+
     before = len(app.conversation.messages), len(app.query(".notice.error"))
     app.query_one(PromptInput).load_text(text)
     await pilot.press("enter")
@@ -65,6 +65,8 @@ async def send(pilot: Any, app: ChatApp, text: str) -> None:
 def trim_heap() -> int | None:
     """RSS after glibc's malloc_trim(0) hands the C heap's free pages back (None elsewhere):
     what is left is what the process holds live, the rest freed memory the allocator kept."""
+    from localinfer.budget.measured import process_rss
+
     try:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
     except (OSError, AttributeError):
@@ -77,6 +79,12 @@ def mib(n: int | None) -> str:
 
 
 async def run(args: argparse.Namespace, root: Path) -> dict[int, int | None]:
+    from localinfer.budget.measured import process_rss
+    from localinfer.conversations import ConversationStore
+    from localinfer.tui.app import ChatApp
+    from localinfer.tui.host import ChatHost, open_with_settings
+    from localinfer.tui.settings import ChatSettings
+
     settings = ChatSettings(ctx=args.ctx, slots=1, threads=args.threads, backend=args.backend,
                             temperature=0.0, max_tokens=args.max_tokens)  # fmt: skip
     host = ChatHost(settings, opener=partial(open_with_settings, kv=None))

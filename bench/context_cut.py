@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from localinfer.context_fit import fit_with_room
-from localinfer.engine import Request, SamplingParams
-from localinfer.session import open_session
 from localinfer.tui.settings import CHAT_CHUNK_REUSE
+
+# The engine and the session are imported where they are used: `--help` imports neither.
 
 TOPICS = ("rivers", "mountains", "bridges", "forests", "harbours", "deserts", "glaciers", "cities")
 MAX_TOKENS = 256  # the answer's room a cut leaves (the chat's max-tokens setting)
@@ -52,6 +52,8 @@ def question(repeat: int, turn: int) -> str:
 
 def ask(session: Any, messages: list[dict[str, str]], max_tokens: int, rid: str) -> Any:
     """The last event of a greedy request for ``messages``."""
+    from localinfer.engine import Request, SamplingParams
+
     ids = session.chat_prompt_ids(messages)
     params = SamplingParams(max_tokens=max_tokens, temperature=0.0)
     events = list(session.engine.submit(Request(ids, params, rid)))
@@ -86,6 +88,8 @@ def one_repeat(chat: Any, cold: Any, repeat: int, ctx: int) -> CutRun:
 
 
 def bench_backend(backend: str, args: argparse.Namespace) -> list[CutRun]:
+    from localinfer.session import open_session
+
     common = {"backend": backend, "ctx": args.ctx, "slots": 1, "threads": args.threads}
     chat = open_session(cache_reuse=CHAT_CHUNK_REUSE, **common)
     cold = open_session(prefix_reuse=False, **common)

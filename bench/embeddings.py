@@ -23,8 +23,12 @@ import statistics
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING
 
-from localinfer.engine import EmbeddingRequest, Engine, Request, SamplingParams
+# The engine is imported where it is used, after the arguments are parsed: `--help` does not
+# import it.
+if TYPE_CHECKING:
+    from localinfer.engine import Engine, Request
 
 TARGET = 0.5  # decode beside a job, as a share of decode alone
 PROMPT = "Tell me about the sea."
@@ -70,6 +74,8 @@ def job_texts(n: int) -> list[str]:
 
 def embed_alone(engine: Engine, inputs: Sequence[Sequence[int]]) -> float:
     """Tokens/s of one job with nothing else running."""
+    from localinfer.engine import EmbeddingRequest
+
     started = time.perf_counter()
     engine.embed(EmbeddingRequest([list(x) for x in inputs])).result()
     return sum(map(len, inputs)) / (time.perf_counter() - started)
@@ -78,6 +84,8 @@ def embed_alone(engine: Engine, inputs: Sequence[Sequence[int]]) -> float:
 def stream_beside_job(
     engine: Engine, request: Request, inputs: Sequence[Sequence[int]]
 ) -> BesideRun:
+    from localinfer.engine import EmbeddingRequest
+
     handle = engine.submit(request)
     events = iter(handle)
     tokens = list(next(events).token_ids)  # the stream is decoding from here on
@@ -116,6 +124,7 @@ def stream_alone(engine: Engine, request: Request) -> tuple[float, tuple[int, ..
 def measure_backend(
     backend: str, texts: int, repeats: int, threads: int | None, ctx: int
 ) -> BackendFigures:
+    from localinfer.engine import EmbeddingRequest, Request, SamplingParams
     from localinfer.session import open_session
 
     with open_session(None, backend=backend, slots=2, ctx=ctx, threads=threads) as session:

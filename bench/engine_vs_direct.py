@@ -22,13 +22,15 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import numpy as np
+# numpy, the runners' types and the engine are imported where they are used, after the
+# arguments are parsed: `--help` imports none of them.
+if TYPE_CHECKING:
+    import numpy as np
 
-from localinfer.backends.base import MemoryReport, Runner, SlotWork
-from localinfer.engine.engine import Engine
-from localinfer.engine.metrics import percentile
-from localinfer.engine.types import Request, SamplingParams
+    from localinfer.backends.base import MemoryReport, Runner, SlotWork
+    from localinfer.engine.engine import Engine
 
 PROMPT = "What is the capital of France?"
 
@@ -88,6 +90,9 @@ class DirectRun:
 def run_engine(
     engine: Engine, timed: TimedRunner, prompt: list[int], n: int, tokens: int
 ) -> EngineRun:
+    from localinfer.engine.metrics import percentile
+    from localinfer.engine.types import Request, SamplingParams
+
     params = SamplingParams(max_tokens=tokens, ignore_eos=True)
     steps0 = engine.metrics().steps
     timed.forward_s, timed.forwards = 0.0, 0
@@ -115,6 +120,10 @@ def run_engine(
 
 
 def run_direct(runner: Runner, prompt: list[int], n: int, tokens: int) -> DirectRun:
+    import numpy as np
+
+    from localinfer.backends.base import SlotWork
+
     for s in range(n):
         runner.release(s)
     t0 = time.perf_counter()
@@ -146,6 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     counts = [int(x) for x in args.streams.split(",")]
 
+    from localinfer.engine.engine import Engine
     from localinfer.session import open_session
 
     t_load = time.perf_counter()

@@ -21,11 +21,13 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
-
-import numpy as np
+from typing import TYPE_CHECKING, Any
 
 from bench.structured_cases import obj
+
+# numpy is imported where it is used, after the arguments are parsed: `--help` does not import it.
+if TYPE_CHECKING:
+    import numpy as np
 
 STR, INT, NUM, BOOL = ({"type": t} for t in ("string", "integer", "number", "boolean"))
 ITEM = obj(id=INT, label=STR)
@@ -237,6 +239,8 @@ def allowed(mask: np.ndarray, token: int) -> bool:
 
 def walk(engine: Engine, compiled: Any, tokens: list[int], vocab: Vocab, times: list[float]) -> str:
     """Feed ``tokens`` through a fresh matcher, timing each mask; then the end must allow EOS."""
+    import numpy as np
+
     state = engine.start(compiled)
     mask = np.zeros((vocab.size + 31) // 32, dtype=np.int32)
     for step, token in enumerate([*tokens, None]):
@@ -299,6 +303,8 @@ def install_weight(package: str) -> tuple[str, str, str]:
 
 
 def percentile(values: list[float], q: float) -> float:
+    import numpy as np
+
     return float(np.percentile(np.asarray(values), q)) if values else float("nan")
 
 

@@ -41,14 +41,16 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 from bench.llama_server import BuildFailed, build_seconds, ensure_built
-from bench.peer_servers import Server, StartFailed, start_llama_server, start_localinfer
-from bench.servers_loadgen import bench_both
-from localinfer.bench.loadgen import parse_levels
-from localinfer.bench.records import LevelResult
 from localinfer.bench.stats import percentile
-from localinfer.session import SAMPLING_ENV
+
+# The server stack (bench/peer_servers.py, localinfer.session) and the load generator are
+# imported where they are used: `--help` imports none of them.
+if TYPE_CHECKING:
+    from bench.peer_servers import Server
+    from localinfer.bench.records import LevelResult
 
 PEER = "llama-server"
 GEMMA = "gemma3-270m"  # --model's name for Gemma 3 270M Q4_K_M (262k vocabulary)
@@ -209,6 +211,8 @@ def server_variant(spec: str, ours: Mapping[str, str] | None) -> tuple[str, dict
     """(backend, environment, name) for one ``--backends`` entry: BACKEND, BACKEND:host (every
     token drawn by the host sampler, the runner's draws' reference) or BACKEND:spinN (libgomp's
     spin count N for this server alone, not for llama-server)."""
+    from localinfer.session import SAMPLING_ENV
+
     backend, _, variant = spec.partition(":")
     base = dict(ours or os.environ)
     if not variant:
@@ -226,6 +230,8 @@ def server_variant(spec: str, ours: Mapping[str, str] | None) -> tuple[str, dict
 def start_servers(args: argparse.Namespace, setup: Setup, servers: list[Server]) -> dict[str, str]:
     """llama-server, then localinfer on each backend, into ``servers`` (the caller stops them,
     whatever happens); {name: why not} for those that could not start."""
+    from bench.peer_servers import StartFailed, start_llama_server, start_localinfer
+
     env = peer_env(os.environ, setup.runner_wait)
     servers.append(start_llama_server(setup.binary, setup.model, threads=args.threads,
                                       slots=args.slots, ctx=args.ctx, no_repack=setup.no_repack,
@@ -286,6 +292,8 @@ Figures = dict[str, dict[int, Row]]  # server name -> clients -> row
 
 
 def measure(args: argparse.Namespace, servers: list[Server], levels: list[int]) -> Figures:
+    from bench.servers_loadgen import bench_both
+
     figures: Figures = {s.name: {c: Row() for c in levels} for s in servers}
     for run in range(args.runs):
         print(f"run {run + 1}/{args.runs}", file=sys.stderr, flush=True)
@@ -343,6 +351,8 @@ def load() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from localinfer.bench.loadgen import parse_levels
+
     levels = parse_levels(args.clients)
     variant = "avx2" if args.avx2 else "native"
     try:

@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
+# numpy is imported where it is used, after the arguments are parsed: `--help` does not import it.
 
 PROMPT = (
     "<|im_start|>system\nYou are a helpful assistant.<|im_end|>\n<|im_start|>user\n"
@@ -43,6 +43,8 @@ def median_of(repeats: int, fn: Callable[[], float]) -> tuple[float, list[float]
 def memory_bandwidth(gib: float = 1.0, passes: int = 5) -> float:
     """Bytes/s of a streaming read: numpy sum over a buffer far larger than the caches (best of
     ``passes``, the first touch excluded)."""
+    import numpy as np
+
     buf = np.ones(int(gib * (1 << 30)) // 4, dtype=np.float32)
     buf.sum()
     best = 0.0

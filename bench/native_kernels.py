@@ -40,7 +40,8 @@ import statistics
 import sys
 import time
 
-import torch
+# torch is imported by the functions that use it, after the arguments are parsed: `--help` does
+# not pay its import (about 2 s of CPU), nor does the parent of the --isa passes.
 
 
 def parse_args() -> argparse.Namespace:
@@ -76,6 +77,8 @@ def median_time(fn, repeats: int = 5) -> float:
 
 
 def product_sweep(args, kernels) -> None:
+    import torch
+
     from localinfer.backends.torch.huge_pages import HugePageArena
 
     shapes = smollm2_shapes()
@@ -208,6 +211,8 @@ DEEP_PROMPT = 960  # tokens before the long-context decode row (the runners hold
 
 
 def versus_llamacpp(args) -> None:
+    import torch
+
     from bench.llamacpp_avx2 import loaded_build
     from bench.spec_replay import verification_costs
     from localinfer.backends.base import RunnerConfig
@@ -288,6 +293,8 @@ def versus_llamacpp(args) -> None:
 
 def prefill_only(args) -> None:
     """Kept blocks vs torch ops on float32 weights: one fresh prompt per forward, interleaved."""
+    import torch
+
     from localinfer.backends.base import RunnerConfig, SlotWork
     from localinfer.backends.torch.runner import TorchRunner
     from localinfer.loading.embedded import embedded_model_path
@@ -363,6 +370,8 @@ def main() -> int:
     if not in_pass():
         uses_llamacpp = not (args.skip_llamacpp or args.prefill_only)
         return run_levels("bench.native_kernels", sys.argv[1:], args.isa, uses_llamacpp)
+    import torch
+
     if args.threads:
         torch.set_num_threads(args.threads)
     from localinfer.backends.torch.cpu_kernels import load_kernels

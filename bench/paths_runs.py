@@ -23,14 +23,15 @@ import sys
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-
-from bench.chat import ChatBenchConfig, run_chat
-from bench.peer_servers import Server, start
 from bench.thread_cpu import ThreadShare, ThreadTime, shares, snapshot
-from localinfer.server.host import free_port
+
+# The server, HTTP client and chat app are imported where they are used: `scripts/bench-paths
+# --help` (bench/paths.py) loads this module and imports none of them.
+if TYPE_CHECKING:
+    from bench.chat import ChatBenchConfig
+    from bench.peer_servers import Server
 
 PROMPT = "Write a long story about a robot who learns to paint."
 PATHS = ("serve", "generate", "chat", "api")
@@ -91,6 +92,9 @@ def _cpu(pid: int, first: dict[int, ThreadTime] | None, last: dict, tokens: int)
 
 def start_serve(setup: PathSetup) -> Server:
     """`localinfer serve MODEL --slots 1` with the setup's context, backend and threads."""
+    from bench.peer_servers import start
+    from localinfer.server.host import free_port
+
     port = free_port()
     cmd = [sys.executable, "-m", "localinfer", "serve", setup.model, "--port", str(port),
            "--slots", "1", "--log-level", "warning", "--served-name", "bench",
@@ -101,6 +105,8 @@ def start_serve(setup: PathSetup) -> Server:
 
 def run_serve(server: Server, setup: PathSetup, sampling: Sampling) -> PathRun:
     """One streaming chat completion; the rate from the last chunk's ``timings``."""
+    import httpx
+
     body = {"model": server.model, "messages": [{"role": "user", "content": setup.prompt}],
             "max_tokens": setup.tokens, "temperature": sampling.temperature,
             "top_p": sampling.top_p, "seed": setup.seed, "stream": True,
@@ -183,6 +189,8 @@ def run_api(session: Any, setup: PathSetup, sampling: Sampling) -> PathRun:
 
 
 def chat_config(setup: PathSetup, sampling: Sampling) -> ChatBenchConfig:
+    from bench.chat import ChatBenchConfig
+
     return ChatBenchConfig(
         prompt=setup.prompt,
         model=setup.model,
@@ -201,6 +209,7 @@ def run_chat_path(session: Any, setup: PathSetup, sampling: Sampling) -> PathRun
     """The real chat app, headless, on an open session."""
     import asyncio
 
+    from bench.chat import run_chat
     from localinfer.conversations import ConversationStore
 
     with tempfile.TemporaryDirectory() as tmp:

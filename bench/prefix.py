@@ -21,9 +21,8 @@ import statistics
 import sys
 import time
 
-from bench import kv_tiers
-from localinfer.engine import Request, SamplingParams
-from localinfer.session import open_session
+# The engine, the session and the KV-tier rows (bench/kv_tiers.py) are imported where they are
+# used, after the arguments are parsed: `--help` imports none of them.
 
 QUESTIONS = [
     "Summarise this document in a few sentences.",
@@ -72,6 +71,8 @@ def main() -> int:
 
 
 def tier_rows(args: argparse.Namespace, rows: set[str]) -> None:
+    from bench import kv_tiers
+
     open_kw = dict(model_spec=args.model, backend=args.backend, ctx=args.ctx, threads=args.threads)
     log = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     out = []
@@ -92,6 +93,8 @@ def tier_rows(args: argparse.Namespace, rows: set[str]) -> None:
 
 
 def turns_table(args: argparse.Namespace) -> None:
+    from localinfer.engine import Request, SamplingParams
+    from localinfer.session import open_session
 
     common = dict(backend=args.backend, ctx=args.ctx, slots=args.slots, threads=args.threads)
     t0 = time.perf_counter()

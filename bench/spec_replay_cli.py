@@ -17,22 +17,13 @@ import argparse
 import dataclasses
 import statistics
 
-from bench.spec_replay import (
-    Recorded,
-    fit_cost,
-    interpolated_cost,
-    replay,
-    verification_costs,
-)
 from bench.spec_workloads import CHAT, EDITING
-from localinfer.backends.base import RunnerConfig
-from localinfer.backends.select import choose_backend, create_runner
 from localinfer.bench.prompts import load_prompts
-from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.loading.chat_template import ChatTemplate
 from localinfer.loading.embedded import embedded_model_path
-from localinfer.loading.loader import load_model
-from localinfer.speculation import default_spec_config
+
+# The engine, the runners, the model loader and the replay (bench/spec_replay.py) are imported
+# where they are used, after the arguments are parsed: `--help` imports none of them.
 
 
 def parse_args() -> argparse.Namespace:
@@ -52,6 +43,9 @@ def chat_ids(model, text):
 
 
 def record(runner, model, prompts, max_tokens):
+    from bench.spec_replay import Recorded
+    from localinfer.engine import Engine, Request, SamplingParams
+
     engine = Engine(runner, model.tokenizer, background=False)
     out = []
     for label, ids in prompts:
@@ -64,6 +58,12 @@ def record(runner, model, prompts, max_tokens):
 
 def main() -> None:
     args = parse_args()
+    from bench.spec_replay import fit_cost, interpolated_cost, replay, verification_costs
+    from localinfer.backends.base import RunnerConfig
+    from localinfer.backends.select import choose_backend, create_runner
+    from localinfer.loading.loader import load_model
+    from localinfer.speculation import default_spec_config
+
     model = load_model(embedded_model_path(), name="smollm2-135m")
     prompts = [("editing", chat_ids(model, t)) for t in EDITING]
     prompts += [("free chat", chat_ids(model, t)) for t in CHAT]

@@ -20,17 +20,12 @@ import argparse
 import dataclasses
 import statistics
 
-from bench.spec_replay import fit_cost, verification_costs
 from bench.spec_workloads import CHAT, EDITING
-from bench.structured import decode_together
-from localinfer.backends.base import RunnerConfig
-from localinfer.backends.select import choose_backend, create_runner
-from localinfer.engine import Engine, Request, SamplingParams
-from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
 from localinfer.loading.chat_template import ChatTemplate
 from localinfer.loading.embedded import embedded_model_path
-from localinfer.loading.loader import load_model
-from localinfer.speculation import default_spec_config
+
+# The engine, the runners and the model loader are imported where they are used, after the
+# arguments are parsed: `--help` imports none of them.
 
 TARGET_EDIT, TARGET_CHAT = 1.5, 0.95
 
@@ -67,6 +62,9 @@ def run(runner, tok, prompts, max_tokens, speculator=None):
     Decode speed counts the tokens after each request's first one over the span from the
     first first-token to the last token (prefill is the same with and without speculation).
     """
+    from bench.structured import decode_together
+    from localinfer.engine import Engine, Request, SamplingParams
+
     engine = Engine(runner, tok, background=False, speculator=speculator)
     params = SamplingParams(max_tokens=max_tokens)
     done = decode_together(engine, [Request(p, params) for p in prompts])
@@ -76,6 +74,8 @@ def run(runner, tok, prompts, max_tokens, speculator=None):
 
 def compare(runner, tok, prompts, args, config, label, slots=1):
     """Plain vs n-gram, interleaved per repeat; medians of aggregate decode tok/s."""
+    from localinfer.engine.speculative import Speculator
+
     plain_tps, spec_tps, metrics = [], [], []
     groups = (
         [prompts[i : i + slots] for i in range(0, len(prompts), slots)]
@@ -100,6 +100,10 @@ def compare(runner, tok, prompts, args, config, label, slots=1):
 
 
 def bench_backend(backend, model, edit, chat, args) -> None:
+    from bench.spec_replay import fit_cost, verification_costs
+    from localinfer.backends.base import RunnerConfig
+    from localinfer.engine.speculative import SpecConfig
+
     tok = model.tokenizer
     busy = [int(x) for x in args.busy.split(",")]
     config = RunnerConfig(slots=max(busy), max_ctx=1024, threads=args.threads, dtype="float32")
@@ -152,11 +156,17 @@ def target_runner(model, config, name):
 
 def runner_for(model, config, backend):
     """(runner, one-line notice) of ``backend`` (None: the default choice) at ``config``."""
+    from localinfer.backends.select import choose_backend, create_runner
+
     choice = choose_backend(backend, model.format, model.file_quant, model.config.arch)
     return create_runner(model, config, choice), choice.notice
 
 
 def bench_draft(model, edit, chat, args, draft_backend, fp32_config=None) -> None:
+    from localinfer.backends.base import RunnerConfig
+    from localinfer.engine.speculative import DraftProposer, SpecConfig, Speculator
+    from localinfer.speculation import default_spec_config
+
     tok = model.tokenizer
     kind = "torch native kernels" if draft_backend == "torch" else "llama.cpp"
     print(f"\n## draft model: embedded Q4_1 ({kind}) drafting for the same model in fp32 (torch)")
@@ -200,6 +210,8 @@ def bench_draft(model, edit, chat, args, draft_backend, fp32_config=None) -> Non
 
 def main() -> None:
     args = parse_args()
+    from localinfer.loading.loader import load_model
+
     model = load_model(embedded_model_path(), name="smollm2-135m")
     edit = [chat_ids(model, t) for t in EDITING]
     chat = [chat_ids(model, t) for t in CHAT]

@@ -21,12 +21,15 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
-
-from bench.peer_servers import Server, start_localinfer
 from bench.thread_cpu import shares, snapshot
 from localinfer.loading.embedded import embedded_model_path
+
+# The HTTP client and the server stack (bench/peer_servers.py) are imported where they are used:
+# `--help` imports neither.
+if TYPE_CHECKING:
+    from bench.peer_servers import Server
 
 PROMPT = "Write a story about a cat who learns to read. Chapter {}"
 # A module named uvloop that fails to import, first on the server's path: uvicorn's "auto" loop
@@ -54,6 +57,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def answer(server: Server, i: int, tokens: int, stream: bool) -> tuple[float, float]:
     """Wall ms and main-thread CPU ms per token of one answer."""
+    import httpx
+
     body = {"model": server.model, "prompt": PROMPT.format(i), "max_tokens": tokens,
             "temperature": 0, "stream": stream, **server.extra_body}  # fmt: skip
     pid = server.proc.pid
@@ -95,6 +100,8 @@ def server_env(loop: str, hide: Path) -> dict[str, str] | None:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    from bench.peer_servers import start_localinfer
+
     model = args.model or embedded_model_path()
     print(f"bench-stream-cost: {model.name}, {args.backend}, {args.threads} threads, greedy "
           f"/v1/completions, {args.tokens} tokens, median of {args.rounds} rounds")  # fmt: skip

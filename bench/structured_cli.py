@@ -22,21 +22,12 @@ import json
 import statistics
 import time
 
-from bench.structured import (
-    Comparison,
-    Workload,
-    busy_slots,
-    compile_times,
-    constrained_request,
-    mask_times,
-    run_batch,
-    single_stream,
-)  # fmt: skip
 from bench.structured_cases import CASES, prompt_text
 from localinfer.bench.stats import percentile
-from localinfer.constraints import ConstraintCompiler, ConstraintSpec, vocabulary_from_tokenizer
 from localinfer.model_options import BACKENDS
-from localinfer.session import RunnerSettings, build_runner, open_model
+
+# The engine, the runners and the constraint compiler are imported where they are used, after
+# the arguments are parsed: `--help` imports none of them.
 
 TARGET = 0.9
 
@@ -83,8 +74,30 @@ def ms(seconds):
     return seconds * 1e3
 
 
+def constrained_answers(runner, tok, work, cases, max_tokens) -> tuple[dict, int, str]:
+    """Each workload's constrained answer (the first run: also the warm-up), how many are valid
+    and ended on a stop, and how validity was checked."""
+    from bench.structured import constrained_request, run_batch
+
+    check, how = validator()
+    answers, valid = {}, 0
+    for w in work:
+        run = run_batch(runner, tok, [constrained_request(w, max_tokens)])
+        answers[w.name] = run.token_ids[0]
+        try:
+            check(tok.decode(list(run.token_ids[0])), cases[w.name][1])
+            valid += run.finish_reasons[0] == "stop"
+        except Exception as exc:  # noqa: BLE001 - counted and shown
+            print(f"   {w.name}: invalid answer ({type(exc).__name__})")
+    return answers, valid, how
+
+
 def main() -> None:
     args = parse_args()
+    from bench import structured
+    from localinfer.constraints import ConstraintCompiler, ConstraintSpec, vocabulary_from_tokenizer
+    from localinfer.session import RunnerSettings, build_runner, open_model
+
     model = open_model(None).model
     built = build_runner(model, RunnerSettings(args.backend, 1024, 4, threads=args.threads))
     runner, tok = built.runner, model.tokenizer
@@ -97,27 +110,18 @@ def main() -> None:
     compiler = ConstraintCompiler(vocabulary_from_tokenizer(tok, runner.info.vocab_size))
     index_s = time.perf_counter() - started
     specs = [ConstraintSpec("json_schema", schema) for _, schema in cases.values()]
-    compiles = compile_times(compiler.compile, specs, repeats=5)
+    compiles = structured.compile_times(compiler.compile, specs, repeats=5)
     work = [
-        Workload(name, chat_ids(model, prompt_text(q, schema)), compiler.compile(spec))
+        structured.Workload(name, chat_ids(model, prompt_text(q, schema)), compiler.compile(spec))
         for (name, (q, schema)), spec in zip(cases.items(), specs, strict=True)
     ]
 
     # The constrained answers (first run: also the warm-up); their lengths set the free runs'.
-    check, how = validator()
-    answers, valid = {}, 0
-    for w in work:
-        run = run_batch(runner, tok, [constrained_request(w, args.max_tokens)])
-        answers[w.name] = run.token_ids[0]
-        try:
-            check(tok.decode(list(run.token_ids[0])), cases[w.name][1])
-            valid += run.finish_reasons[0] == "stop"
-        except Exception as exc:  # noqa: BLE001 - counted and shown
-            print(f"   {w.name}: invalid answer ({type(exc).__name__})")
+    answers, valid, how = constrained_answers(runner, tok, work, cases, args.max_tokens)
 
-    compared = Comparison(runner, tok, work, answers, args.repeats, args.max_tokens)
-    one, busy = single_stream(compared), busy_slots(compared)
-    masks = mask_times(work, answers, runner.info.vocab_size)
+    compared = structured.Comparison(runner, tok, work, answers, args.repeats, args.max_tokens)
+    one, busy = structured.single_stream(compared), structured.busy_slots(compared)
+    masks = structured.mask_times(work, answers, runner.info.vocab_size)
     runner.close()
 
     mask_us = {q: percentile(masks, q) * 1e6 for q in (50, 99)}

@@ -33,13 +33,12 @@ import sys
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
-import numpy as np
-
-from bench.peer_servers import Server, start
-from localinfer.server.host import free_port
+# numpy, the HTTP client and the server stack (bench/peer_servers.py) are imported where they
+# are used: `--help` imports none of them.
+if TYPE_CHECKING:
+    from bench.peer_servers import Server
 
 TARGET = 0.3
 FIRST = "Describe this picture in a few words."
@@ -102,6 +101,7 @@ def default_pair(layers: int) -> tuple[Path, Path]:
 
 def png_url(seed: int, side: int) -> str:
     """A ``side`` x ``side`` PNG of random pixels (each seed another image) as a data: URL."""
+    import numpy as np
     from PIL import Image
 
     pixels = np.random.default_rng(seed).integers(0, 256, (side, side, 3), dtype=np.uint8)
@@ -120,6 +120,8 @@ def user_turn(image_url: str, question: str) -> dict[str, Any]:
 def chat(server: Server, messages: list[dict[str, Any]], max_tokens: int) -> Turn:
     """A greedy streamed chat completion of exactly ``max_tokens`` tokens; its client-side TTFT
     and usage."""
+    import httpx
+
     body = {"model": server.model, "messages": messages, "max_tokens": max_tokens,
             "temperature": 0, "ignore_eos": True, "stream": True,
             "stream_options": {"include_usage": True}}  # fmt: skip
@@ -162,6 +164,9 @@ def one_repeat(server: Server, seed: int, side: int, answer_tokens: int) -> Repe
 
 def start_serve(model: Path, projector: Path, args: argparse.Namespace) -> Server:
     """`localinfer serve` on llama.cpp with one slot, the projector named."""
+    from bench.peer_servers import start
+    from localinfer.server.host import free_port
+
     port = free_port()
     cmd = [sys.executable, "-m", "localinfer", "serve", str(model), "--mmproj", str(projector),
            "--backend", "llamacpp", "--port", str(port), "--slots", "1", "--ctx", str(args.ctx),
