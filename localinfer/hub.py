@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import fnmatch
+import os
 import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -51,8 +52,12 @@ SAFETENSORS_PATTERNS = (
 )
 # First contact with the Hub: a dead network shows up as a connect timeout, a server that
 # accepts and never answers as a read timeout; either way `pull` fails in seconds, not minutes.
+# LOCALINFER_HUB_TIMEOUT_S (seconds, read at each request) replaces LISTING_TIMEOUT_S and caps
+# the connect timeout: the test of a silent Hub waits a fraction of a second, not 5 s; unset,
+# empty or not a positive number, these constants hold.
 CONNECT_TIMEOUT_S = 3.0
 LISTING_TIMEOUT_S = 5.0
+HUB_TIMEOUT_ENV = "LOCALINFER_HUB_TIMEOUT_S"
 
 
 class HubError(LocalinferError):
@@ -262,12 +267,22 @@ def cached_file(plan: DownloadPlan) -> Path | None:
     return Path(hit) if isinstance(hit, str) and Path(hit).is_file() else None
 
 
+def listing_timeout_s() -> float:
+    """LISTING_TIMEOUT_S, or the positive number of seconds in LOCALINFER_HUB_TIMEOUT_S."""
+    try:
+        seconds = float(os.environ.get(HUB_TIMEOUT_ENV, ""))
+    except ValueError:
+        return LISTING_TIMEOUT_S
+    return seconds if 0 < seconds < float("inf") else LISTING_TIMEOUT_S
+
+
 def short_timeout() -> Any:
     """The timeouts of a first request to the Hub: fail in seconds on a dead network."""
+    listing = listing_timeout_s()
     transport = _hub_http()
     if transport is None:
-        return LISTING_TIMEOUT_S
-    return transport.Timeout(LISTING_TIMEOUT_S, connect=CONNECT_TIMEOUT_S)
+        return listing
+    return transport.Timeout(listing, connect=min(CONNECT_TIMEOUT_S, listing))
 
 
 def list_remote(plan: DownloadPlan) -> RemoteListing:

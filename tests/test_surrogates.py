@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -19,7 +20,8 @@ from localinfer.loading.chat_template import ChatTemplate
 from localinfer.loading.embedded import embedded_model_path
 from localinfer.loading.loader import load_model
 from localinfer.loading.unicode_text import scrub_surrogates
-from tests.test_server_support import server, session  # noqa: F401 - fixtures
+from localinfer.session import Session, open_session
+from tests.test_server_support import server  # noqa: F401 - fixture; its session is below
 
 # Lone high and low surrogates, a reversed pair, surrogateescape'd argv bytes, a split emoji,
 # and surrogates next to special-token text and multi-byte characters.
@@ -35,6 +37,18 @@ NASTY = [
     "日本\udbff語 😀\udc80",
     "\ud800" * 50,
 ]
+
+
+@pytest.fixture(scope="module")
+def session() -> Iterator[Session]:
+    """The embedded model behind the `server` fixture, on llama.cpp with one thread: the checks
+    are on the text path (HTTP body, chat template, tokenizer, stop strings), which is the same
+    for every backend, and llama.cpp answers these 2-token requests for a fraction of the torch
+    runner's CPU (test_server_support pins torch for logits that do not depend on the batch,
+    which nothing here reads)."""
+    s = open_session(None, backend="llamacpp", slots=4, ctx=512, threads=1, prefix_reuse=True)
+    yield s
+    s.close()
 
 
 @pytest.fixture(scope="module")
@@ -189,6 +203,12 @@ def _generate(*args: bytes) -> subprocess.CompletedProcess[bytes]:
         b"1",
         b"--ctx",
         b"256",
+        # llama.cpp on one thread, as the server above: the argv decoding is the subject, and
+        # the default backend (torch on some machines) costs several times the CPU.
+        b"--backend",
+        b"llamacpp",
+        b"--threads",
+        b"1",
         *args,
     ]
     return subprocess.run(argv, capture_output=True, env=env, timeout=600)
