@@ -60,6 +60,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_mmproj_option(
         parser, "count the vision projector (mmproj*.gguf) beside the model: the F16 one, or FILE"
     )
+    _add_measuring_options(parser)
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    _add_split_options(parser)
+
+
+def _add_measuring_options(parser: argparse.ArgumentParser) -> None:
+    """--verify and its threads; --kv-ram."""
     parser.add_argument(
         "--verify",
         action="store_true",
@@ -82,7 +89,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="count a KV RAM tier (what chat and serve keep reused slots' KV in) of SIZE, like "
         "512MiB, or 'auto' for the share they take by default; its own row (default: not counted)",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+
+
+def _add_split_options(parser: argparse.ArgumentParser) -> None:
     split = parser.add_argument_group("split across machines (llama.cpp RPC: `localinfer worker`)")
     split.add_argument(
         "--rpc", metavar="HOST:PORT,...", help="plan over this machine and these running workers "
