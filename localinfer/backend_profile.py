@@ -9,6 +9,9 @@ importing a backend; selection (backends/select.py) looks the instances up by na
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,6 +26,28 @@ if TYPE_CHECKING:
     from localinfer.facts.kv_dtype import KVDtype
 
 BACKENDS = ("torch", "llamacpp", "mlx")
+
+# Whether a profile's answer that needs a one-time measurement on this machine (llama.cpp's
+# attention kernels, once per head shape) may measure now. A listing budgets every catalog model
+# at once: measured, the first `localinfer models` on a 2-core machine ran 16 of them, ~100 s.
+_MEASURE_NOW: ContextVar[bool] = ContextVar("localinfer_measure_now", default=True)
+
+
+def measuring_allowed() -> bool:
+    """False inside ``stored_measurements_only``."""
+    return _MEASURE_NOW.get()
+
+
+@contextmanager
+def stored_measurements_only() -> Iterator[None]:
+    """Within: a question this machine has not measured yet gets the backend's own default (and
+    nothing is stored), one measured before its stored answer. For listings of many models; a
+    budget of one model, and every runner, measures as before."""
+    token = _MEASURE_NOW.set(False)
+    try:
+        yield
+    finally:
+        _MEASURE_NOW.reset(token)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from localinfer.backend_budget import compute_budget
+from localinfer.backend_profile import stored_measurements_only
 from localinfer.budget.compute import BudgetRequest
 from localinfer.budget.memory import device_memory
 from localinfer.catalog import BundledSource, load_catalog
@@ -50,8 +51,16 @@ class ListedModel:
 
 def list_models(ask: BudgetAsk, memory: DeviceMemory | None = None) -> list[ListedModel]:
     """Catalog models in catalog order, then cached repos by id; ``memory``: the device to
-    budget for (default: this machine's, read once)."""
-    memory = memory or device_memory("auto")
+    budget for (default: this machine's, read once).
+
+    The budgets use only what this machine has measured already: a head shape whose llama.cpp
+    attention was never timed here counts llama.cpp's default, flash attention on, as the
+    listing's row (``budget MODEL`` and the runner measure it)."""
+    with stored_measurements_only():
+        return _list_models(ask, memory or device_memory("auto"))
+
+
+def _list_models(ask: BudgetAsk, memory: DeviceMemory) -> list[ListedModel]:
     listed: list[ListedModel] = []
     seen_paths: set[Path] = set()
     for entry in load_catalog().entries.values():

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from localinfer.backend_budget import compute_budget
+from localinfer.backend_profile import stored_measurements_only
 from localinfer.backends.base import RunnerConfig, SlotWork
 from localinfer.backends.llamacpp import attention_plan as plan
 from localinfer.backends.llamacpp.attention_plan import (
@@ -34,6 +35,7 @@ from localinfer.budget.report import BudgetRequest
 from localinfer.errors import BackendUnavailableError
 from localinfer.loading.embedded import embedded_model_path
 from localinfer.loading.loader import load_model
+from localinfer.model_listing import BudgetAsk, list_models
 
 pytest.importorskip("llama_cpp")
 
@@ -145,6 +147,45 @@ def test_measured_once_stored_and_reused(
     assert plan.calibration_path(2, other) != path
     assert plan.calibration(2, other).heads == other.key  # type: ignore[union-attr]
     assert starts.read_text().count("start") == 3
+
+
+def test_a_listing_reads_stored_measurements_and_starts_none(
+    fresh_measurement: None, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """`localinfer models` budgets every catalog model inside stored_measurements_only: a head
+    shape never measured here counts llama.cpp's default (flash on) and starts no child; one
+    measured before gives its stored answer; outside, a budget measures as before."""
+    exe, starts = counting_python(tmp_path)
+    monkeypatch.setattr(sys, "executable", str(exe))
+    with stored_measurements_only():
+        assert flash_attention(SMOLLM2, 2048) is True
+        assert flash_attention(AttentionShape(4, 1, 256), 2048) is True
+    assert not starts.exists()  # no measuring child started
+    off_is_faster = _calibration((0.050, 0.025), (0.030, 0.009))
+    threads = plan._default_threads()
+    plan.store_calibration(
+        dataclasses.replace(off_is_faster, threads=threads, depths=plan.DEPTHS, heads=SMOLLM2.key)
+    )
+    with stored_measurements_only():
+        assert flash_attention(SMOLLM2, 2048) is False
+        assert flash_attention(AttentionShape(4, 1, 256), 2048) is True
+    assert not starts.exists()
+    assert flash_attention(AttentionShape(4, 1, 256), 2048) in (True, False)  # measured now
+    assert starts.read_text().count("start") == 1
+
+
+def test_listing_every_model_measures_nothing(
+    fresh_measurement: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first `localinfer models` on a machine: every catalog model budgeted, no attention
+    measured (one per head shape took ~100 s on a 2-core machine)."""
+
+    def refuse(*_: object) -> None:
+        raise AssertionError("a listing measured llama.cpp's attention")
+
+    monkeypatch.setattr(plan, "_measure", refuse)
+    listed = list_models(BudgetAsk())
+    assert len(listed) >= 10 and all(m.report is not None for m in listed if m.source != "hub")
 
 
 def test_the_probe_runs_once_per_machine(

@@ -56,6 +56,7 @@ try:
 except ImportError:  # Windows: no lock between processes
     fcntl = None  # type: ignore[assignment]
 
+from localinfer.backend_profile import measuring_allowed
 from localinfer.backends.child_json import ChildResult, run_json_child
 from localinfer.backends.llamacpp.attention_probe import AttentionShape
 from localinfer.backends.llamacpp.cpu import physical_cores
@@ -162,6 +163,10 @@ def flash_attention(heads: AttentionHeads, ctx: int, chunk: int = PREFILL_UBATCH
 
 def _machine_prefers_flash(shape: AttentionShape) -> bool:
     key = (_default_threads(), str(cache_dir()), shape.key)  # a test's cache: another machine
+    if not measuring_allowed():  # a listing: what is stored, else llama.cpp's default
+        path = calibration_path(key[0], shape)
+        stored = _stored(path, key[0], shape) if path is not None else None
+        return True if stored is None else stored.flash_faster()
     with _LOCK:
         if key not in _DECIDED:
             result = calibration(key[0], shape)
