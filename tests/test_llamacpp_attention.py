@@ -170,7 +170,7 @@ def test_a_listing_reads_stored_measurements_and_starts_none(
         assert flash_attention(SMOLLM2, 2048) is False
         assert flash_attention(AttentionShape(4, 1, 256), 2048) is True
     assert not starts.exists()
-    assert flash_attention(AttentionShape(4, 1, 256), 2048) in (True, False)  # measured now
+    flash_attention(AttentionShape(4, 1, 256), 2048)  # outside a listing: measured now
     assert starts.read_text().count("start") == 1
 
 
