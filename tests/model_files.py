@@ -338,10 +338,15 @@ def tiny_quantizable_llama(folder: Path) -> Path:
     )
 
 
-def tiny_chat_gguf(folder: Path, name: str = "tiny-chat.gguf") -> Path:
+def tiny_chat_gguf(
+    folder: Path,
+    name: str = "tiny-chat.gguf",
+    qtype: gguf.GGMLQuantizationType = gguf.GGMLQuantizationType.F32,
+) -> Path:
     """A tiny random llama GGUF with a tokenizer and a ChatML template, its context 2048 (as long
-    as a session's default and the benches'): a stand-in for the embedded model where a test is
-    about a path's plumbing, not the model. Its greedy and sampled answers do not end early."""
+    as a session's default and the benches'), its matrices in ``qtype``: a stand-in for the
+    embedded model where a test is about a path's plumbing, not the model. Its greedy and sampled
+    answers do not end early."""
     config = tiny_config("llama", vocab_size=TINY_VOCAB_SIZE, max_ctx=2048)
     weights = tiny_weights(config)
-    return write_gguf(folder / name, config, {n: weights.get(n) for n in weights.names()})
+    return write_gguf(folder / name, config, {n: weights.get(n) for n in weights.names()}, qtype)

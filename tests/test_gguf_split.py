@@ -71,16 +71,10 @@ def tiny_parts(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Pat
     building three backends' runners of the 135M model twice over would prove no more."""
     import gguf
 
-    from tests.model_files import TINY_VOCAB_SIZE, write_gguf
-    from tests.tiny import tiny_config, tiny_weights
+    from tests.model_files import tiny_chat_gguf
 
     folder = tmp_path_factory.mktemp("tiny-split")
-    config = tiny_config("llama", vocab_size=TINY_VOCAB_SIZE)
-    weights = tiny_weights(config)
-    whole = write_gguf(
-        folder / "tiny-Q4_1.gguf", config, {n: weights.get(n) for n in weights.names()},
-        qtype=gguf.GGMLQuantizationType.Q4_1,
-    )  # fmt: skip
+    whole = tiny_chat_gguf(folder, "tiny-Q4_1.gguf", gguf.GGMLQuantizationType.Q4_1)
     (folder / "parts").mkdir()
     return whole, write_split_gguf(whole, folder / "parts", N_PARTS)
 
