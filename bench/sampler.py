@@ -23,14 +23,11 @@ import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-# numpy and the engine's sampler are imported where they are used, after the arguments are
-# parsed: `--help` imports neither.
-if TYPE_CHECKING:
-    import numpy as np
+import numpy as np
 
-    from localinfer.engine.types import SamplingParams
+from localinfer.engine.sampler import TokenSampler, exact_sampling_probs
+from localinfer.engine.types import SamplingParams
 
 VOCABS = (49_152, 151_936, 262_144)
 SETTINGS: dict[str, dict[str, float | int]] = {
@@ -56,8 +53,6 @@ def parse_args() -> argparse.Namespace:
 
 
 def logits_rows(vocab: int, shape: str, seed: int = 0) -> list[np.ndarray]:
-    import numpy as np
-
     rng = np.random.default_rng(seed)
     rows = []
     for _ in range(ROWS):
@@ -76,8 +71,6 @@ class FullSortSampler:
     """The per-token step the full-sort way, with the same seed and penalties."""
 
     def __init__(self, params: SamplingParams, vocab: int, prompt: np.ndarray) -> None:
-        import numpy as np
-
         self.params = params
         self.rng = np.random.default_rng(params.seed)
         self.seen = np.zeros(vocab, dtype=bool)
@@ -86,10 +79,6 @@ class FullSortSampler:
             self.seen[prompt] = True
 
     def sample(self, raw: np.ndarray) -> int:
-        import numpy as np
-
-        from localinfer.engine.sampler import exact_sampling_probs
-
         p = self.params
         if not np.isfinite(raw).any():
             raise ValueError("no finite logits")
@@ -134,11 +123,6 @@ class Row:
 
 
 def measure(vocab: int, shape: str, calls: int, old_calls: int) -> list[Row]:
-    import numpy as np
-
-    from localinfer.engine.sampler import TokenSampler
-    from localinfer.engine.types import SamplingParams
-
     rows = logits_rows(vocab, shape)
     prompt = np.random.default_rng(1).integers(0, vocab, PROMPT_TOKENS)
     out = []

@@ -10,6 +10,7 @@ import pytest
 
 from localinfer.engine import Engine, Request, SamplingParams
 from localinfer.errors import QueueFullError
+from tests.engine_gate import EngineGate
 from tests.test_engine import reference_greedy
 from tests.test_engine_model import ByteTokenizer, HashRunner
 
@@ -67,26 +68,11 @@ async def test_async_stream_validates_before_iteration(engine: Engine) -> None:
     assert engine.metrics().queue_depth == 0
 
 
-class GatedRunner(HashRunner):
-    """Holds every forward after the first ``free_steps`` until the test opens the gate, so the
-    test, not the machine's speed, decides how far a request got when its client left."""
-
-    def __init__(self, free_steps: int, **kwargs: object) -> None:
-        super().__init__(**kwargs)
-        self.free_steps = free_steps
-        self.calls = 0
-        self.gate = threading.Event()
-
-    def forward(self, batch):
-        self.calls += 1
-        if self.calls > self.free_steps:
-            self.gate.wait(timeout=30)
-        return super().forward(batch)
-
-
 async def test_leaving_an_async_stream_early_aborts_the_request() -> None:
-    runner = GatedRunner(free_steps=4, slots=3)
-    engine = Engine(runner, ByteTokenizer(), prefill_chunk=8)
+    engine = Engine(HashRunner(slots=3), ByteTokenizer(), prefill_chunk=8)
+    # Held after four forwards: the test, not the machine's speed, decides how far the request
+    # got when its client left.
+    gate = EngineGate(engine, free=4)
     try:
         request = Request([5, 6], SamplingParams(max_tokens=200), request_id="leaver")
         seen = 0
@@ -94,7 +80,7 @@ async def test_leaving_an_async_stream_early_aborts_the_request() -> None:
             seen += 1
             if seen == 3:
                 break
-        runner.gate.set()  # the engine may run again; the abort lands at its next step
+        gate.open()  # the engine may run again; the abort lands at its next step
         for _ in range(200):
             if engine.metrics().finish_reasons.get("abort"):
                 break

@@ -21,13 +21,15 @@ from localinfer.session import Session, open_session
 SHORT = 8
 
 
-def make_session(slots: int = 4, ctx: int = 512, max_queue: int = 64) -> Session:
+def make_session(
+    slots: int = 4, ctx: int = 512, max_queue: int = 64, backend: str = "torch"
+) -> Session:
     # The torch runner on the file's blocks (the suite pins its kernels: conftest): a sequence's
     # logits do not depend on what else is in the batch, which the seeded-reproducibility and
     # route-equality tests need, on every machine (the default backend differs by CPU, and
     # llama.cpp's logits move with the batch's shape). One backend thread: a shared CPU.
     return open_session(
-        None, backend="torch", slots=slots, ctx=ctx, max_queue=max_queue, threads=1,
+        None, backend=backend, slots=slots, ctx=ctx, max_queue=max_queue, threads=1,
         prefix_reuse=True,
     )  # fmt: skip
 

@@ -20,8 +20,8 @@ from localinfer.loading.chat_template import ChatTemplate
 from localinfer.loading.embedded import embedded_model_path
 from localinfer.loading.loader import load_model
 from localinfer.loading.unicode_text import scrub_surrogates
-from localinfer.session import Session, open_session
-from tests.test_server_support import server  # noqa: F401 - fixture; its session is below
+from localinfer.session import Session
+from tests.test_server_support import make_session, server  # noqa: F401 - fixture; its session is below
 
 # Lone high and low surrogates, a reversed pair, surrogateescape'd argv bytes, a split emoji,
 # and surrogates next to special-token text and multi-byte characters.
@@ -46,7 +46,7 @@ def session() -> Iterator[Session]:
     for every backend, and llama.cpp answers these 2-token requests for a fraction of the torch
     runner's CPU (test_server_support pins torch for logits that do not depend on the batch,
     which nothing here reads)."""
-    s = open_session(None, backend="llamacpp", slots=4, ctx=512, threads=1, prefix_reuse=True)
+    s = make_session(backend="llamacpp")
     yield s
     s.close()
 

@@ -163,13 +163,14 @@ def flash_attention(heads: AttentionHeads, ctx: int, chunk: int = PREFILL_UBATCH
 
 def _machine_prefers_flash(shape: AttentionShape) -> bool:
     key = (_default_threads(), str(cache_dir()), shape.key)  # a test's cache: another machine
-    if not measuring_allowed():  # a listing: what is stored, else llama.cpp's default
-        path = calibration_path(key[0], shape)
-        stored = _stored(path, key[0], shape) if path is not None else None
-        return True if stored is None else stored.flash_faster()
     with _LOCK:
         if key not in _DECIDED:
-            result = calibration(key[0], shape)
+            if measuring_allowed():
+                result = calibration(key[0], shape)
+            else:  # a listing: a stored answer, else llama.cpp's default (not kept: measure later)
+                result = stored_calibration(key[0], shape)
+                if result is None:
+                    return True
             _DECIDED[key] = True if result is None else result.flash_faster()
         return _DECIDED[key]
 
@@ -192,15 +193,19 @@ def calibration(threads: int, shape: AttentionShape) -> AttentionCalibration | N
     """This machine's measurement for ``threads`` (measured now if never measured: one process
     at a time, the others wait for its file); None when llama.cpp could not be measured here
     (logged: llama.cpp's default then applies)."""
+    stored = stored_calibration(threads, shape)
     path = calibration_path(threads, shape)
-    if path is None:
-        return None
-    stored = _stored(path, threads, shape)
-    if stored is not None:
+    if stored is not None or path is None:
         return stored
     path.parent.mkdir(parents=True, exist_ok=True)
     with _exclusive(path.with_suffix(".lock")):
         return _stored(path, threads, shape) or _measure(threads, shape)
+
+
+def stored_calibration(threads: int, shape: AttentionShape) -> AttentionCalibration | None:
+    """The measurement stored for ``threads`` and ``shape`` on this machine and build, if any."""
+    path = calibration_path(threads, shape)
+    return None if path is None else _stored(path, threads, shape)
 
 
 def check_runs_here() -> None:
