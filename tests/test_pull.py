@@ -95,13 +95,18 @@ def in_process(
 
 
 def test_pull_resumes_a_dropped_download_and_rm_frees_it(
-    hub: FakeHub, tmp_path: Path, gguf_bytes: bytes
+    hub: FakeHub,
+    tmp_path: Path,
+    gguf_bytes: bytes,
+    in_process: Callable[..., tuple[int, str, str]],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     env = hub_env(tmp_path, hub.url)
     drop_at = 25_000_000  # > two 10 MiB chunks, so the retry starts from what was written
     hub.drop_once(REPO_360, FILE_Q8, after=drop_at)
 
-    # --device: the budget plans for a named machine, so the test does not depend on this one.
+    # The dropped download and its resume in a real `localinfer pull` process. --device: the
+    # budget plans for a named machine, so the test does not depend on this one.
     done = cli(env, "pull", "smollm2-360m", "--quant", "Q8_0", "--device", "64GiB")
     assert done.returncode == 0, done.stderr
     path = Path(done.stdout.strip().splitlines()[-1])
@@ -115,30 +120,39 @@ def test_pull_resumes_a_dropped_download_and_rm_frees_it(
     assert 0 < resumed_from <= drop_at  # only the missing tail was fetched again
     assert not hub.file_gets(FILE_Q4) and not hub.file_gets("README.md")  # only what Q8_0 needs
 
+    # What follows reads and removes what that process left, in this process (the `in_process`
+    # fixture: the same environment as the child's, without an interpreter each).
+    from test_budget_remote import point_at
+
     # The cache is huggingface_hub's: resolve finds the file without any network.
-    offline = dict(env, HF_HUB_OFFLINE="1")
-    budget = cli(offline, "budget", "smollm2-360m", "--json")
-    assert budget.returncode == 0, budget.stderr
-    report = json.loads(budget.stdout)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    point_at(monkeypatch, hub.url, offline=True)
+    asked = len(hub.requests)
+    code, out, err = in_process("budget", "smollm2-360m", "--json")
+    assert code == 0, err
+    report = json.loads(out)
     assert report["model_path"] == str(path) and "GGUF header" in report["weights_source"]
+    assert len(hub.requests) == asked  # nothing asked of the Hub
+    monkeypatch.delenv("HF_HUB_OFFLINE")
+    point_at(monkeypatch, hub.url)
 
     # A second pull finds everything cached and downloads nothing.
     gets = len(hub.file_gets(FILE_Q8))
-    again = cli(env, "pull", "smollm2-360m", "--quant", "Q8_0", "--device", "64GiB")
-    assert again.returncode == 0 and "already in the cache" in again.stderr
+    code, _, err = in_process("pull", "smollm2-360m", "--quant", "Q8_0", "--device", "64GiB")
+    assert code == 0 and "already in the cache" in err
     assert len(hub.file_gets(FILE_Q8)) == gets
 
-    dry = cli(env, "rm", "smollm2-360m", "--dry-run")
-    assert dry.returncode == 0 and "would free" in dry.stdout and path.is_file()
-    removed = cli(env, "rm", "smollm2-360m")
-    assert removed.returncode == 0, removed.stderr
-    assert f"({len(gguf_bytes)} bytes)" in removed.stdout and "freed" in removed.stdout
+    code, out, _ = in_process("rm", "smollm2-360m", "--dry-run")
+    assert code == 0 and "would free" in out and path.is_file()
+    code, out, err = in_process("rm", "smollm2-360m")
+    assert code == 0, err
+    assert f"({len(gguf_bytes)} bytes)" in out and "freed" in out
     assert not path.exists()
     assert not (
         Path(env["HF_HUB_CACHE"]) / "models--bartowski--SmolLM2-360M-Instruct-GGUF"
     ).exists()
-    gone = cli(env, "rm", "smollm2-360m")
-    assert gone.returncode == 1 and "not in the Hugging Face cache" in gone.stderr
+    code, _, err = in_process("rm", "smollm2-360m")
+    assert code == 1 and "not in the Hugging Face cache" in err
 
 
 def test_pull_refuses_a_model_that_does_not_fit(hub: FakeHub, in_process: Callable) -> None:
@@ -246,7 +260,7 @@ def wait_for_partial(blobs: Path, ignore: set[str], proc: subprocess.Popen) -> P
 
 
 def test_a_killed_pulls_partial_file_goes_and_a_running_ones_stays(
-    hub: FakeHub, tmp_path: Path, gguf_bytes: bytes
+    hub: FakeHub, tmp_path: Path, gguf_bytes: bytes, in_process: Callable[..., tuple[int, str, str]]
 ) -> None:
     repo = "someone/big-GGUF"
     # Two blobs (etags), each over a 10 MiB chunk and the 12 MB a stalled download sends: the
@@ -276,11 +290,12 @@ def test_a_killed_pulls_partial_file_goes_and_a_running_ones_stays(
         partial = wait_for_partial(blobs, {left.name}, running)
         assert not left.exists()
 
-        # 3. A third pull meanwhile leaves the running pull's partial file alone.
-        third = cli(env, "pull", repo, "--quant", "Q8_0", "--quiet")
-        assert third.returncode == 0, third.stderr
-        assert Path(third.stdout.strip()).read_bytes() == q8
-        assert "partial download" not in third.stderr
+        # 3. A third pull meanwhile (in this process, beside the running one's) leaves the
+        # running pull's partial file alone.
+        code, out, err = in_process("pull", repo, "--quant", "Q8_0", "--quiet")
+        assert code == 0, err
+        assert Path(out.strip()).read_bytes() == q8
+        assert "partial download" not in err
         assert partial.is_file()
     finally:
         release.set()

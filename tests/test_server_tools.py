@@ -11,11 +11,13 @@ through HTTP exactly.
 from __future__ import annotations
 
 import json
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import jsonschema
 import openai
 import pytest
+from openai.types.chat import ChatCompletion
 
 from localinfer.server import ServerThread
 from tests.test_server_support import (  # noqa: F401 - fixtures
@@ -68,10 +70,10 @@ def check_call(name: str, arguments: str) -> dict:
     return args
 
 
-def test_required_call_is_valid_and_finishes_with_tool_calls(
-    client: openai.OpenAI, model_name: str
-) -> None:
-    reply = client.chat.completions.create(
+@pytest.fixture(scope="module")
+def required_call(client: openai.OpenAI, model_name: str) -> ChatCompletion:
+    """One greedy required call, asked once: its checks and the history round trip read it."""
+    return client.chat.completions.create(
         model=model_name,
         messages=ASK,
         tools=TOOLS,
@@ -80,7 +82,10 @@ def test_required_call_is_valid_and_finishes_with_tool_calls(
         max_tokens=80,
         temperature=0,
     )
-    choice = reply.choices[0]
+
+
+def test_required_call_is_valid_and_finishes_with_tool_calls(required_call: ChatCompletion) -> None:
+    choice = required_call.choices[0]
     assert choice.finish_reason == "tool_calls"
     assert choice.message.content is None
     (call,) = choice.message.tool_calls
@@ -96,9 +101,11 @@ def test_forced_calls_at_the_default_temperature_fit_48_tokens(
 ) -> None:
     """Forced calls are compact JSON (constraints.compiler.COMPACT_JSON): at temperature 1 the
     model has no whitespace to wander into, and every try is a call (seeded, so the test is
-    repeatable; the seeds are not picked)."""
-    for seed in range(5):
-        reply = client.chat.completions.create(
+    repeatable; the seeds are not picked). The tries run side by side: the session's slots decode
+    them in one batch, and the torch runner's logits do not depend on the batch."""
+
+    def ask(seed: int) -> ChatCompletion:
+        return client.chat.completions.create(
             model=model_name,
             messages=ASK,
             tools=TOOLS,
@@ -106,6 +113,10 @@ def test_forced_calls_at_the_default_temperature_fit_48_tokens(
             max_tokens=48,
             seed=seed,
         )
+
+    with ThreadPoolExecutor(5) as pool:
+        replies = list(pool.map(ask, range(5)))
+    for seed, reply in enumerate(replies):
         choice = reply.choices[0]
         assert choice.finish_reason == "tool_calls" and choice.message.content is None, seed
         for call in choice.message.tool_calls:
@@ -158,11 +169,10 @@ def test_parallel_required_calls_are_each_valid(client: openai.OpenAI, model_nam
         check_call(call.function.name, call.function.arguments)
 
 
-def test_tool_history_round_trip(client: openai.OpenAI, model_name: str) -> None:
-    first = client.chat.completions.create(
-        model=model_name, messages=ASK, tools=TOOLS, tool_choice="required",
-        parallel_tool_calls=False, max_tokens=80, temperature=0,
-    )  # fmt: skip
+def test_tool_history_round_trip(
+    client: openai.OpenAI, model_name: str, required_call: ChatCompletion
+) -> None:
+    first = required_call
     call = first.choices[0].message.tool_calls[0]
     history = [
         *ASK,

@@ -157,7 +157,14 @@ def _bodies(text: str) -> list[tuple[str, dict[str, Any]]]:
     ]
 
 
-@pytest.mark.parametrize("text", NASTY[:6])
+# Through the server, each kind of text once: a lone high and a lone low surrogate, a reversed
+# pair, and surrogateescape'd bytes inside ordinary text. Every field takes its text through the
+# same scrub, tested above on all of NASTY; "a\ud800b" and "\ud83d" (inside text, and another
+# lone high surrogate) are no other case at this layer, and each case costs six requests.
+SERVER_NASTY = ["\ud800", "\udfff", "\udc00\ud800", "x\udcff\udcfe y"]
+
+
+@pytest.mark.parametrize("text", SERVER_NASTY)
 def test_server_never_answers_500_for_surrogates(server: Any, text: str) -> None:  # noqa: F811
     for path, body in _bodies(text):
         response = _post(server, path, body)

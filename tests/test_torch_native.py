@@ -346,8 +346,16 @@ def test_the_measurement_times_every_path(monkeypatch: pytest.MonkeyPatch, tmp_p
     whatever it concludes. Which path it picks is not asserted: that is this machine's timing."""
     from localinfer.backends.torch import native_plan
 
+    # A cache of its own, so no stored calibration is found and none is left in the run's; its
+    # library is a copy of the run's build (compiling it again is the test above's subject, and
+    # cost more than the measurement).
+    built = native_build.build()
+    (tmp_path / "kernels").mkdir()
+    shutil.copy2(built, tmp_path / "kernels" / built.name)
     monkeypatch.delenv(native_plan.PLAN_ENV)
     monkeypatch.setenv("LOCALINFER_CACHE_DIR", str(tmp_path))
+    assert native_plan._library() == tmp_path / "kernels" / built.name
+    assert native_plan._stored(native_plan._library()) is None
     native_plan._measure_once.cache_clear()
     try:
         plan = native_plan.native_plan()
