@@ -288,6 +288,27 @@ def test_a_short_match_is_not_worth_copying_or_evicting() -> None:
     assert slot_cache(engine, 0)[:40] == a and not runner.copies  # a's slot left alone
 
 
+def test_a_short_prompt_sent_again_is_restored_or_copied_not_prefilled() -> None:
+    """Under MIN_TRANSFER tokens, a match that is the whole prompt (a client repeating a request)
+    is still worth a restore or a copy: only its last token is fed."""
+    p = seq(MIN_TRANSFER // 2, 1)
+    runner, engine = tiers_engine(1, RamKVStore(1 << 20))
+    first, _ = run(engine, p, MIN_TRANSFER)  # the slot holds enough cells for the tier to keep
+    run(engine, seq(40, 2), 4)  # another conversation takes the only slot: p's cells to RAM
+    tokens, reports = run(engine, p, MIN_TRANSFER)
+    assert tokens == first == reference_greedy(p, MIN_TRANSFER)
+    assert source_of(reports) == (len(p) - 1, "ram") and prefilled(reports) == 1
+    # Beside a busy slot decoding it, the same short prompt is copied across.
+    runner, engine = tiers_engine(2)
+    h1 = engine.submit(Request(p, greedy(30)))
+    while len(slot_cache(engine, 0)) < len(p) + 3:
+        engine.step()
+    tokens, reports = run(engine, p, 4)
+    assert tokens == reference_greedy(p, 4) and source_of(reports) == (len(p) - 1, "copy")
+    assert runner.copies == [(0, 1, len(p) - 1)] and prefilled(reports) == 1
+    assert list(h1.result().token_ids) == reference_greedy(p, 30)
+
+
 def test_a_spilled_entry_is_restored_from_the_spill_tier() -> None:
     disk = MemStore()
     ram = RamKVStore(70 * 8, spill=disk)  # room for one conversation's cells

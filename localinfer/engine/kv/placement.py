@@ -13,7 +13,10 @@ The largest reuse wins; ties go to the cheaper source, in that order. A copy or 
 worth it from :data:`MIN_TRANSFER` tokens: every chat template opens with the same few tokens,
 so a smaller match would trigger a transfer on nearly every admission for less work than one
 prefill chunk costs, and displace cached cells for it. A short prompt sent again whole (a retry,
-a regenerated answer) still goes back to the slot that holds it.
+a regenerated answer, a client repeating one request) is not that: it goes back to the slot that
+holds it, or is copied or restored from wherever its cells are. Moving cells costs memory
+bandwidth, a prefill costs a pass over the weights per token, and a few tokens of prefill on a
+CPU cost tens of milliseconds (docs/measurements.md, "A short prompt sent again").
 
 Which idle slot to take: the one with the most reuse; among those, one whose cells are not lost
 (an empty slot, or one whose whole cache is the prompt's beginning), then one reusing its own
@@ -136,14 +139,12 @@ class SlotPlacer:
         held = {s.index: min(shared_prefix(s.cached, prompt), limit) for s in self.slots.slots}
         best: tuple[tuple[int, bool, bool, int, int], Placement] | None = None
         for slot in free:
-            option = self._best_for(slot, held, tier, prompt)
+            option = self._best_for(slot, held, tier, prompt, limit)
             kept = option.reuse if option.source == "slot" else 0
             keeps_all = len(slot.cached) <= kept
             # A few own tokens are not worth another conversation's cells (module doc), unless
-            # they are the whole prompt: a request sent again (a retry, a regenerated answer)
-            # starts at its last token instead of prefilling.
-            whole = 0 < limit <= option.reuse
-            worth = keeps_all or whole or option.reuse >= self.min_transfer
+            # they are the whole prompt (_worth).
+            worth = keeps_all or self._worth(option.reuse, limit)
             score = option.reuse if worth else 0
             rank = (score, keeps_all, option.source == "slot", -slot.released_at_step, -slot.index)
             if best is None or rank > best[0]:
@@ -151,8 +152,19 @@ class SlotPlacer:
         assert best is not None
         return best[1]
 
+    def _worth(self, reuse: int, limit: int) -> bool:
+        """Whether reusing ``reuse`` tokens is worth a transfer or another conversation's cells:
+        MIN_TRANSFER tokens, or the whole prompt (``limit``: a request sent again starts at its
+        last token instead of prefilling; module doc)."""
+        return reuse >= self.min_transfer or 0 < limit <= reuse
+
     def _best_for(
-        self, slot: Slot, held: dict[int, int], tier: Placement | None, prompt: Sequence[int]
+        self,
+        slot: Slot,
+        held: dict[int, int],
+        tier: Placement | None,
+        prompt: Sequence[int],
+        limit: int,
     ) -> Placement:
         """``slot``'s best source: its own cells, a copy from another slot, or the best tier."""
         keep = held[slot.index]
@@ -164,7 +176,7 @@ class SlotPlacer:
         if self.transfer:
             others = [s for s in self.slots.slots if s is not slot]
             src = max(others, key=lambda s: held[s.index], default=None)
-            if self.copy and src is not None and held[src.index] >= self.min_transfer:
+            if self.copy and src is not None and self._worth(held[src.index], limit):
                 options.append(Placement(slot, held[src.index], "copy", 1, src_slot=src.index))
             if tier is not None:
                 options.append(dataclasses.replace(tier, slot=slot))
@@ -182,7 +194,7 @@ class SlotPlacer:
             if match is None:
                 continue
             reuse = min(match.shared, limit)
-            if reuse >= self.min_transfer and (best is None or reuse > best.reuse):
+            if self._worth(reuse, limit) and (best is None or reuse > best.reuse):
                 rank = len(SOURCES) + i
                 best = Placement(Slot(-1), reuse, store.name, rank, store=store, key=match.key)
         return best
