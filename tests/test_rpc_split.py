@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -59,11 +60,9 @@ class WorkerPool:
         self.used = False
 
     def fresh(self) -> list:
-        if self.used or not self.workers:
+        if self.used:  # a model was loaded on this pair: start another
             self.stop()
-            self.workers = [start_worker(), start_worker()]
-        self.used = True
-        return self.workers
+        return self.pair()
 
     def pair(self) -> list:
         if not self.workers:
@@ -81,7 +80,7 @@ class WorkerPool:
 
 
 @pytest.fixture(scope="module")
-def pool() -> object:
+def pool() -> Iterator[WorkerPool]:
     require_rpc()
     workers_ = WorkerPool()
     yield workers_
